@@ -1,0 +1,14 @@
+"""Change data capture: Debezium connector config, Kafka Connect client, Postgres checks."""
+
+from cdc.config import ConnectorConfigError, ConnectorSettings, build_connector_config, topic_for
+from cdc.connect import ConnectClient, ConnectError, ConnectorStatus
+
+__all__ = [
+    "ConnectClient",
+    "ConnectError",
+    "ConnectorConfigError",
+    "ConnectorSettings",
+    "ConnectorStatus",
+    "build_connector_config",
+    "topic_for",
+]

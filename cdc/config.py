@@ -1,0 +1,146 @@
+"""Pure builder: connector settings in, Debezium Postgres connector config (with EventRouter) out."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
+EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"
+STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
+JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
+TOPIC_NAME_MATCHES = "org.apache.kafka.connect.transforms.predicates.TopicNameMatches"
+
+# Outbox column -> Kafka header name, in addition to the "id" header EventRouter always adds.
+HEADER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("type", "eventType"),
+    ("aggregatetype", "aggregateType"),
+    ("traceparent", "traceparent"),
+    ("headers", "headers"),
+    ("schema_version", "schemaVersion"),
+)
+
+
+class ConnectorConfigError(ValueError):
+    """The connector settings cannot produce a valid Debezium config."""
+
+
+@dataclass(frozen=True)
+class ConnectorSettings:
+    """What the builder needs to know; every field maps to one or a few connector properties."""
+
+    name: str
+    database_host: str
+    database_port: int
+    database_name: str
+    database_user: str
+    database_password: str = ""
+    server_name: str = "outboxkit"
+    slot_name: str = "outboxkit_outbox"
+    publication_name: str = "outboxkit_outbox"
+    outbox_tables: Sequence[str] = ("public.outbox",)
+    heartbeat_table: str | None = "public.outbox_heartbeat"
+    heartbeat_interval_ms: int = 10_000
+    topic_prefix: str = "outbox.event."
+    snapshot_mode: str = "no_data"
+    publication_autocreate: str = "filtered"
+    # "text": the value is the payload's JSON text as stored (any JSON, nulls kept, no schema).
+    # "expand": EventRouter turns the payload into a Connect struct (for schema-aware converters);
+    # it infers a schema per record and falls back to a JSON *string* when it cannot, e.g. for an
+    # array mixing numbers and objects, so consumers would see two shapes for one event type.
+    payload_encoding: str = "text"
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def _check(settings: ConnectorSettings) -> None:
+    if not settings.outbox_tables:
+        raise ConnectorConfigError("at least one outbox table is needed")
+    for table in (*settings.outbox_tables, settings.heartbeat_table or "public.x"):
+        if not re.fullmatch(r"[A-Za-z_][\w]*\.[A-Za-z_][\w]*", table):
+            raise ConnectorConfigError(f"table {table!r} must be written schema.table")
+    if not re.fullmatch(r"[a-z0-9_]{1,63}", settings.slot_name):
+        raise ConnectorConfigError(
+            f"slot name {settings.slot_name!r}: lower-case letters, digits, underscores only"
+        )
+    if settings.payload_encoding not in ("text", "expand"):
+        raise ConnectorConfigError(
+            f"payload_encoding must be 'text' or 'expand', not {settings.payload_encoding!r}"
+        )
+    if settings.heartbeat_interval_ms < 0:
+        raise ConnectorConfigError("heartbeat_interval_ms must be >= 0 (0 disables heartbeats)")
+    if not re.fullmatch(r"[A-Za-z0-9._-]*", settings.topic_prefix):
+        raise ConnectorConfigError(f"topic prefix {settings.topic_prefix!r} is not a legal topic")
+
+
+def outbox_topic_pattern(settings: ConnectorSettings) -> str:
+    """Regex for the raw Debezium topics of the outbox tables (before routing)."""
+    names = "|".join(re.escape(f"{settings.server_name}.{t}") for t in settings.outbox_tables)
+    return f"^({names})$"
+
+
+def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
+    """The Kafka Connect config of the outbox connector, every value a string."""
+    _check(settings)
+    captured = list(settings.outbox_tables)
+    if settings.heartbeat_table and settings.heartbeat_interval_ms:
+        captured.append(settings.heartbeat_table)
+    placement = ",".join(f"{column}:header:{header}" for column, header in HEADER_COLUMNS)
+    config = {
+        "connector.class": CONNECTOR_CLASS,
+        "tasks.max": "1",
+        "plugin.name": "pgoutput",
+        "database.hostname": settings.database_host,
+        "database.port": str(settings.database_port),
+        "database.user": settings.database_user,
+        "database.password": settings.database_password,
+        "database.dbname": settings.database_name,
+        "topic.prefix": settings.server_name,
+        "slot.name": settings.slot_name,
+        "publication.name": settings.publication_name,
+        "publication.autocreate.mode": settings.publication_autocreate,
+        "table.include.list": ",".join(captured),
+        "snapshot.mode": settings.snapshot_mode,
+        # Only inserts matter: delete-mode rows are removed in the same transaction, and the
+        # heartbeat row is only ever updated (its WAL still moves the slot's position on).
+        "skipped.operations": "u,d,t",
+        "tombstones.on.delete": "false",
+        "extended.headers.enabled": "false",
+        "key.converter": STRING_CONVERTER,
+        "value.converter": STRING_CONVERTER,
+        "transforms": "outbox",
+        "transforms.outbox.type": EVENT_ROUTER,
+        "transforms.outbox.predicate": "isOutboxTable",
+        "transforms.outbox.table.field.event.id": "id",
+        "transforms.outbox.table.field.event.key": "aggregateid",
+        "transforms.outbox.table.field.event.payload": "payload",
+        "transforms.outbox.route.by.field": "aggregatetype",
+        "transforms.outbox.route.topic.replacement": settings.topic_prefix + "${routedByValue}",
+        "transforms.outbox.table.fields.additional.placement": placement,
+        "predicates": "isOutboxTable",
+        "predicates.isOutboxTable.type": TOPIC_NAME_MATCHES,
+        "predicates.isOutboxTable.pattern": outbox_topic_pattern(settings),
+    }
+    if settings.payload_encoding == "expand":
+        config.update(
+            {
+                "value.converter": JSON_CONVERTER,
+                "value.converter.schemas.enable": "false",
+                "transforms.outbox.table.expand.json.payload": "true",
+                # Without this, JSON nulls vanish from expanded payloads.
+                "transforms.outbox.table.json.payload.null.behavior": "optional_bytes",
+            }
+        )
+    if settings.heartbeat_interval_ms:
+        config["heartbeat.interval.ms"] = str(settings.heartbeat_interval_ms)
+        if settings.heartbeat_table:
+            config["heartbeat.action.query"] = (
+                f"UPDATE {settings.heartbeat_table} SET beat_at = now() WHERE id = 1"
+            )
+    config.update(settings.extra)
+    return config
+
+
+def topic_for(aggregate_type: str, *, topic_prefix: str = "outbox.event.") -> str:
+    """The Kafka topic the events of one aggregate type are routed to."""
+    return topic_prefix + aggregate_type

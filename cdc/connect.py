@@ -1,0 +1,156 @@
+"""Kafka Connect REST client: create-or-update, status, wait until RUNNING, restart, delete."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+
+class ConnectError(RuntimeError):
+    """Kafka Connect refused a request or a connector did not reach the wanted state."""
+
+
+@dataclass(frozen=True)
+class ConnectorStatus:
+    """The state of a connector and of each of its tasks (with the trace of a FAILED one)."""
+
+    name: str
+    state: str
+    tasks: tuple[tuple[int, str, str | None], ...]  # (task id, state, trace)
+
+    @property
+    def running(self) -> bool:
+        """True when the connector and at least one task, and every task, are RUNNING."""
+        return (
+            self.state == "RUNNING"
+            and bool(self.tasks)
+            and all(state == "RUNNING" for _, state, _ in self.tasks)
+        )
+
+    @property
+    def failure(self) -> str | None:
+        """The first FAILED trace, or None."""
+        for task_id, state, trace in self.tasks:
+            if state == "FAILED":
+                return f"task {task_id} FAILED:\n{trace or '(no trace)'}"
+        return f"connector {self.name} FAILED" if self.state == "FAILED" else None
+
+
+def parse_status(body: dict[str, Any]) -> ConnectorStatus:
+    """Turn Connect's /status JSON into a ConnectorStatus."""
+    connector = body.get("connector", {})
+    tasks = tuple(
+        (int(t.get("id", 0)), str(t.get("state", "UNKNOWN")), t.get("trace"))
+        for t in body.get("tasks", [])
+    )
+    state = str(connector.get("state", "UNKNOWN"))
+    if state == "FAILED" and connector.get("trace"):
+        tasks = (*tasks, (-1, "FAILED", connector["trace"]))
+    return ConnectorStatus(name=str(body.get("name", "")), state=state, tasks=tasks)
+
+
+class ConnectClient:
+    """A thin client for one Kafka Connect cluster's REST API."""
+
+    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def _request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                raw = response.read()
+                return response.status, json.loads(raw) if raw else None
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            try:
+                detail = json.loads(raw).get("message", raw.decode(errors="replace"))
+            except (ValueError, AttributeError):
+                detail = raw.decode(errors="replace")
+            return exc.code, {"message": detail}
+        except (urllib.error.URLError, OSError) as exc:
+            raise ConnectError(f"Kafka Connect at {self.url} is unreachable: {exc}") from exc
+
+    def _expect(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> Any:
+        status, payload = self._request(method, path, body)
+        if status not in ok:
+            message = payload.get("message") if isinstance(payload, dict) else payload
+            raise ConnectError(f"{method} {path} -> HTTP {status}: {message}")
+        return payload
+
+    def alive(self) -> bool:
+        """True when the worker's REST API answers."""
+        try:
+            status, _ = self._request("GET", "/")
+        except ConnectError:
+            return False
+        return status == 200
+
+    def connectors(self) -> list[str]:
+        """Names of the connectors on the cluster."""
+        return list(self._expect("GET", "/connectors", ok=(200,)))
+
+    def put_config(self, name: str, config: dict[str, str]) -> None:
+        """Create the connector or update its config (idempotent PUT)."""
+        quoted = urllib.parse.quote(name, safe="")
+        self._expect("PUT", f"/connectors/{quoted}/config", config, ok=(200, 201))
+
+    def get_config(self, name: str) -> dict[str, str] | None:
+        """The connector's config, or None when it does not exist."""
+        status, payload = self._request("GET", f"/connectors/{urllib.parse.quote(name, safe='')}/config")
+        if status == 404:
+            return None
+        if status != 200:
+            raise ConnectError(f"GET config of {name} -> HTTP {status}: {payload}")
+        return dict(payload)
+
+    def status(self, name: str) -> ConnectorStatus | None:
+        """The connector's status, or None when it does not exist (yet)."""
+        status, payload = self._request("GET", f"/connectors/{urllib.parse.quote(name, safe='')}/status")
+        if status == 404:
+            return None
+        if status != 200:
+            raise ConnectError(f"GET status of {name} -> HTTP {status}: {payload}")
+        return parse_status(payload)
+
+    def wait_running(self, name: str, *, timeout: float = 120.0, poll: float = 0.5) -> ConnectorStatus:
+        """Wait until the connector and all its tasks are RUNNING; a FAILED task raises at once."""
+        deadline = time.monotonic() + timeout
+        last: ConnectorStatus | None = None
+        while time.monotonic() < deadline:
+            last = self.status(name)
+            if last is not None:
+                if last.failure:
+                    raise ConnectError(f"connector {name} failed:\n{last.failure}")
+                if last.running:
+                    return last
+            time.sleep(poll)
+        state = "absent" if last is None else f"{last.state}, tasks {[t[1] for t in last.tasks]}"
+        raise ConnectError(f"connector {name} not RUNNING after {timeout:.0f}s (last: {state})")
+
+    def restart(self, name: str, *, include_tasks: bool = True) -> None:
+        """Restart the connector (and its tasks)."""
+        query = "?includeTasks=true&onlyFailed=false" if include_tasks else ""
+        quoted = urllib.parse.quote(name, safe="")
+        self._expect("POST", f"/connectors/{quoted}/restart{query}", ok=(200, 202, 204))
+
+    def delete(self, name: str) -> bool:
+        """Delete the connector; False when it did not exist."""
+        status, payload = self._request("DELETE", f"/connectors/{urllib.parse.quote(name, safe='')}")
+        if status == 404:
+            return False
+        if status not in (200, 204):
+            raise ConnectError(f"DELETE {name} -> HTTP {status}: {payload}")
+        return True

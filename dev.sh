@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The project's one entry point for set-up. Usage:
+#   ./dev.sh demo   install everything missing, then run the main job on the embedded stack
+#   ./dev.sh test   install everything missing, then run the test suite (CI runs this)
+#   ./dev.sh setup  install only
+# Extra arguments after the verb go to the command (e.g. ./dev.sh test -m "not integration").
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$here"
+verb="${1:-}"; shift || true
+case "$verb" in
+  demo|test|setup) ;;
+  *) echo "usage: ./dev.sh demo|test|setup [args...]" >&2; exit 2 ;;
+esac
+bash scripts/install-system.sh
+bash scripts/install-python.sh
+.venv/bin/outboxkit stack install
+case "$verb" in
+  demo) exec .venv/bin/outboxkit demo "$@" ;;
+  test) exec .venv/bin/python -m pytest "$@" ;;
+  setup) echo "set-up complete: .venv/bin/outboxkit is ready" ;;
+esac

@@ -1,0 +1,300 @@
+"""The local stack: Postgres, a Kafka-API broker and Kafka Connect + Debezium, each embedded or external."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, pool
+from sqlalchemy.engine import make_url
+
+from cdc.config import ConnectorSettings, build_connector_config
+from cdc.connect import ConnectClient, ConnectError
+from cdc.preflight import drop_slot, slot_lag
+from devstack import artifacts, broker, connect, postgres
+from devstack.processes import StackError, alive, free_port, port_open, stop
+from migrations import runner
+from outboxkit.settings import Settings
+
+EMBEDDED, EXTERNAL = "embedded", "external"
+
+
+@dataclass
+class Component:
+    """One component's mode, process and endpoint, as recorded in the state file."""
+
+    mode: str
+    endpoint: str = ""
+    pid: int | None = None
+    port: int | None = None
+
+
+@dataclass
+class StackState:
+    """What `up` started and created, so that `down` can undo exactly that."""
+
+    postgres: Component
+    broker: Component
+    connect: Component
+    connectors: list[str] = field(default_factory=list)
+    slots: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, path: Path) -> StackState | None:
+        if not path.exists():
+            return None
+        raw = json.loads(path.read_text())
+        return cls(
+            postgres=Component(**raw["postgres"]),
+            broker=Component(**raw["broker"]),
+            connect=Component(**raw["connect"]),
+            connectors=raw.get("connectors", []),
+            slots=raw.get("slots", []),
+        )
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        partial.write_text(json.dumps(asdict(self), indent=2))
+        partial.rename(path)
+
+
+class Stack:
+    """Bring the stack up, report its status, and take it down, by settings."""
+
+    def __init__(self, settings: Settings, *, echo: Any = print) -> None:
+        self.settings = settings
+        self.dir = settings.stack_dir.resolve()
+        self.logs = self.dir / "logs"
+        self.state_file = self.dir / "state.json"
+        self.echo = echo
+
+    # -- endpoints -----------------------------------------------------------------------
+    @property
+    def state(self) -> StackState:
+        state = StackState.load(self.state_file)
+        if state is None:
+            raise StackError(f"no stack recorded in {self.dir}: run `outboxkit stack up` first")
+        return state
+
+    def database_url(self) -> str:
+        """SQLAlchemy URL of the stack's database."""
+        return self.state.postgres.endpoint
+
+    def bootstrap_servers(self) -> str:
+        """Kafka bootstrap servers."""
+        return self.state.broker.endpoint
+
+    def connect_client(self) -> ConnectClient:
+        """A client for the stack's Kafka Connect REST API."""
+        return ConnectClient(self.state.connect.endpoint)
+
+    # -- up -----------------------------------------------------------------------------
+    def up(self) -> StackState:
+        """Start what is not running, apply migrations, register the connector. Safe to repeat."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir.chmod(0o755)
+        self.logs.mkdir(exist_ok=True)
+        previous = StackState.load(self.state_file)
+        needs_binaries = not (
+            self.settings.database_url
+            and self.settings.kafka_bootstrap_servers
+            and self.settings.connect_url
+        )
+        found = artifacts.locate(self.settings.cache_dir, install=True) if needs_binaries else None
+        state = StackState(
+            postgres=self._postgres(found, previous),
+            broker=Component(EXTERNAL),
+            connect=Component(EXTERNAL),
+            connectors=previous.connectors if previous else [],
+            slots=previous.slots if previous else [],
+        )
+        state.save(self.state_file)
+        self.echo(f"postgres   {state.postgres.mode:8} {state.postgres.endpoint}")
+        runner.upgrade(state.postgres.endpoint)
+        self.echo("migrations applied (head)")
+        state.broker, restarted = self._broker(found, previous)
+        state.save(self.state_file)
+        self.echo(f"broker     {state.broker.mode:8} {state.broker.endpoint}")
+        state.connect = self._connect(found, previous, state.broker.endpoint, restarted)
+        state.save(self.state_file)
+        self.echo(f"connect    {state.connect.mode:8} {state.connect.endpoint}")
+        self._register(state)
+        state.save(self.state_file)
+        return state
+
+    def _postgres(self, found: artifacts.Artifacts | None, previous: StackState | None) -> Component:
+        if self.settings.database_url:
+            return Component(EXTERNAL, endpoint=self.settings.database_url)
+        assert found is not None
+        old = previous.postgres if previous else None
+        data = self.dir / "pgdata"
+        if old and old.mode == EMBEDDED and alive(old.pid) and old.port and port_open(old.port):
+            return old
+        port = old.port if old and old.port and not port_open(old.port) else free_port()
+        postgres.initdb(found.postgres_bin, data, self.logs / "postgres.log")
+        pid = postgres.start_server(found.postgres_bin, data, port, self.logs / "postgres.log")
+        postgres.create_database(port, self.settings.database_name)
+        return Component(EMBEDDED, postgres.url(port, self.settings.database_name), pid, port)
+
+    def _broker(
+        self, found: artifacts.Artifacts | None, previous: StackState | None
+    ) -> tuple[Component, bool]:
+        if self.settings.kafka_bootstrap_servers:
+            return Component(EXTERNAL, endpoint=self.settings.kafka_bootstrap_servers), False
+        assert found is not None
+        old = previous.broker if previous else None
+        if old and old.mode == EMBEDDED and alive(old.pid) and old.port and port_open(old.port):
+            return old, False
+        port = free_port()
+        pid = broker.start_broker(found.tansu, port, self.logs / "broker.log")
+        return Component(EMBEDDED, f"127.0.0.1:{port}", pid, port), True
+
+    def _connect(
+        self,
+        found: artifacts.Artifacts | None,
+        previous: StackState | None,
+        bootstrap: str,
+        broker_restarted: bool,
+    ) -> Component:
+        if self.settings.connect_url:
+            return Component(EXTERNAL, endpoint=self.settings.connect_url)
+        assert found is not None
+        old = previous.connect if previous else None
+        if old and old.mode == EMBEDDED and alive(old.pid):
+            if not broker_restarted and ConnectClient(old.endpoint, timeout=5).alive():
+                return old
+            stop(old.pid)  # its broker is gone (in-memory storage): start a fresh worker
+        port = free_port()
+        pid = connect.start_worker(
+            found.java, found.connect_libs, bootstrap, port, self.dir / "connect",
+            self.logs / "connect.log",
+        )
+        return Component(EMBEDDED, f"http://127.0.0.1:{port}", pid, port)
+
+    def connector_settings(self, database_url: str) -> ConnectorSettings:
+        """Connector settings for the stack's database, as Connect must reach it."""
+        parsed = make_url(database_url)
+        return ConnectorSettings(
+            name=self.settings.connector_name,
+            database_host=self.settings.connect_database_host or parsed.host or "127.0.0.1",
+            database_port=self.settings.connect_database_port or parsed.port or 5432,
+            database_name=parsed.database or self.settings.database_name,
+            database_user=parsed.username or "postgres",
+            database_password=parsed.password or "",
+            server_name=self.settings.server_name,
+            slot_name=self.settings.slot_name,
+            publication_name=self.settings.publication_name,
+            heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
+            topic_prefix=self.settings.topic_prefix,
+            payload_encoding=self.settings.payload_encoding,
+        )
+
+    def _register(self, state: StackState) -> None:
+        config = build_connector_config(self.connector_settings(state.postgres.endpoint))
+        client = ConnectClient(state.connect.endpoint)
+        name = self.settings.connector_name
+        if client.get_config(name) != config:
+            client.put_config(name, config)
+        if name not in state.connectors:
+            state.connectors.append(name)
+        if self.settings.slot_name not in state.slots:
+            state.slots.append(self.settings.slot_name)
+        state.save(self.state_file)
+        status = client.wait_running(name, timeout=180)
+        self.echo(f"connector  {status.name} {status.state}")
+
+    # -- status -------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """Each component's mode, state and endpoint, plus the connector and slot."""
+        state = StackState.load(self.state_file)
+        if state is None:
+            return {"up": False, "stack_dir": str(self.dir)}
+        report: dict[str, Any] = {"up": True, "stack_dir": str(self.dir)}
+        for name in ("postgres", "broker", "connect"):
+            comp: Component = getattr(state, name)
+            running = alive(comp.pid) if comp.mode == EMBEDDED else None
+            report[name] = {**asdict(comp), "running": running}
+        report["database_url"] = state.postgres.endpoint
+        report["bootstrap_servers"] = state.broker.endpoint
+        report["connect_url"] = state.connect.endpoint
+        report["connectors"] = {}
+        for name in state.connectors:
+            try:
+                st = ConnectClient(state.connect.endpoint, timeout=5).status(name)
+                report["connectors"][name] = st.state if st else "ABSENT"
+            except ConnectError as exc:
+                report["connectors"][name] = f"UNREACHABLE: {exc}"
+        report["slots"] = self._slot_report(state)
+        report["up"] = all(
+            report[n]["running"] is not False for n in ("postgres", "broker", "connect")
+        )
+        return report
+
+    def _slot_report(self, state: StackState) -> dict[str, Any]:
+        slots: dict[str, Any] = {}
+        try:
+            engine = create_engine(state.postgres.endpoint, poolclass=pool.NullPool)
+            with engine.connect() as conn:
+                for slot in state.slots:
+                    lag = slot_lag(conn, slot)
+                    slots[slot] = None if lag is None else {
+                        "active": lag.active, "lag_bytes": lag.lag_bytes
+                    }
+            engine.dispose()
+        except Exception as exc:  # noqa: BLE001 - status must report, not raise
+            slots["error"] = str(exc).splitlines()[0]
+        return slots
+
+    # -- down ---------------------------------------------------------------------------
+    def down(self, *, keep_data: bool = False) -> None:
+        """Delete our connectors, stop our processes by PID, drop our slots; logs are kept."""
+        state = StackState.load(self.state_file)
+        if state is None:
+            self.echo("stack: nothing recorded, nothing to stop")
+            return
+        client = ConnectClient(state.connect.endpoint, timeout=10)
+        if state.connect.mode == EXTERNAL or alive(state.connect.pid):
+            for name in state.connectors:
+                try:
+                    client.delete(name)
+                except ConnectError as exc:
+                    self.echo(f"warning: could not delete connector {name}: {exc}")
+        if state.connect.mode == EMBEDDED and stop(state.connect.pid):
+            self.echo(f"connect    stopped (pid {state.connect.pid})")
+        self._drop_slots(state)
+        if state.broker.mode == EMBEDDED and stop(state.broker.pid):
+            self.echo(f"broker     stopped (pid {state.broker.pid})")
+        if state.postgres.mode == EMBEDDED:
+            # SIGINT is Postgres's "fast" shutdown: disconnect clients, checkpoint, exit.
+            if stop(state.postgres.pid, sig=signal.SIGINT, timeout=30):
+                self.echo(f"postgres   stopped (pid {state.postgres.pid})")
+            if not keep_data:
+                shutil.rmtree(self.dir / "pgdata", ignore_errors=True)
+        self.state_file.unlink(missing_ok=True)
+
+    def _drop_slots(self, state: StackState) -> None:
+        if state.postgres.mode == EMBEDDED and not alive(state.postgres.pid):
+            return
+        engine = create_engine(state.postgres.endpoint, poolclass=pool.NullPool)
+        try:
+            for slot in state.slots:
+                deadline = time.monotonic() + 15
+                while True:
+                    try:
+                        with engine.begin() as conn:
+                            if drop_slot(conn, slot):
+                                self.echo(f"slot       {slot} dropped")
+                        break
+                    except Exception as exc:  # the walsender may take a moment to exit
+                        if time.monotonic() > deadline:
+                            self.echo(f"warning: could not drop slot {slot}: {exc}")
+                            break
+                        time.sleep(0.5)
+        finally:
+            engine.dispose()

@@ -1,0 +1,94 @@
+"""Publishing: add an outbox row to the caller's transaction (never commit it)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Text, cast, delete, insert, literal
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Session
+
+from outbox.envelope import DEFAULT_MAX_PAYLOAD_BYTES, TRACEPARENT, Envelope, make_envelope
+from outbox.errors import InvalidEvent
+from outbox.table import outbox_table
+
+
+@dataclass(frozen=True)
+class Outbox:
+    """How events are written: ``delete`` mode (default) or ``retain`` mode, and the size limit.
+
+    ``delete`` inserts the row and deletes it in the same transaction: the WAL still carries the
+    insert, Debezium emits the event, and the table never grows, so no cleanup job is needed.
+    ``retain`` keeps rows for audit or replay; run ``outboxkit outbox cleanup`` to bound them.
+    """
+
+    mode: str = "delete"
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("delete", "retain"):
+            raise ValueError(f"outbox mode must be 'delete' or 'retain', not {self.mode!r}")
+
+    def publish(
+        self,
+        session: Session,
+        *,
+        aggregate_type: str,
+        aggregate_id: str,
+        event_type: str,
+        payload: Any,
+        headers: Mapping[str, str] | None = None,
+    ) -> Envelope:
+        """Validate the event and add it to ``session``'s transaction; the caller commits."""
+        if not isinstance(session, Session):
+            raise InvalidEvent(f"publish needs a SQLAlchemy Session, got {type(session).__name__}")
+        envelope, payload_json = make_envelope(
+            aggregate_type=aggregate_type,
+            aggregate_id=aggregate_id,
+            event_type=event_type,
+            payload=payload,
+            headers=headers,
+            max_payload_bytes=self.max_payload_bytes,
+        )
+        extra = {k: v for k, v in envelope.headers.items() if k != TRACEPARENT}
+        session.execute(
+            insert(outbox_table).values(
+                id=envelope.event_id,
+                aggregatetype=envelope.aggregate_type,
+                aggregateid=envelope.aggregate_id,
+                type=envelope.event_type,
+                payload=cast(literal(payload_json, Text), JSONB),  # encoded once, by validation
+                traceparent=envelope.traceparent,
+                headers=extra or None,
+                schema_version=envelope.schema_version,
+                created_at=envelope.created_at,
+            )
+        )
+        if self.mode == "delete":
+            session.execute(delete(outbox_table).where(outbox_table.c.id == envelope.event_id))
+        return envelope
+
+
+_default = Outbox()
+
+
+def publish(
+    session: Session,
+    *,
+    aggregate_type: str,
+    aggregate_id: str,
+    event_type: str,
+    payload: Any,
+    headers: Mapping[str, str] | None = None,
+) -> Envelope:
+    """Add an event to the caller's transaction using the default (delete-mode) outbox."""
+    return _default.publish(
+        session,
+        aggregate_type=aggregate_type,
+        aggregate_id=aggregate_id,
+        event_type=event_type,
+        payload=payload,
+        headers=headers,
+    )

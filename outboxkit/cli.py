@@ -1,0 +1,165 @@
+"""The `outboxkit` command line: stack, db, outbox, cdc and demo commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+
+from outboxkit.settings import Settings
+
+
+def _stack(args: argparse.Namespace, settings: Settings) -> int:
+    from devstack import artifacts
+    from devstack.stack import Stack
+
+    if args.action == "install":
+        found = artifacts.locate(settings.cache_dir, install=True)
+        print(f"stack install: broker {found.tansu}, connect jars {found.connect_libs}")
+        return 0
+    stack = Stack(settings)
+    if args.action == "up":
+        stack.up()
+        _print_status(stack.status(), as_json=False)
+        return 0
+    if args.action == "down":
+        stack.down(keep_data=args.keep_data)
+        return 0
+    report = stack.status()
+    _print_status(report, as_json=args.json)
+    return 0 if report["up"] else 1
+
+
+def _print_status(report: dict[str, object], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report, indent=2, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    if "postgres" not in report:
+        print(f"stack: not up ({report['stack_dir']})")
+        return
+    table = Table(title=f"outboxkit stack ({report['stack_dir']})")
+    for column in ("component", "mode", "running", "pid", "endpoint"):
+        table.add_column(column)
+    for name in ("postgres", "broker", "connect"):
+        comp = report[name]
+        assert isinstance(comp, dict)
+        running = {True: "yes", False: "NO", None: "external"}[comp["running"]]
+        table.add_row(name, comp["mode"], running, str(comp["pid"] or ""), comp["endpoint"])
+    Console().print(table)
+    print(f"connectors: {report['connectors']}")
+    print(f"slots:      {report['slots']}")
+
+
+def _db(args: argparse.Namespace, settings: Settings) -> int:
+    from migrations import runner
+
+    url = args.url or _stack_database_url(settings)
+    if args.action == "upgrade":
+        runner.upgrade(url, args.revision or "head")
+    elif args.action == "downgrade":
+        runner.downgrade(url, args.revision or "base")
+    print(f"database at revision {runner.current(url)} (head {runner.head()})")
+    return 0
+
+
+def _stack_database_url(settings: Settings) -> str:
+    if settings.database_url:
+        return settings.database_url
+    from devstack.stack import Stack
+
+    return Stack(settings).database_url()
+
+
+def _outbox(args: argparse.Namespace, settings: Settings) -> int:
+    from sqlalchemy import create_engine
+
+    from outbox import cleanup
+
+    engine = create_engine(args.url or _stack_database_url(settings))
+    deleted = cleanup.cleanup(engine, older_than=timedelta(hours=args.older_than_hours))
+    with engine.connect() as conn:
+        left = cleanup.count(conn)
+    print(f"outbox cleanup: deleted {deleted} rows older than {args.older_than_hours}h, {left} left")
+    return 0
+
+
+def _cdc(args: argparse.Namespace, settings: Settings) -> int:
+    from sqlalchemy import create_engine
+
+    from cdc.preflight import run_checks
+
+    engine = create_engine(args.url or _stack_database_url(settings))
+    with engine.connect() as conn:
+        checks = run_checks(
+            conn,
+            slot_name=settings.slot_name,
+            publication_name=settings.publication_name,
+            expect_slot=args.expect_slot,
+        )
+    for check in checks:
+        print(f"[{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def _demo(args: argparse.Namespace, settings: Settings) -> int:
+    from outboxkit.demo import run_demo
+
+    return run_demo(settings, keep_running=args.keep_running)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `outboxkit` command."""
+    parser = argparse.ArgumentParser(prog="outboxkit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    stack = sub.add_parser("stack", help="the local stack: Postgres, broker, Connect + Debezium")
+    stack.add_argument("action", choices=["install", "up", "down", "status"])
+    stack.add_argument("--json", action="store_true", help="status as JSON")
+    stack.add_argument("--keep-data", action="store_true", help="down: keep the Postgres data")
+    stack.set_defaults(run=_stack)
+
+    db = sub.add_parser("db", help="framework migrations")
+    db.add_argument("action", choices=["upgrade", "downgrade", "current"])
+    db.add_argument("--url", help="database URL (default: settings, then the local stack)")
+    db.add_argument("--revision")
+    db.set_defaults(run=_db)
+
+    outbox = sub.add_parser("outbox", help="outbox table maintenance (retain mode)")
+    outbox.add_argument("action", choices=["cleanup"])
+    outbox.add_argument("--older-than-hours", type=float, default=24.0)
+    outbox.add_argument("--url")
+    outbox.set_defaults(run=_outbox)
+
+    cdc = sub.add_parser("cdc", help="CDC checks")
+    cdc.add_argument("action", choices=["preflight"])
+    cdc.add_argument("--url")
+    cdc.add_argument("--expect-slot", action="store_true", help="fail if the slot is missing")
+    cdc.set_defaults(run=_cdc)
+
+    demo = sub.add_parser("demo", help="the main job on the local stack")
+    demo.add_argument("--keep-running", action="store_true", help="leave the stack up")
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `outboxkit` console script."""
+    args = build_parser().parse_args(argv)
+    settings = Settings()
+    run: Callable[[argparse.Namespace, Settings], int] = args.run
+    try:
+        return run(args, settings)
+    except KeyboardInterrupt:
+        return 130
+    except (RuntimeError, ValueError) as exc:
+        print(f"outboxkit: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""A small Kafka reader for demos and tests: read topics from the start until enough arrived."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from outbox.record import Headers
+
+
+@dataclass(frozen=True)
+class Record:
+    """One Kafka record, copied out of librdkafka."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp_ms: int
+
+
+def wait_for_topic(consumer: Consumer, topic: str, timeout: float) -> list[int]:
+    """Partitions of ``topic`` once it exists (Connect creates topics on first event)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        meta = consumer.list_topics(topic, timeout=5).topics.get(topic)
+        if meta is not None and meta.error is None and meta.partitions:
+            return sorted(meta.partitions)
+        time.sleep(0.25)
+    raise TimeoutError(f"topic {topic} did not appear within {timeout:.0f}s")
+
+
+def read_records(
+    bootstrap: str,
+    topics: Iterable[str],
+    *,
+    until: Callable[[list[Record]], bool],
+    timeout: float,
+    idle_after_done: float = 0.0,
+) -> list[Record]:
+    """Read ``topics`` from offset 0 until ``until(records)`` holds, then ``idle_after_done``
+    seconds more (to catch extras), or raise TimeoutError with what was read.
+
+    The end is found by reading, not by asking for the latest offset: some brokers under-report it.
+    """
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "outboxkit-reader",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    records: list[Record] = []
+    try:
+        deadline = time.monotonic() + timeout
+        assignment = [
+            TopicPartition(topic, p, 0)
+            for topic in topics
+            for p in wait_for_topic(consumer, topic, timeout)
+        ]
+        consumer.assign(assignment)
+        done_at: float | None = None
+        while True:
+            now = time.monotonic()
+            if done_at is None and until(records):
+                done_at = now
+            if done_at is not None and now - done_at >= idle_after_done:
+                return records
+            if now > deadline:
+                raise TimeoutError(f"read {len(records)} records in {timeout:.0f}s, wanted more")
+            for message in consumer.consume(num_messages=5000, timeout=0.2):
+                if message.error():
+                    raise KafkaException(message.error())
+                records.append(
+                    Record(
+                        topic=message.topic() or "",
+                        partition=message.partition() or 0,
+                        offset=message.offset() or 0,
+                        key=message.key(),
+                        value=message.value(),
+                        headers=list(message.headers() or ()),
+                        timestamp_ms=message.timestamp()[1],
+                    )
+                )
+    finally:
+        consumer.close()

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the embedded stack needs, only those that are missing.
+set -euo pipefail
+packages=(postgresql-15 openjdk-17-jre-headless libjetty9-java python3-venv)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "system packages: present (${packages[*]})"
+  exit 0
+fi
+echo "system packages: installing ${missing[*]}"
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "system packages: installed ${missing[*]}"
