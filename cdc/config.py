@@ -1,4 +1,4 @@
-"""Pure builder: connector settings in, Debezium Postgres connector config (with EventRouter) out."""
+"""Pure builder: settings in, Debezium Postgres connector config (with EventRouter) out."""
 
 from __future__ import annotations
 

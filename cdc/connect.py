@@ -109,7 +109,9 @@ class ConnectClient:
 
     def get_config(self, name: str) -> dict[str, str] | None:
         """The connector's config, or None when it does not exist."""
-        status, payload = self._request("GET", f"/connectors/{urllib.parse.quote(name, safe='')}/config")
+        status, payload = self._request(
+            "GET", f"/connectors/{urllib.parse.quote(name, safe='')}/config"
+        )
         if status == 404:
             return None
         if status != 200:
@@ -118,14 +120,18 @@ class ConnectClient:
 
     def status(self, name: str) -> ConnectorStatus | None:
         """The connector's status, or None when it does not exist (yet)."""
-        status, payload = self._request("GET", f"/connectors/{urllib.parse.quote(name, safe='')}/status")
+        status, payload = self._request(
+            "GET", f"/connectors/{urllib.parse.quote(name, safe='')}/status"
+        )
         if status == 404:
             return None
         if status != 200:
             raise ConnectError(f"GET status of {name} -> HTTP {status}: {payload}")
         return parse_status(payload)
 
-    def wait_running(self, name: str, *, timeout: float = 120.0, poll: float = 0.5) -> ConnectorStatus:
+    def wait_running(
+        self, name: str, *, timeout: float = 120.0, poll: float = 0.5
+    ) -> ConnectorStatus:
         """Wait until the connector and all its tasks are RUNNING; a FAILED task raises at once."""
         deadline = time.monotonic() + timeout
         last: ConnectorStatus | None = None
@@ -146,11 +152,19 @@ class ConnectClient:
         quoted = urllib.parse.quote(name, safe="")
         self._expect("POST", f"/connectors/{quoted}/restart{query}", ok=(200, 202, 204))
 
-    def delete(self, name: str) -> bool:
-        """Delete the connector; False when it did not exist."""
-        status, payload = self._request("DELETE", f"/connectors/{urllib.parse.quote(name, safe='')}")
+    def delete(self, name: str, *, wait: float = 30.0) -> bool:
+        """Delete the connector and wait until the cluster no longer lists it; False if absent."""
+        status, payload = self._request(
+            "DELETE", f"/connectors/{urllib.parse.quote(name, safe='')}"
+        )
         if status == 404:
             return False
         if status not in (200, 204):
             raise ConnectError(f"DELETE {name} -> HTTP {status}: {payload}")
+        # In a distributed cluster the delete is applied through the config topic, asynchronously.
+        deadline = time.monotonic() + wait
+        while self.status(name) is not None:
+            if time.monotonic() > deadline:
+                raise ConnectError(f"connector {name} still present {wait:.0f}s after DELETE")
+            time.sleep(0.2)
         return True

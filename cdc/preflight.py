@@ -44,6 +44,15 @@ def slot_lag(connection: Connection, slot_name: str) -> SlotLag | None:
     return SlotLag(slot_name=slot_name, active=bool(row[0]), lag_bytes=row[1])
 
 
+def _check(name: str, ok: bool, detail: str, fix: str) -> Check:
+    """A check whose detail carries the fix only when it failed."""
+    return Check(name, ok, detail if ok else f"{detail}: {fix}")
+
+
+def _count(connection: Connection, sql: str, **params: str) -> int:
+    return int(connection.execute(text(sql), params).scalar_one())
+
+
 def run_checks(
     connection: Connection,
     *,
@@ -52,76 +61,63 @@ def run_checks(
     expect_slot: bool = False,
     max_lag_bytes: int = 1 << 30,
 ) -> list[Check]:
-    """Every check; ``expect_slot`` is True once the connector has run (slot and publication exist)."""
-    checks: list[Check] = []
+    """Every check; ``expect_slot`` once the connector has run (slot and publication exist)."""
     wal_level = _setting(connection, "wal_level")
-    checks.append(
-        Check(
-            "wal_level",
-            wal_level == "logical",
-            f"wal_level is {wal_level!r}"
-            + ("" if wal_level == "logical" else
-               ": set wal_level=logical in postgresql.conf (or the managed service's parameter "
-               "group, e.g. rds.logical_replication=1) and restart Postgres"),
-        )
-    )
     max_slots = int(_setting(connection, "max_replication_slots"))
-    used_slots = int(connection.execute(text("SELECT count(*) FROM pg_replication_slots")).scalar_one())
-    slot_exists = slot_lag(connection, slot_name) is not None
-    free = max_slots - used_slots
-    checks.append(
-        Check(
-            "replication slots",
-            free > 0 or slot_exists,
-            f"{used_slots} of {max_slots} used"
-            + ("" if free > 0 or slot_exists else
-               ": raise max_replication_slots or drop unused slots "
-               "(SELECT pg_drop_replication_slot(name))"),
-        )
-    )
+    used_slots = _count(connection, "SELECT count(*) FROM pg_replication_slots")
     max_senders = int(_setting(connection, "max_wal_senders"))
-    senders = int(connection.execute(text("SELECT count(*) FROM pg_stat_replication")).scalar_one())
-    checks.append(
-        Check(
-            "wal senders",
-            senders < max_senders,
-            f"{senders} of {max_senders} in use"
-            + ("" if senders < max_senders else ": raise max_wal_senders"),
-        )
-    )
-    pub = connection.execute(
-        text("SELECT count(*) FROM pg_publication WHERE pubname = :p"), {"p": publication_name}
-    ).scalar_one()
-    checks.append(
-        Check(
-            "publication",
-            bool(pub) or not expect_slot,
-            f"publication {publication_name!r} " + ("exists" if pub else
-            "is missing: the connector creates it when publication.autocreate.mode=filtered, "
-            f"otherwise run CREATE PUBLICATION {publication_name} FOR TABLE public.outbox, "
-            "public.outbox_heartbeat"),
-        )
+    senders = _count(connection, "SELECT count(*) FROM pg_stat_replication")
+    has_pub = _count(
+        connection, "SELECT count(*) FROM pg_publication WHERE pubname = :p", p=publication_name
     )
     lag = slot_lag(connection, slot_name)
+    checks = [
+        _check(
+            "wal_level",
+            wal_level == "logical",
+            f"wal_level is {wal_level!r}",
+            "set wal_level=logical (managed services: their logical replication parameter, "
+            "e.g. rds.logical_replication=1) and restart Postgres",
+        ),
+        _check(
+            "replication slots",
+            used_slots < max_slots or lag is not None,
+            f"{used_slots} of {max_slots} used",
+            "raise max_replication_slots or drop unused slots (pg_drop_replication_slot)",
+        ),
+        _check(
+            "wal senders",
+            senders < max_senders,
+            f"{senders} of {max_senders} in use",
+            "raise max_wal_senders",
+        ),
+        _check(
+            "publication",
+            bool(has_pub) or not expect_slot,
+            f"publication {publication_name!r} {'exists' if has_pub else 'is missing'}",
+            "the connector creates it when publication.autocreate.mode=filtered; otherwise run "
+            f"CREATE PUBLICATION {publication_name} FOR TABLE public.outbox, "
+            "public.outbox_heartbeat",
+        ),
+    ]
     if lag is None:
         checks.append(
-            Check(
+            _check(
                 "slot",
                 not expect_slot,
-                f"slot {slot_name!r} is missing"
-                + (": is the connector registered and RUNNING?" if expect_slot else
-                   " (created when the connector first starts)"),
+                f"slot {slot_name!r} is missing (created when the connector first starts)",
+                "is the connector registered and RUNNING?",
             )
         )
     else:
         behind = lag.lag_bytes or 0
         checks.append(
-            Check(
+            _check(
                 "slot lag",
                 behind <= max_lag_bytes,
-                f"slot {slot_name!r} {'active' if lag.active else 'INACTIVE'}, {behind} bytes behind"
-                + ("" if behind <= max_lag_bytes else
-                   ": the slot pins WAL; restart the connector, or drop the slot if it is abandoned"),
+                f"slot {slot_name!r} {'active' if lag.active else 'INACTIVE'}, "
+                f"{behind} bytes behind",
+                "the slot pins WAL: restart the connector, or drop the slot if it is abandoned",
             )
         )
     return checks

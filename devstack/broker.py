@@ -17,7 +17,7 @@ def _ready(bootstrap: str) -> bool:
     try:
         admin.list_topics(timeout=2)
         return True
-    except Exception:  # noqa: BLE001 - any client error just means "not ready yet"
+    except Exception:
         return False
 
 
@@ -25,10 +25,14 @@ def start_broker(tansu: Path, port: int, log: Path) -> int:
     """Start Tansu on ``port`` and wait until it answers metadata requests; return its PID."""
     address = f"tcp://127.0.0.1:{port}"
     argv = [
-        str(tansu), "broker",
-        "--listener-url", address,
-        "--advertised-listener-url", address,
-        "--storage-engine", "memory://tansu/",
+        str(tansu),
+        "broker",
+        "--listener-url",
+        address,
+        "--advertised-listener-url",
+        address,
+        "--storage-engine",
+        "memory://tansu/",
     ]
     pid = start("broker", argv, log=log)
     wait_until("broker", lambda: _ready(f"127.0.0.1:{port}"), timeout=30, pid=pid, log=log)

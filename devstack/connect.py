@@ -67,10 +67,15 @@ def start_worker(
     log4j = workdir / "log4j2.properties"
     log4j.write_text(LOG4J2)
     argv = [
-        str(java), "-Xms128m", "-Xmx512m", "-XX:+UseSerialGC",
+        str(java),
+        "-Xms128m",
+        "-Xmx512m",
+        "-XX:+UseSerialGC",
         f"-Dlog4j2.configurationFile={log4j}",
-        "-cp", f"{libs}/*",
-        "org.apache.kafka.connect.cli.ConnectDistributed", str(props),
+        "-cp",
+        f"{libs}/*",
+        "org.apache.kafka.connect.cli.ConnectDistributed",
+        str(props),
     ]
     pid = start("connect", argv, log=log, cwd=workdir)
     client = ConnectClient(f"http://127.0.0.1:{rest_port}", timeout=5)

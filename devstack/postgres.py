@@ -71,9 +71,22 @@ def initdb(bin_dir: Path, data_dir: Path, log: Path) -> None:
     _hand_over(data_dir, user)
     with log.open("ab") as out:
         result = subprocess.run(
-            [str(bin_dir / "initdb"), "-D", str(data_dir), "-A", "trust", "-U", "postgres",
-             "-E", "UTF8", "--no-instructions"],
-            stdout=out, stderr=subprocess.STDOUT, user=user, check=False,
+            [
+                str(bin_dir / "initdb"),
+                "-D",
+                str(data_dir),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-instructions",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            user=user,
+            check=False,
         )
     if result.returncode != 0:
         shutil.rmtree(data_dir, ignore_errors=True)

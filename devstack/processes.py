@@ -96,9 +96,13 @@ def wait_until(
         if ready():
             return
         if pid is not None and not alive(pid):
-            raise StackError(f"{what} exited during start-up; last log lines:\n{tail(log) if log else ''}")
+            raise StackError(
+                f"{what} exited during start-up; last log lines:\n{tail(log) if log else ''}"
+            )
         time.sleep(poll)
-    raise StackError(f"{what} not ready after {timeout:.0f}s; last log lines:\n{tail(log) if log else ''}")
+    raise StackError(
+        f"{what} not ready after {timeout:.0f}s; last log lines:\n{tail(log) if log else ''}"
+    )
 
 
 def stop(pid: int | None, *, sig: int = signal.SIGTERM, timeout: float = 20.0) -> bool:

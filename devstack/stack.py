@@ -1,4 +1,4 @@
-"""The local stack: Postgres, a Kafka-API broker and Kafka Connect + Debezium, each embedded or external."""
+"""The local stack: Postgres, a Kafka-API broker, Kafka Connect + Debezium; embedded or external."""
 
 from __future__ import annotations
 
@@ -128,7 +128,9 @@ class Stack:
         state.save(self.state_file)
         return state
 
-    def _postgres(self, found: artifacts.Artifacts | None, previous: StackState | None) -> Component:
+    def _postgres(
+        self, found: artifacts.Artifacts | None, previous: StackState | None
+    ) -> Component:
         if self.settings.database_url:
             return Component(EXTERNAL, endpoint=self.settings.database_url)
         assert found is not None
@@ -172,7 +174,11 @@ class Stack:
             stop(old.pid)  # its broker is gone (in-memory storage): start a fresh worker
         port = free_port()
         pid = connect.start_worker(
-            found.java, found.connect_libs, bootstrap, port, self.dir / "connect",
+            found.java,
+            found.connect_libs,
+            bootstrap,
+            port,
+            self.dir / "connect",
             self.logs / "connect.log",
         )
         return Component(EMBEDDED, f"http://127.0.0.1:{port}", pid, port)
@@ -243,11 +249,11 @@ class Stack:
             with engine.connect() as conn:
                 for slot in state.slots:
                     lag = slot_lag(conn, slot)
-                    slots[slot] = None if lag is None else {
-                        "active": lag.active, "lag_bytes": lag.lag_bytes
-                    }
+                    slots[slot] = (
+                        None if lag is None else {"active": lag.active, "lag_bytes": lag.lag_bytes}
+                    )
             engine.dispose()
-        except Exception as exc:  # noqa: BLE001 - status must report, not raise
+        except Exception as exc:
             slots["error"] = str(exc).splitlines()[0]
         return slots
 

@@ -8,7 +8,9 @@ from sqlalchemy import create_engine, pool
 from migrations.runner import VERSION_TABLE, resolve_url
 
 config = context.config
-url = resolve_url(config.attributes.get("url") or context.get_x_argument(as_dictionary=True).get("url"))
+url = resolve_url(
+    config.attributes.get("url") or context.get_x_argument(as_dictionary=True).get("url")
+)
 
 if context.is_offline_mode():
     context.configure(url=url, literal_binds=True, version_table=VERSION_TABLE)

@@ -56,9 +56,7 @@ def current(url: str) -> str | None:
     engine = create_engine(url, poolclass=pool.NullPool)
     try:
         with engine.connect() as connection:
-            context = MigrationContext.configure(
-                connection, opts={"version_table": VERSION_TABLE}
-            )
+            context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
             return context.get_current_revision()
     finally:
         engine.dispose()

@@ -13,7 +13,9 @@ from typing import Any
 from outbox.errors import InvalidEvent
 
 MAX_NAME_LENGTH = 255
-DEFAULT_MAX_PAYLOAD_BYTES = 900_000  # below Kafka's 1 MB default record limit, with room for headers
+DEFAULT_MAX_PAYLOAD_BYTES = (
+    900_000  # below Kafka's 1 MB default record limit, with room for headers
+)
 SCHEMA_VERSION = 1
 TRACEPARENT = "traceparent"
 
@@ -50,7 +52,9 @@ def _check_name(what: str, value: object, *, topic_safe: bool = False) -> str:
     if not value.strip():
         raise InvalidEvent(f"{what} must not be empty")
     if len(value) > MAX_NAME_LENGTH:
-        raise InvalidEvent(f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}")
+        raise InvalidEvent(
+            f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}"
+        )
     if topic_safe and not _TOPIC_SAFE.match(value):
         raise InvalidEvent(
             f"{what} {value!r} becomes part of a Kafka topic name: "

@@ -30,7 +30,9 @@ outbox_table = Table(
     Column("traceparent", String(55), nullable=True),
     Column("headers", JSONB(none_as_null=True), nullable=True),
     Column("schema_version", Integer, nullable=False, server_default=text("1")),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now(), index=True),
+    Column(
+        "created_at", DateTime(timezone=True), nullable=False, server_default=func.now(), index=True
+    ),
 )
 
 # Touched by the connector's heartbeat query so that an idle database still moves its slot on.

@@ -84,7 +84,9 @@ def _outbox(args: argparse.Namespace, settings: Settings) -> int:
     deleted = cleanup.cleanup(engine, older_than=timedelta(hours=args.older_than_hours))
     with engine.connect() as conn:
         left = cleanup.count(conn)
-    print(f"outbox cleanup: deleted {deleted} rows older than {args.older_than_hours}h, {left} left")
+    print(
+        f"outbox cleanup: deleted {deleted} rows older than {args.older_than_hours}h, {left} left"
+    )
     return 0
 
 

@@ -39,15 +39,23 @@ def run_demo(settings: Settings, *, keep_running: bool = False, events: int = 5)
                 )
         with Session(engine) as session, session.begin():
             outbox.publish(
-                session, aggregate_type=aggregate_type, aggregate_id="order-x",
-                event_type="OrderPlaced", payload={"rolled": "back"},
+                session,
+                aggregate_type=aggregate_type,
+                aggregate_id="order-x",
+                event_type="OrderPlaced",
+                payload={"rolled": "back"},
             )
             session.rollback()
-        console.print(f"committed {events} events (and rolled one back) on {topic_for(aggregate_type)}")
+        console.print(
+            f"committed {events} events (and rolled one back) on {topic_for(aggregate_type)}"
+        )
         with console.status("waiting for the events on Kafka..."):
             records = read_records(
-                stack.bootstrap_servers(), [topic_for(aggregate_type)],
-                until=lambda got: len(got) >= events, timeout=120, idle_after_done=2.0,
+                stack.bootstrap_servers(),
+                [topic_for(aggregate_type)],
+                until=lambda got: len(got) >= events,
+                timeout=120,
+                idle_after_done=2.0,
             )
         table = Table(title="what reached Kafka")
         for column in ("partition", "offset", "key", "event type", "payload", "event id"):
@@ -55,8 +63,12 @@ def run_demo(settings: Settings, *, keep_running: bool = False, events: int = 5)
         for record in sorted(records, key=lambda r: (r.partition, r.offset)):
             env = decode(record.key, record.value, record.headers, record.timestamp_ms)
             table.add_row(
-                str(record.partition), str(record.offset), env.aggregate_id, env.event_type,
-                json.dumps(env.payload), str(env.event_id)[:8],
+                str(record.partition),
+                str(record.offset),
+                env.aggregate_id,
+                env.event_type,
+                json.dumps(env.payload),
+                str(env.event_id)[:8],
             )
         console.print(table)
         rolled_back = [r for r in records if r.key == b"order-x"]

@@ -24,6 +24,11 @@ class Record:
     timestamp_ms: int
 
 
+def _headers(raw: Iterable[tuple[str, str | bytes | None]] | None) -> Headers:
+    """confluent-kafka headers as (name, bytes) pairs."""
+    return [(k, v.encode() if isinstance(v, str) else v) for k, v in (raw or ())]
+
+
 def wait_for_topic(consumer: Consumer, topic: str, timeout: float) -> list[int]:
     """Partitions of ``topic`` once it exists (Connect creates topics on first event)."""
     deadline = time.monotonic() + timeout
@@ -84,7 +89,7 @@ def read_records(
                         offset=message.offset() or 0,
                         key=message.key(),
                         value=message.value(),
-                        headers=list(message.headers() or ()),
+                        headers=_headers(message.headers()),  # type: ignore[arg-type]
                         timestamp_ms=message.timestamp()[1],
                     )
                 )

@@ -40,7 +40,9 @@ def upgrade() -> None:
         ),
         sa.Column("note", sa.Text, nullable=True),
     )
-    op.execute("INSERT INTO outbox_heartbeat (id, note) VALUES (1, 'outboxkit connector heartbeat')")
+    op.execute(
+        "INSERT INTO outbox_heartbeat (id, note) VALUES (1, 'outboxkit connector heartbeat')"
+    )
 
 
 def downgrade() -> None:

@@ -1,0 +1,93 @@
+"""Migrations on a fresh database; preflight checks and the Connect client on the real services."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import make_url
+
+from cdc.config import build_connector_config
+from cdc.connect import ConnectError
+from cdc.preflight import run_checks
+from devstack.stack import Stack
+from migrations import runner
+
+
+@pytest.fixture
+def empty_database(stack: Stack) -> Iterator[str]:
+    url = make_url(stack.database_url())
+    name = f"mig_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield url.set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def tables(url: str) -> set[str]:
+    engine = create_engine(url)
+    try:
+        return set(inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def test_upgrade_twice_then_downgrade(empty_database):
+    assert runner.current(empty_database) is None
+    runner.upgrade(empty_database)
+    first = tables(empty_database)
+    assert {"outbox", "outbox_heartbeat", runner.VERSION_TABLE} <= first
+    runner.upgrade(empty_database)  # a second run changes nothing
+    assert tables(empty_database) == first
+    assert runner.current(empty_database) == runner.head()
+    runner.downgrade(empty_database)
+    assert tables(empty_database) <= {runner.VERSION_TABLE}
+    assert runner.current(empty_database) is None
+
+
+def test_preflight_passes_on_the_stack_and_reports_slot_lag(stack, engine):
+    s = stack.settings
+    with engine.connect() as conn:
+        checks = run_checks(
+            conn, slot_name=s.slot_name, publication_name=s.publication_name, expect_slot=True
+        )
+    assert all(c.ok for c in checks), checks
+    lag = next(c for c in checks if c.name == "slot lag")
+    assert "active" in lag.detail and "bytes behind" in lag.detail
+    with engine.connect() as conn:
+        missing = run_checks(
+            conn, slot_name="no_such_slot", publication_name="no_such_pub", expect_slot=True
+        )
+    failed = {c.name: c.detail for c in missing if not c.ok}
+    assert "slot" in failed and "connector registered" in failed["slot"]
+    assert "publication" in failed and "CREATE PUBLICATION" in failed["publication"]
+
+
+def test_connect_client_reports_invalid_config_and_failed_task_trace(stack):
+    client = stack.connect_client()
+    name = f"broken-{uuid.uuid4().hex[:6]}"
+    config = build_connector_config(stack.connector_settings(stack.database_url()))
+    config.update({"publication.name": "no_such_pub", "slot.name": f"b_{uuid.uuid4().hex[:8]}"})
+    with pytest.raises(ConnectError, match='role "no_such_user" does not exist'):
+        client.put_config(name, {**config, "database.user": "no_such_user"})
+    # A valid config whose task fails at run time: the publication does not exist.
+    config["publication.autocreate.mode"] = "disabled"
+    client.put_config(name, config)
+    client.put_config(name, config)  # idempotent
+    try:
+        with pytest.raises(ConnectError, match=r"(?s)FAILED.*Publication autocreation is disabled"):
+            client.wait_running(name, timeout=90)
+        status = client.status(name)
+        assert status is not None and status.failure is not None
+        client.restart(name)
+    finally:
+        assert client.delete(name) is True
+    assert client.status(name) is None
+    assert client.delete(name) is False
+    main = client.wait_running(stack.settings.connector_name, timeout=30)
+    assert main.running

@@ -1,0 +1,115 @@
+import re
+
+import pytest
+
+from cdc.config import (
+    ConnectorConfigError,
+    ConnectorSettings,
+    build_connector_config,
+    outbox_topic_pattern,
+    topic_for,
+)
+from cdc.connect import parse_status
+
+
+def settings(**overrides):
+    fields = dict(
+        name="c",
+        database_host="db",
+        database_port=5432,
+        database_name="orders",
+        database_user="u",
+        database_password="p",
+    )
+    fields.update(overrides)
+    return ConnectorSettings(**fields)
+
+
+def test_config_routes_by_aggregate_type_with_key_and_headers():
+    config = build_connector_config(settings())
+    assert config["connector.class"] == "io.debezium.connector.postgresql.PostgresConnector"
+    assert config["plugin.name"] == "pgoutput"
+    assert config["transforms.outbox.type"] == "io.debezium.transforms.outbox.EventRouter"
+    assert config["transforms.outbox.route.by.field"] == "aggregatetype"
+    assert config["transforms.outbox.route.topic.replacement"] == "outbox.event.${routedByValue}"
+    assert config["transforms.outbox.table.field.event.key"] == "aggregateid"
+    placement = config["transforms.outbox.table.fields.additional.placement"]
+    for pair in (
+        "type:header:eventType",
+        "aggregatetype:header:aggregateType",
+        "traceparent:header:traceparent",
+    ):
+        assert pair in placement
+    assert config["key.converter"].endswith("StringConverter")
+    assert config["value.converter"].endswith("StringConverter")  # payload JSON text as stored
+    assert config["database.dbname"] == "orders" and config["database.port"] == "5432"
+    assert all(isinstance(v, str) for v in config.values())
+
+
+def test_heartbeat_moves_an_idle_slot_and_only_inserts_are_emitted():
+    config = build_connector_config(settings(heartbeat_interval_ms=5000))
+    assert config["heartbeat.interval.ms"] == "5000"
+    assert "public.outbox_heartbeat" in config["heartbeat.action.query"]
+    assert config["table.include.list"] == "public.outbox,public.outbox_heartbeat"
+    assert config["skipped.operations"] == "u,d,t"
+    no_beat = build_connector_config(settings(heartbeat_interval_ms=0))
+    assert "heartbeat.interval.ms" not in no_beat
+    assert no_beat["table.include.list"] == "public.outbox"
+
+
+def test_event_router_applies_only_to_outbox_tables():
+    s = settings(outbox_tables=("public.outbox", "sales.outbox"), server_name="svc")
+    pattern = re.compile(outbox_topic_pattern(s))
+    assert pattern.match("svc.public.outbox") and pattern.match("svc.sales.outbox")
+    assert not pattern.match("__debezium-heartbeat.svc")
+    assert not pattern.match("svc.public.outbox_heartbeat")
+    assert build_connector_config(s)["predicates.isOutboxTable.pattern"] == pattern.pattern
+
+
+def test_expand_mode_keeps_json_nulls():
+    config = build_connector_config(settings(payload_encoding="expand"))
+    assert config["transforms.outbox.table.expand.json.payload"] == "true"
+    assert config["transforms.outbox.table.json.payload.null.behavior"] == "optional_bytes"
+    assert config["value.converter"].endswith("JsonConverter")
+
+
+def test_extra_settings_override_and_custom_prefix():
+    config = build_connector_config(
+        settings(topic_prefix="events.", extra={"tasks.max": "1", "snapshot.mode": "initial"})
+    )
+    assert config["snapshot.mode"] == "initial"
+    assert topic_for("order", topic_prefix="events.") == "events.order"
+    assert config["transforms.outbox.route.topic.replacement"].startswith("events.")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"outbox_tables": ()}, "at least one"),
+        ({"outbox_tables": ("outbox",)}, "schema.table"),
+        ({"slot_name": "Bad-Slot"}, "slot name"),
+        ({"heartbeat_interval_ms": -1}, "heartbeat"),
+        ({"topic_prefix": "a b"}, "topic prefix"),
+        ({"payload_encoding": "avro"}, "payload_encoding"),
+    ],
+)
+def test_invalid_settings_are_rejected(overrides, message):
+    with pytest.raises(ConnectorConfigError, match=message):
+        build_connector_config(settings(**overrides))
+
+
+def test_failed_task_trace_surfaces_in_status():
+    status = parse_status(
+        {
+            "name": "c",
+            "connector": {"state": "RUNNING"},
+            "tasks": [{"id": 0, "state": "FAILED", "trace": "PSQLException: slot in use"}],
+        }
+    )
+    assert not status.running
+    assert "slot in use" in (status.failure or "")
+    ok = parse_status(
+        {"name": "c", "connector": {"state": "RUNNING"}, "tasks": [{"id": 0, "state": "RUNNING"}]}
+    )
+    assert ok.running and ok.failure is None
+    assert not parse_status({"name": "c", "connector": {"state": "RUNNING"}, "tasks": []}).running

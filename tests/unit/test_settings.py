@@ -1,0 +1,32 @@
+import pytest
+from pydantic import ValidationError
+
+from outbox.publish import Outbox
+from outboxkit.settings import Settings
+
+
+def test_environment_overrides_with_prefix(monkeypatch):
+    monkeypatch.setenv("OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS", "kafka-1:9092")
+    monkeypatch.setenv("OUTBOXKIT_SLOT_NAME", "orders_slot")
+    s = Settings()
+    assert s.kafka_bootstrap_servers == "kafka-1:9092"
+    assert s.slot_name == "orders_slot"
+    assert s.database_url is None  # unset means embedded
+
+
+def test_defaults_are_embedded_and_delete_mode():
+    s = Settings(_env_file=None)
+    assert (s.database_url, s.connect_url) == (None, None)
+    assert s.outbox_mode == "delete"
+    assert s.topic_prefix == "outbox.event."
+
+
+@pytest.mark.parametrize("name", ["Bad", "has-dash", "x" * 64])
+def test_slot_names_must_be_postgres_identifiers(name):
+    with pytest.raises(ValidationError, match="lower-case"):
+        Settings(slot_name=name)
+
+
+def test_outbox_mode_is_checked():
+    with pytest.raises(ValueError, match="'delete' or 'retain'"):
+        Outbox(mode="keep")
