@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, pool
+from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
 
 from cdc.config import ConnectorSettings, build_connector_config
@@ -43,6 +43,7 @@ class StackState:
     connect: Component
     connectors: list[str] = field(default_factory=list)
     slots: list[str] = field(default_factory=list)
+    publications: list[str] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: Path) -> StackState | None:
@@ -55,6 +56,7 @@ class StackState:
             connect=Component(**raw["connect"]),
             connectors=raw.get("connectors", []),
             slots=raw.get("slots", []),
+            publications=raw.get("publications", []),
         )
 
     def save(self, path: Path) -> None:
@@ -113,6 +115,7 @@ class Stack:
             connect=Component(EXTERNAL),
             connectors=previous.connectors if previous else [],
             slots=previous.slots if previous else [],
+            publications=previous.publications if previous else [],
         )
         state.save(self.state_file)
         self.echo(f"postgres   {state.postgres.mode:8} {state.postgres.endpoint}")
@@ -211,6 +214,8 @@ class Stack:
             state.connectors.append(name)
         if self.settings.slot_name not in state.slots:
             state.slots.append(self.settings.slot_name)
+        if self.settings.publication_name not in state.publications:
+            state.publications.append(self.settings.publication_name)
         state.save(self.state_file)
         status = client.wait_running(name, timeout=180)
         self.echo(f"connector  {status.name} {status.state}")
@@ -273,7 +278,7 @@ class Stack:
                     self.echo(f"warning: could not delete connector {name}: {exc}")
         if state.connect.mode == EMBEDDED and stop(state.connect.pid):
             self.echo(f"connect    stopped (pid {state.connect.pid})")
-        self._drop_slots(state)
+        self._drop_replication(state)
         if state.broker.mode == EMBEDDED and stop(state.broker.pid):
             self.echo(f"broker     stopped (pid {state.broker.pid})")
         if state.postgres.mode == EMBEDDED:
@@ -284,7 +289,7 @@ class Stack:
                 shutil.rmtree(self.dir / "pgdata", ignore_errors=True)
         self.state_file.unlink(missing_ok=True)
 
-    def _drop_slots(self, state: StackState) -> None:
+    def _drop_replication(self, state: StackState) -> None:
         if state.postgres.mode == EMBEDDED and not alive(state.postgres.pid):
             return
         engine = create_engine(state.postgres.endpoint, poolclass=pool.NullPool)
@@ -302,5 +307,8 @@ class Stack:
                             self.echo(f"warning: could not drop slot {slot}: {exc}")
                             break
                         time.sleep(0.5)
+            with engine.begin() as conn:
+                for publication in state.publications:
+                    conn.execute(text(f'DROP PUBLICATION IF EXISTS "{publication}"'))
         finally:
             engine.dispose()

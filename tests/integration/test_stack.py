@@ -1,0 +1,78 @@
+"""The stack runner: idempotent `up`, `status --json`, external components, slot clean-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+from sqlalchemy import text
+
+from devstack.processes import alive
+from devstack.stack import Stack
+from outboxkit.settings import Settings
+
+
+def test_up_again_is_safe_and_keeps_the_same_processes(stack):
+    before = stack.state
+    stack.up()
+    after = stack.state
+    for name in ("postgres", "broker", "connect"):
+        assert getattr(after, name).pid == getattr(before, name).pid
+        assert getattr(after, name).endpoint == getattr(before, name).endpoint
+
+
+def test_status_json_reports_every_component(stack):
+    env = {**os.environ, "OUTBOXKIT_STACK_DIR": str(stack.dir)}
+    out = subprocess.run(
+        [sys.executable, "-m", "outboxkit.cli", "stack", "status", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    report = json.loads(out)
+    assert report["up"] is True
+    assert report["database_url"] == stack.database_url()
+    assert report["bootstrap_servers"] == stack.bootstrap_servers()
+    for name in ("postgres", "broker", "connect"):
+        assert report[name]["mode"] == "embedded" and report[name]["running"] is True
+    assert report["connectors"][stack.settings.connector_name] == "RUNNING"
+    assert report["slots"][stack.settings.slot_name]["active"] is True
+
+
+def test_external_components_are_not_started_and_down_drops_their_slot(stack, engine, tmp_path):
+    suffix = uuid.uuid4().hex[:6]
+    external = Stack(
+        Settings(
+            database_url=stack.database_url(),
+            kafka_bootstrap_servers=stack.bootstrap_servers(),
+            connect_url=stack.state.connect.endpoint,
+            stack_dir=tmp_path / "external",
+            connector_name=f"ext-{suffix}",
+            slot_name=f"ext_{suffix}",
+            publication_name=f"ext_{suffix}",
+        ),
+        echo=print,
+    )
+    state = external.up()
+    assert {state.postgres.mode, state.broker.mode, state.connect.mode} == {"external"}
+    assert state.postgres.pid is None and state.connect.pid is None
+    client = stack.connect_client()
+    assert client.wait_running(f"ext-{suffix}", timeout=60).running
+    with engine.connect() as conn:
+        slots = {r[0] for r in conn.execute(text("SELECT slot_name FROM pg_replication_slots"))}
+    assert f"ext_{suffix}" in slots
+    external.down()
+    assert client.status(f"ext-{suffix}") is None
+    with engine.connect() as conn:
+        slots = {r[0] for r in conn.execute(text("SELECT slot_name FROM pg_replication_slots"))}
+    assert f"ext_{suffix}" not in slots
+    with engine.connect() as conn:
+        pubs = {r[0] for r in conn.execute(text("SELECT pubname FROM pg_publication"))}
+    assert f"ext_{suffix}" not in pubs and stack.settings.publication_name in pubs
+    # The embedded services the external stack pointed at are untouched.
+    assert all(alive(getattr(stack.state, n).pid) for n in ("postgres", "broker", "connect"))
+    assert client.status(stack.settings.connector_name).running
