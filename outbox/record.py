@@ -5,12 +5,26 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from outbox.envelope import TRACEPARENT, Envelope
 from outbox.errors import OutboxError
 
 Headers = Sequence[tuple[str, bytes | None]]
+
+
+@dataclass(frozen=True)
+class KafkaRecord:
+    """One Kafka record as the inbox and readers see it, copied out of the client."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+    timestamp_ms: int | None = None
 
 
 class UndecodableRecord(OutboxError, ValueError):

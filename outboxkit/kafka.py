@@ -4,24 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from outbox.record import Headers
-
-
-@dataclass(frozen=True)
-class Record:
-    """One Kafka record, copied out of librdkafka."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: Headers
-    timestamp_ms: int
+from outbox.record import Headers, KafkaRecord
 
 
 def _headers(raw: Iterable[tuple[str, str | bytes | None]] | None) -> Headers:
@@ -44,10 +30,10 @@ def read_records(
     bootstrap: str,
     topics: Iterable[str],
     *,
-    until: Callable[[list[Record]], bool],
+    until: Callable[[list[KafkaRecord]], bool],
     timeout: float,
     idle_after_done: float = 0.0,
-) -> list[Record]:
+) -> list[KafkaRecord]:
     """Read ``topics`` from offset 0 until ``until(records)`` holds, then ``idle_after_done``
     seconds more (to catch extras), or raise TimeoutError with what was read.
 
@@ -61,7 +47,7 @@ def read_records(
             "auto.offset.reset": "earliest",
         }
     )
-    records: list[Record] = []
+    records: list[KafkaRecord] = []
     try:
         deadline = time.monotonic() + timeout
         assignment = [
@@ -83,7 +69,7 @@ def read_records(
                 if message.error():
                     raise KafkaException(message.error())
                 records.append(
-                    Record(
+                    KafkaRecord(
                         topic=message.topic() or "",
                         partition=message.partition() or 0,
                         offset=message.offset() or 0,

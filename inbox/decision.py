@@ -1,0 +1,111 @@
+"""The inbox decision for each record of one partition: apply, skip, or park (pure, no I/O)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+class Action(enum.Enum):
+    """What the apply loop does with one record."""
+
+    APPLY = "apply"
+    SKIP_REPLAY = "skip_replay"  # offset at or below the partition's watermark
+    SKIP_DUPLICATE = "skip_duplicate"  # event id already applied: a CDC re-send at a new offset
+    PARK = "park"  # undecodable, unknown type, or handler kept failing
+    HOLD = "hold"  # same key as a parked record: parked behind it to keep per-key order
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """What the decision needs to know of one Kafka record."""
+
+    offset: int
+    key: str | None
+    event_id: str | None
+    event_type: str | None = None
+    decode_error: str | None = None
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """The inbox state of one (consumer, topic, partition) as read inside the transaction."""
+
+    watermark: int  # highest applied offset, -1 when nothing was applied yet
+    recent_ids: frozenset[str]  # applied event ids within the dedup window
+    parked_keys: frozenset[str]  # keys with a parked record that was not redriven yet
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The action for one offset and, when not applied, why."""
+
+    offset: int
+    action: Action
+    reason: str = ""
+
+
+class Decider:
+    """Decides one partition's records in offset order, remembering what the batch did so far.
+
+    Ids and keys seen earlier in the batch count: a re-send inside the batch is skipped, and a
+    record parked in this batch (by decision, or because its handler failed, reported through
+    ``parked``) holds every later record of its key.
+    """
+
+    def __init__(self, view: PartitionView, *, known_types: Iterable[str] | None = None) -> None:
+        self._types = None if known_types is None else frozenset(known_types)
+        self._seen = set(view.recent_ids)
+        self._parked = set(view.parked_keys)
+        self._last = view.watermark
+
+    def decide(self, record: Incoming) -> Decision:
+        """The action for the next record; offsets must be given in increasing order."""
+        if record.offset <= self._last:
+            return Decision(record.offset, Action.SKIP_REPLAY, f"offset <= {self._last}")
+        self._last = record.offset
+        decision = self._decide_new(record)
+        if decision.action is Action.APPLY and record.event_id is not None:
+            self._seen.add(record.event_id)
+        elif decision.action in (Action.PARK, Action.HOLD):
+            self.parked(record)
+        return decision
+
+    def parked(self, record: Incoming) -> None:
+        """Report that ``record`` ended up parked (e.g. its handler kept failing)."""
+        if record.key is not None:
+            self._parked.add(record.key)
+        if record.event_id is not None:
+            self._seen.discard(record.event_id)
+
+    def _decide_new(self, record: Incoming) -> Decision:
+        if record.event_id is not None and record.event_id in self._seen:
+            return Decision(
+                record.offset, Action.SKIP_DUPLICATE, f"event {record.event_id} applied"
+            )
+        if record.key is not None and record.key in self._parked:
+            return Decision(
+                record.offset, Action.HOLD, f"held behind a parked record of key {record.key}"
+            )
+        if record.decode_error is not None:
+            return Decision(record.offset, Action.PARK, f"undecodable: {record.decode_error}")
+        if self._types is not None and record.event_type not in self._types:
+            return Decision(record.offset, Action.PARK, f"unknown event type {record.event_type!r}")
+        return Decision(record.offset, Action.APPLY)
+
+
+def decide(
+    view: PartitionView,
+    records: Sequence[Incoming],
+    *,
+    known_types: Iterable[str] | None = None,
+) -> list[Decision]:
+    """Decide every record of one partition's batch, in offset order (no handler failures)."""
+    decider = Decider(view, known_types=known_types)
+    return [decider.decide(r) for r in sorted(records, key=lambda r: r.offset)]
+
+
+def prune_floor(watermark: int, window: int) -> int:
+    """Offsets below this fall out of the dedup window and their ids can be forgotten."""
+    return watermark - window + 1
