@@ -51,6 +51,24 @@ class Inbox:
             return self.handlers
         return self.handlers[event_type]
 
+    def handles(self, event_type: str) -> bool:
+        """True when a handler exists for ``event_type``."""
+        return callable(self.handlers) or event_type in self.handlers
+
+    def remember(
+        self, session: Session, topic: str, partition: int, event_id: str, offset: int
+    ) -> None:
+        """Record an applied event id in the partition's dedup window."""
+        session.execute(
+            insert(recent_ids).values(
+                consumer=self.consumer,
+                topic=topic,
+                partition=partition,
+                event_id=event_id,
+                offset=offset,
+            )
+        )
+
     def _known_types(self) -> frozenset[str] | None:
         return None if callable(self.handlers) else frozenset(self.handlers)
 
@@ -62,12 +80,12 @@ class Inbox:
         if any((r.topic, r.partition) != (topic, partition) for r in records):
             raise ValueError("apply_partition takes the records of ONE topic partition")
         with Session(self.engine) as session, session.begin():
-            mark = self._lock_watermark(session, topic, partition)
+            mark = self.lock_watermark(session, topic, partition)
             decoded = {r.offset: _decode(r) for r in records}
             incoming = [_incoming(r, decoded[r.offset]) for r in records]
             view = PartitionView(
                 watermark=mark,
-                recent_ids=self._recent(session, topic, partition, [i.event_id for i in incoming]),
+                recent_ids=self.recent(session, topic, partition, [i.event_id for i in incoming]),
                 parked_keys=self._parked_keys(session, topic, partition, [i.key for i in incoming]),
             )
             result = BatchResult(topic, partition, mark)
@@ -81,7 +99,7 @@ class Inbox:
                 action, reason, attempts = decision.action, decision.reason, 1
                 if action is Action.APPLY:
                     assert isinstance(envelope, Envelope)
-                    error, attempts = self._apply(session, envelope)
+                    error, attempts = self.apply_one(session, envelope)
                     if error is None:
                         fresh.append(
                             {**scope, "event_id": str(envelope.event_id), "offset": record.offset}
@@ -97,18 +115,18 @@ class Inbox:
                 session.execute(insert(recent_ids), fresh)
             session.execute(
                 update(watermarks)
-                .where(*self._match(watermarks, topic, partition))
+                .where(*self.match(watermarks, topic, partition))
                 .values(offset=result.watermark, updated_at=func.now())
             )
             floor = prune_floor(result.watermark, self.window)
             session.execute(
                 delete(recent_ids).where(
-                    *self._match(recent_ids, topic, partition), recent_ids.c.offset < floor
+                    *self.match(recent_ids, topic, partition), recent_ids.c.offset < floor
                 )
             )
         return result
 
-    def _apply(self, session: Session, envelope: Envelope) -> tuple[str | None, int]:
+    def apply_one(self, session: Session, envelope: Envelope) -> tuple[str | None, int]:
         """Run the handler in a savepoint, retrying; (None, attempts) or (last error, attempts)."""
         error = ""
         for attempt in range(1, self.max_attempts + 1):
@@ -121,7 +139,7 @@ class Inbox:
                 log.warning("%s (attempt %d/%d)", error, attempt, self.max_attempts)
         return error, self.max_attempts
 
-    def _match(self, table: Table, topic: str, partition: int) -> tuple[ColumnElement[bool], ...]:
+    def match(self, table: Table, topic: str, partition: int) -> tuple[ColumnElement[bool], ...]:
         """Filter of ``table`` to this consumer's rows of one topic partition."""
         return (
             table.c.consumer == self.consumer,
@@ -129,7 +147,7 @@ class Inbox:
             table.c.partition == partition,
         )
 
-    def _lock_watermark(self, session: Session, topic: str, partition: int) -> int:
+    def lock_watermark(self, session: Session, topic: str, partition: int) -> int:
         # The row lock serialises every instance of this consumer on this partition: a second
         # instance waits here, then sees the advanced watermark and skips the whole batch.
         session.execute(
@@ -140,12 +158,12 @@ class Inbox:
         return int(
             session.execute(
                 select(watermarks.c.offset)
-                .where(*self._match(watermarks, topic, partition))
+                .where(*self.match(watermarks, topic, partition))
                 .with_for_update()
             ).scalar_one()
         )
 
-    def _recent(
+    def recent(
         self, session: Session, topic: str, partition: int, ids: Sequence[str | None]
     ) -> frozenset[str]:
         """Which of ``ids`` were applied within the window."""
@@ -154,7 +172,7 @@ class Inbox:
             return frozenset()
         rows = session.execute(
             select(recent_ids.c.event_id).where(
-                *self._match(recent_ids, topic, partition), recent_ids.c.event_id.in_(wanted)
+                *self.match(recent_ids, topic, partition), recent_ids.c.event_id.in_(wanted)
             )
         )
         return frozenset(r[0] for r in rows)
@@ -169,7 +187,7 @@ class Inbox:
         rows = session.execute(
             select(parked.c.key)
             .distinct()
-            .where(*self._match(parked, topic, partition), parked.c.key.in_(wanted))
+            .where(*self.match(parked, topic, partition), parked.c.key.in_(wanted))
         )
         return frozenset(r[0] for r in rows)
 

@@ -173,3 +173,42 @@ def test_a_duplicate_id_slipping_past_the_decision_aborts_the_transaction(engine
                 consumer=consumer, topic="t5", partition=0, event_id=eid, offset=9
             )
         )
+
+
+def test_redrive_applies_parked_records_in_key_order_once_the_handler_is_fixed(engine, consumer):
+    from inbox import admin
+
+    failing = {"bad"}
+    inbox = Inbox(engine, consumer, recorder(consumer, fail_keys=failing), max_attempts=1)
+    batch = [record("t6", 0, "bad", 0), record("t6", 1, "good", 1), record("t6", 2, "bad", 2),
+             record("t6", 3, "bad", 3)]
+    inbox.apply_partition(batch)
+    still = admin.redrive(inbox, "t6", 0)  # handler still failing: nothing moves, order kept
+    assert (still.applied, still.still_parked) == (0, 3)
+    assert admin.list_parked(engine, consumer)[0]["attempts"] == 2
+    failing.clear()  # the fix is deployed
+    done = admin.redrive(inbox, "t6", 0, key="bad")
+    assert (done.applied, done.still_parked) == (3, 0)
+    with engine.connect() as conn:
+        order = conn.execute(select(effects.c.n).where(effects.c.consumer == consumer,
+                                                       effects.c.key == "bad")).scalars().all()
+    assert order == [0, 2, 3]
+    assert admin.list_parked(engine, consumer) == []
+    # A re-send of a redriven event is now skipped by the window.
+    resend = record("t6", 4, "bad", 9, event_id=dict(batch[0].headers)["id"].decode())
+    assert inbox.apply_partition([resend]).count(Action.SKIP_DUPLICATE) == 1
+    rows = admin.status(engine, consumer)
+    assert rows[0]["offset"] == 4 and rows[0]["parked"] == 0 and rows[0]["window"] == 4
+
+
+def test_rewind_replays_explicitly(engine, consumer):
+    from inbox import admin
+
+    inbox = Inbox(engine, consumer, recorder(consumer))
+    batch = [record("t7", o, "k", o) for o in range(10)]
+    inbox.apply_partition(batch)
+    assert admin.rewind(engine, consumer, "t7", 0, 4) == 9
+    again = inbox.apply_partition(batch)
+    assert again.count(Action.SKIP_REPLAY) == 5 and again.count(Action.APPLY) == 5
+    with pytest.raises(ValueError, match="no watermark"):
+        admin.rewind(engine, consumer, "nope", 0, 1)
