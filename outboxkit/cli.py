@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from pathlib import Path
 
 from outboxkit.settings import Settings
 
@@ -108,6 +109,85 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if all(c.ok for c in checks) else 1
 
 
+def _consume(args: argparse.Namespace, settings: Settings) -> int:
+    from rich.console import Console
+
+    from spark_consumers.job import load_job
+    from spark_consumers.runner import run_jobs
+
+    console = Console()
+    jobs = [load_job(spec) for spec in args.jobs]
+
+    def report(name: str, batch_id: int, rows: list[dict[str, object]]) -> None:
+        applied = sum(int(str(r["applied"])) for r in rows)
+        skipped = sum(int(str(r["skipped"])) for r in rows)
+        parked = sum(int(str(r["parked"])) for r in rows)
+        console.print(
+            f"{name} batch {batch_id}: {applied} applied, {skipped} skipped, "
+            f"{parked} parked over {len(rows)} partition(s)"
+        )
+
+    console.print(f"consuming {', '.join(j.name for j in jobs)} (checkpoints in {args.checkpoint})")
+    run_jobs(
+        jobs,
+        checkpoint=Path(args.checkpoint),
+        trigger_seconds=args.trigger,
+        once=args.once,
+        on_batch=report,
+    )
+    return 0
+
+
+def _inbox(args: argparse.Namespace, settings: Settings) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from sqlalchemy import create_engine
+
+    from inbox import admin
+
+    if args.action == "redrive":
+        from inbox.apply import Inbox
+        from spark_consumers.job import load_job
+
+        if not args.job:
+            raise ValueError("redrive needs --job module:attr (its handlers apply the records)")
+        job = load_job(args.job)
+        inbox = Inbox(
+            create_engine(job.database_url),
+            job.consumer,
+            job.handlers,
+            max_attempts=job.max_attempts,
+        )
+        result = admin.redrive(inbox, args.topic, args.partition, key=args.key)
+        print(
+            f"redrive: {result.applied} applied, {result.skipped} already applied, "
+            f"{result.still_parked} still parked"
+        )
+        return 0 if result.still_parked == 0 else 1
+    engine = create_engine(args.url or _stack_database_url(settings))
+    if args.action == "rewind":
+        previous = admin.rewind(engine, args.consumer, args.topic, args.partition, args.offset)
+        print(
+            f"rewound {args.consumer} {args.topic}[{args.partition}]: {previous} -> {args.offset}"
+        )
+        return 0
+    rows = (
+        admin.status(engine, args.consumer)
+        if args.action == "status"
+        else admin.list_parked(engine, args.consumer, limit=args.limit)
+    )
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    table = Table(title=f"inbox {args.action}")
+    for column in rows[0].keys() if rows else ["(empty)"]:
+        table.add_column(str(column))
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    Console().print(table)
+    return 0
+
+
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
     from outboxkit.demo import run_demo
 
@@ -142,6 +222,26 @@ def build_parser() -> argparse.ArgumentParser:
     cdc.add_argument("--url")
     cdc.add_argument("--expect-slot", action="store_true", help="fail if the slot is missing")
     cdc.set_defaults(run=_cdc)
+
+    consume = sub.add_parser("consume", help="run consumer jobs (Spark Structured Streaming)")
+    consume.add_argument("jobs", nargs="+", metavar="JOB", help="module:attr of a Job")
+    consume.add_argument("--trigger", type=float, default=1.0, help="seconds between batches")
+    consume.add_argument("--checkpoint", default=".outboxkit/checkpoints")
+    consume.add_argument("--once", action="store_true", help="apply what is there, then stop")
+    consume.set_defaults(run=_consume)
+
+    inbox = sub.add_parser("inbox", help="inbox state: status, parked, redrive, rewind")
+    inbox.add_argument("action", choices=["status", "parked", "redrive", "rewind"])
+    inbox.add_argument("--url", help="the consumer's database (default: settings, local stack)")
+    inbox.add_argument("--consumer")
+    inbox.add_argument("--job", help="redrive: module:attr of the Job whose handlers apply")
+    inbox.add_argument("--topic")
+    inbox.add_argument("--partition", type=int, default=0)
+    inbox.add_argument("--key", help="redrive only this key")
+    inbox.add_argument("--offset", type=int, help="rewind: the new watermark")
+    inbox.add_argument("--limit", type=int, default=100)
+    inbox.add_argument("--json", action="store_true")
+    inbox.set_defaults(run=_inbox)
 
     demo = sub.add_parser("demo", help="the main job on the local stack")
     demo.add_argument("--keep-running", action="store_true", help="leave the stack up")

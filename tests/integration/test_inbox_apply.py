@@ -180,8 +180,12 @@ def test_redrive_applies_parked_records_in_key_order_once_the_handler_is_fixed(e
 
     failing = {"bad"}
     inbox = Inbox(engine, consumer, recorder(consumer, fail_keys=failing), max_attempts=1)
-    batch = [record("t6", 0, "bad", 0), record("t6", 1, "good", 1), record("t6", 2, "bad", 2),
-             record("t6", 3, "bad", 3)]
+    batch = [
+        record("t6", 0, "bad", 0),
+        record("t6", 1, "good", 1),
+        record("t6", 2, "bad", 2),
+        record("t6", 3, "bad", 3),
+    ]
     inbox.apply_partition(batch)
     still = admin.redrive(inbox, "t6", 0)  # handler still failing: nothing moves, order kept
     assert (still.applied, still.still_parked) == (0, 3)
@@ -190,8 +194,13 @@ def test_redrive_applies_parked_records_in_key_order_once_the_handler_is_fixed(e
     done = admin.redrive(inbox, "t6", 0, key="bad")
     assert (done.applied, done.still_parked) == (3, 0)
     with engine.connect() as conn:
-        order = conn.execute(select(effects.c.n).where(effects.c.consumer == consumer,
-                                                       effects.c.key == "bad")).scalars().all()
+        order = (
+            conn.execute(
+                select(effects.c.n).where(effects.c.consumer == consumer, effects.c.key == "bad")
+            )
+            .scalars()
+            .all()
+        )
     assert order == [0, 2, 3]
     assert admin.list_parked(engine, consumer) == []
     # A re-send of a redriven event is now skipped by the window.
