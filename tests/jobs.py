@@ -1,8 +1,10 @@
-"""Consumer jobs used by the Spark tests, configured through environment variables so that
-subprocess runs (`outboxkit consume tests.jobs:effects_job`) can be pointed at a test's topics."""
+"""Consumer jobs used by the Spark tests. `effects_job` reads its topics and databases from
+environment variables when it is loaded, so subprocess runs (`outboxkit consume
+tests.jobs:effects_job`) can be pointed at one test's topics."""
 
 from __future__ import annotations
 
+import functools
 import os
 
 from sqlalchemy import Column, Integer, MetaData, String, Table
@@ -22,13 +24,15 @@ effects = Table(
 )
 
 
-def record_effect(envelope: Envelope, session: Session) -> None:
-    """The business effect: one row per applied event (duplicates would show as repeats)."""
-    if envelope.payload.get("poison") and not os.environ.get("OUTBOXKIT_TEST_FIXED"):
+def record_effect(
+    consumer: str, envelope: Envelope, session: Session, *, allow_poison: bool = False
+) -> None:
+    """The business effect: one row per applied event (a duplicate would show as a repeat)."""
+    if envelope.payload.get("poison") and not allow_poison:
         raise ValueError(f"poison event for {envelope.aggregate_id}")
     session.execute(
         effects.insert().values(
-            consumer=os.environ["OUTBOXKIT_TEST_CONSUMER"],
+            consumer=consumer,
             event_id=str(envelope.event_id),
             key=envelope.aggregate_id,
             n=envelope.payload.get("n"),
@@ -36,15 +40,28 @@ def record_effect(envelope: Envelope, session: Session) -> None:
     )
 
 
-def effects_job() -> Job:
-    """A job recording one effect row per event of the topics in OUTBOXKIT_TEST_TOPICS."""
+def make_job(
+    consumer: str, topics: list[str], database_url: str, bootstrap: str, **extra: object
+) -> Job:
+    """A job recording one effect row per event."""
     return Job(
-        name=os.environ["OUTBOXKIT_TEST_CONSUMER"].replace("-", "_"),
-        topics=tuple(os.environ["OUTBOXKIT_TEST_TOPICS"].split(",")),
-        consumer=os.environ["OUTBOXKIT_TEST_CONSUMER"],
-        handlers=record_effect,
-        database_url=os.environ["OUTBOXKIT_TEST_DATABASE_URL"],
-        bootstrap_servers=os.environ["OUTBOXKIT_TEST_BOOTSTRAP"],
+        name=consumer.replace("-", "_"),
+        topics=tuple(topics),
+        consumer=consumer,
+        handlers=functools.partial(record_effect, consumer),
+        database_url=database_url,
+        bootstrap_servers=bootstrap,
         max_attempts=2,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def effects_job() -> Job:
+    """The job named by OUTBOXKIT_TEST_* variables, for subprocess runs."""
+    return make_job(
+        os.environ["OUTBOXKIT_TEST_CONSUMER"],
+        os.environ["OUTBOXKIT_TEST_TOPICS"].split(","),
+        os.environ["OUTBOXKIT_TEST_DATABASE_URL"],
+        os.environ["OUTBOXKIT_TEST_BOOTSTRAP"],
         max_offsets_per_trigger=int(os.environ.get("OUTBOXKIT_TEST_MAX_OFFSETS", "50000")),
     )

@@ -50,3 +50,25 @@ def engine(stack: Stack) -> Iterator[Engine]:
 def aggregate_type() -> str:
     """A fresh aggregate type, so each test reads its own topic."""
     return f"it_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def spark(stack: Stack) -> Iterator[object]:
+    """One SparkSession for the consumer tests (local[2], loopback)."""
+    import os
+
+    # Executors import the test jobs by reference: put the repository on their path.
+    root = str(Path(__file__).resolve().parents[2])
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    from spark_consumers.session import build_session
+
+    session = build_session("outboxkit-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_effects_table(engine: Engine) -> None:
+    from tests.jobs import metadata
+
+    metadata.create_all(engine)

@@ -1,0 +1,102 @@
+"""kill -9 of the Spark driver mid-run and of Connect mid-stream: no duplicate effect, none lost."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cdc.config import topic_for
+from tests.faults.test_connect_kill import EVENTS, stream_with_kills
+from tests.spark_helpers import effect_stats, new_job, publish, run_once, total, wait_on_kafka
+
+ROOT = Path(__file__).resolve().parents[2]
+DRIVER_EVENTS = 40_000
+
+
+def consume_command(
+    stack, consumer: str, aggregate_type: str, checkpoint: Path, *extra: str
+) -> tuple[list[str], dict[str, str]]:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OUTBOXKIT_TEST_CONSUMER": consumer,
+        "OUTBOXKIT_TEST_TOPICS": topic_for(aggregate_type),
+        "OUTBOXKIT_TEST_DATABASE_URL": stack.database_url(),
+        "OUTBOXKIT_TEST_BOOTSTRAP": stack.bootstrap_servers(),
+        "OUTBOXKIT_TEST_MAX_OFFSETS": "4000",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "outboxkit.cli",
+        "consume",
+        "tests.jobs:effects_job",
+        "--checkpoint",
+        str(checkpoint),
+        "--trigger",
+        "0.5",
+        *extra,
+    ]
+    return command, env
+
+
+def kill_driver_mid_run(stack, engine, aggregate_type: str, checkpoint: Path, seed: int) -> None:
+    consumer = f"c-{seed:x}"[:12]
+    command, env = consume_command(stack, consumer, aggregate_type, checkpoint)
+    # Own session: the SIGKILL reaches the driver, its JVM and the Python workers at once.
+    driver = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
+    point = random.Random(seed).uniform(0.2, 0.8) * DRIVER_EVENTS
+    try:
+        deadline = time.monotonic() + 300
+        while effect_stats(engine, consumer)[0] < point:
+            assert driver.poll() is None, f"consumer exited early with {driver.returncode}"
+            assert time.monotonic() < deadline, "consumer made no progress"
+            time.sleep(0.05)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    at_kill = effect_stats(engine, consumer)[0]
+    print(f"killed the driver with {at_kill}/{DRIVER_EVENTS} applied")
+    assert 0 < at_kill < DRIVER_EVENTS
+    # Restart from the same checkpoint and run until everything is applied.
+    command, env = consume_command(stack, consumer, aggregate_type, checkpoint, "--once")
+    subprocess.run(command, env=env, cwd=ROOT, check=True, timeout=600)
+    assert effect_stats(engine, consumer) == (DRIVER_EVENTS, DRIVER_EVENTS)
+
+
+@pytest.fixture
+def backlog(stack, engine, aggregate_type, spark_effects_table) -> str:
+    publish(engine, aggregate_type, DRIVER_EVENTS, per_tx=2000)
+    wait_on_kafka(stack, aggregate_type, DRIVER_EVENTS)
+    return aggregate_type
+
+
+def test_driver_kill_mid_run_applies_each_event_once(stack, engine, backlog, tmp_path):
+    kill_driver_mid_run(stack, engine, backlog, tmp_path / "cp", seed=time.time_ns())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("round_", range(3))
+def test_repeated_driver_kills(stack, engine, backlog, tmp_path, round_):
+    kill_driver_mid_run(stack, engine, backlog, tmp_path / "cp", seed=round_ + 1)
+
+
+def test_connect_kill_resends_are_absorbed_by_the_inbox(
+    stack, engine, spark, aggregate_type, spark_effects_table, tmp_path
+):
+    counts = stream_with_kills(stack, engine, aggregate_type, kills=1, seed=time.time_ns())
+    resent = sum(counts.values()) - len(counts)
+    job = new_job(stack, aggregate_type)
+    rows = run_once(spark, job, tmp_path / "cp")
+    print(f"{resent} events re-sent by Debezium; the inbox skipped {total(rows, 'skipped')}")
+    assert effect_stats(engine, job.consumer) == (EVENTS, EVENTS)
+    assert total(rows, "applied") == EVENTS
+    # A fresh job replays nothing, so every skip is a re-sent duplicate caught by the event ids.
+    assert total(rows, "skipped") == resent

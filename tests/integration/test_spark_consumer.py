@@ -1,0 +1,137 @@
+"""Spark consumers on the real stack: exactly once across restarts, instances and poison."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+
+from inbox import admin
+from inbox.apply import Inbox
+from tests.jobs import record_effect
+from tests.spark_helpers import (
+    effect_stats,
+    new_job,
+    publish,
+    run_once,
+    total,
+    wait_on_kafka,
+)
+
+EVENTS = 100_000
+
+
+def test_100k_events_exactly_once_across_restart_and_lost_checkpoint(
+    stack, engine, spark, aggregate_type, tmp_path
+):
+    publish(engine, aggregate_type, EVENTS, per_tx=2000)
+    wait_on_kafka(stack, aggregate_type, EVENTS)
+    job = new_job(stack, aggregate_type)
+    first = run_once(spark, job, tmp_path / "cp")
+    assert len({r["partition"] for r in first}) == 4
+    assert effect_stats(engine, job.consumer) == (EVENTS, EVENTS)
+    # Restart from the checkpoint with new events: only the new ones are applied.
+    publish(engine, aggregate_type, 1000, start=EVENTS)
+    wait_on_kafka(stack, aggregate_type, EVENTS + 1000)
+    second = run_once(spark, job, tmp_path / "cp")
+    assert total(second, "applied") == 1000
+    assert effect_stats(engine, job.consumer) == (EVENTS + 1000, EVENTS + 1000)
+    # Lose the checkpoint: the job starts from the inbox watermarks and applies nothing again.
+    shutil.rmtree(tmp_path / "cp")
+    third = run_once(spark, job, tmp_path / "cp")
+    assert total(third, "applied") == 0
+    assert effect_stats(engine, job.consumer) == (EVENTS + 1000, EVENTS + 1000)
+
+
+def test_two_instances_of_one_job_apply_each_event_once(
+    stack, engine, spark, aggregate_type, tmp_path
+):
+    from spark_consumers.runner import start_job
+
+    publish(engine, aggregate_type, 20_000)
+    wait_on_kafka(stack, aggregate_type, 20_000)
+    job = new_job(stack, aggregate_type, max_offsets_per_trigger=4000)
+    twin = type(job)(**{**job.__dict__, "name": job.name + "_twin"})
+    queries = [
+        start_job(spark, j, checkpoint=tmp_path / j.name, trigger_seconds=0.5) for j in (job, twin)
+    ]
+    try:
+        for query in queries:
+            query.processAllAvailable()
+    finally:
+        for query in queries:
+            query.stop()
+    assert effect_stats(engine, job.consumer) == (20_000, 20_000)
+
+
+def test_a_partition_whose_last_broker_batch_holds_many_records_is_read_to_its_end(
+    stack, engine, spark, aggregate_type, tmp_path
+):
+    topic = f"outbox.event.{aggregate_type}"
+    producer = Producer(
+        {
+            "bootstrap.servers": stack.bootstrap_servers(),
+            "enable.idempotence": True,
+            "linger.ms": 200,
+        }
+    )
+    for n in range(2000):
+        producer.produce(
+            topic,
+            key=b"one-key",
+            value=json.dumps({"n": n}).encode(),
+            headers=[
+                ("id", str(uuid.uuid4()).encode()),
+                ("eventType", b"Tick"),
+                ("aggregateType", aggregate_type.encode()),
+            ],
+        )
+    assert producer.flush(30) == 0
+    job = new_job(stack, aggregate_type)
+    rows = run_once(spark, job, tmp_path / "cp")
+    assert total(rows, "applied") == 2000
+    assert effect_stats(engine, job.consumer) == (2000, 2000)
+
+
+def test_poison_is_parked_same_key_held_others_applied_then_redriven(
+    stack, engine, spark, aggregate_type, tmp_path
+):
+    # Key k0 gets n = 0, 8, 16, ...: the first is poison, the rest must wait behind it.
+    publish(engine, aggregate_type, 80, keys=8, writers=1, poison={0: True})
+    wait_on_kafka(stack, aggregate_type, 80)
+    job = new_job(stack, aggregate_type)
+    rows = run_once(spark, job, tmp_path / "cp")
+    assert total(rows, "applied") == 70 and total(rows, "parked") == 10
+    parked = admin.list_parked(engine, job.consumer)
+    assert len(parked) == 10 and {p["key"] for p in parked} == {"k0"}
+    poison = min(parked, key=lambda p: p["offset"])
+    assert "ValueError: poison event for k0" in poison["error"] and poison["attempts"] == 2
+    assert all("held behind" in p["error"] for p in parked if p is not poison)
+    # The fix is deployed: redrive applies k0's events in their original order.
+    fixed = Inbox(
+        engine,
+        job.consumer,
+        lambda env, session: record_effect(job.consumer, env, session, allow_poison=True),
+    )
+    result = admin.redrive(fixed, poison["topic"], poison["partition"])
+    assert (result.applied, result.still_parked) == (10, 0)
+    assert effect_stats(engine, job.consumer) == (80, 80)
+    from sqlalchemy import select
+
+    from tests.jobs import effects
+
+    with engine.connect() as conn:
+        order = (
+            conn.execute(
+                select(effects.c.n).where(effects.c.consumer == job.consumer, effects.c.key == "k0")
+            )
+            .scalars()
+            .all()
+        )
+    assert order == list(range(0, 80, 8))
+
+
+pytestmark = pytest.mark.usefixtures("spark_effects_table")
