@@ -45,6 +45,9 @@ class Inbox:
     handlers: Mapping[str, Handler] | Handler
     window: int = DEFAULT_WINDOW
     max_attempts: int = 3
+    # One savepoint around the batch, falling back to one per record when a handler fails.
+    # False: a savepoint per record from the start (two more round trips per record).
+    optimistic: bool = True
 
     def _handler_for(self, event_type: str) -> Handler:
         if callable(self.handlers):
@@ -82,37 +85,26 @@ class Inbox:
         with Session(self.engine) as session, session.begin():
             mark = self.lock_watermark(session, topic, partition)
             decoded = {r.offset: _decode(r) for r in records}
-            incoming = [_incoming(r, decoded[r.offset]) for r in records]
+            incoming = sorted(
+                (_incoming(r, decoded[r.offset]) for r in records), key=lambda i: i.offset
+            )
             view = PartitionView(
                 watermark=mark,
                 recent_ids=self.recent(session, topic, partition, [i.event_id for i in incoming]),
                 parked_keys=self._parked_keys(session, topic, partition, [i.key for i in incoming]),
             )
-            result = BatchResult(topic, partition, mark)
             by_offset = {r.offset: r for r in records}
-            fresh: list[dict[str, object]] = []
-            scope = {"consumer": self.consumer, "topic": topic, "partition": partition}
-            decider = Decider(view, known_types=self._known_types())
-            for item in sorted(incoming, key=lambda i: i.offset):
-                decision = decider.decide(item)
-                record, envelope = by_offset[decision.offset], decoded[decision.offset]
-                action, reason, attempts = decision.action, decision.reason, 1
-                if action is Action.APPLY:
-                    assert isinstance(envelope, Envelope)
-                    error, attempts = self.apply_one(session, envelope)
-                    if error is None:
-                        fresh.append(
-                            {**scope, "event_id": str(envelope.event_id), "offset": record.offset}
-                        )
-                    else:
-                        action, reason = Action.PARK, error
-                        decider.parked(item)  # later records of this key wait behind it
-                if action in (Action.PARK, Action.HOLD):
-                    self._park(session, record, envelope, reason, attempts)
-                result.counts[action] = result.counts.get(action, 0) + 1
-                result.watermark = max(result.watermark, record.offset)
-            if fresh:
-                session.execute(insert(recent_ids), fresh)
+            result = None
+            if self.optimistic:
+                try:
+                    # Handlers almost never fail, and a savepoint per record costs two round
+                    # trips each: try the whole batch under one savepoint first.
+                    with session.begin_nested():
+                        result = self._run(session, view, incoming, by_offset, decoded, False)
+                except Exception as exc:  # a handler failed: redo record by record, retrying
+                    log.info("%s[%d]: per-record apply after %r", topic, partition, exc)
+            if result is None:
+                result = self._run(session, view, incoming, by_offset, decoded, True)
             session.execute(
                 update(watermarks)
                 .where(*self.match(watermarks, topic, partition))
@@ -124,6 +116,48 @@ class Inbox:
                     *self.match(recent_ids, topic, partition), recent_ids.c.offset < floor
                 )
             )
+        return result
+
+    def _run(
+        self,
+        session: Session,
+        view: PartitionView,
+        incoming: Sequence[Incoming],
+        by_offset: Mapping[int, KafkaRecord],
+        decoded: Mapping[int, Envelope | str],
+        guarded: bool,
+    ) -> BatchResult:
+        """Decide and apply ``incoming`` in offset order. Unguarded, a handler error propagates;
+        guarded, each handler runs in its own savepoint with retries and a failure parks."""
+        first = by_offset[incoming[0].offset]
+        result = BatchResult(first.topic, first.partition, view.watermark)
+        scope = {"consumer": self.consumer, "topic": first.topic, "partition": first.partition}
+        fresh: list[dict[str, object]] = []
+        decider = Decider(view, known_types=self._known_types())
+        for item in incoming:
+            decision = decider.decide(item)
+            record, envelope = by_offset[decision.offset], decoded[decision.offset]
+            action, reason, attempts = decision.action, decision.reason, 1
+            if action is Action.APPLY:
+                assert isinstance(envelope, Envelope)
+                if guarded:
+                    error, attempts = self.apply_one(session, envelope)
+                else:
+                    self._handler_for(envelope.event_type)(envelope, session)
+                    error = None
+                if error is None:
+                    fresh.append(
+                        {**scope, "event_id": str(envelope.event_id), "offset": record.offset}
+                    )
+                else:
+                    action, reason = Action.PARK, error
+                    decider.parked(item)  # later records of this key wait behind it
+            if action in (Action.PARK, Action.HOLD):
+                self._park(session, record, envelope, reason, attempts)
+            result.counts[action] = result.counts.get(action, 0) + 1
+            result.watermark = max(result.watermark, record.offset)
+        if fresh:
+            session.execute(insert(recent_ids), fresh)
         return result
 
     def apply_one(self, session: Session, envelope: Envelope) -> tuple[str | None, int]:

@@ -243,6 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     inbox.add_argument("--json", action="store_true")
     inbox.set_defaults(run=_inbox)
 
+    from outboxkit.bench.cli import add_parser as add_bench
+
+    add_bench(sub)
+
     demo = sub.add_parser("demo", help="the main job on the local stack")
     demo.add_argument("--keep-running", action="store_true", help="leave the stack up")
     demo.set_defaults(run=_demo)

@@ -25,6 +25,7 @@ def build_session(app_name: str = "outboxkit", master: str | None = None) -> Any
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )
     if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM binds loopback only
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
             "spark.driver.host", "127.0.0.1"
         )

@@ -96,8 +96,10 @@ def test_batch_applies_once_replays_and_resends_are_skipped(engine, consumer):
     assert mark == 104
 
 
-def test_poison_is_parked_with_reason_and_holds_only_its_key(engine, consumer):
-    inbox = Inbox(engine, consumer, recorder(consumer, fail_keys={"bad"}), max_attempts=3)
+@pytest.mark.parametrize("optimistic", [True, False], ids=["batch-savepoint", "record-savepoints"])
+def test_poison_is_parked_with_reason_and_holds_only_its_key(engine, consumer, optimistic):
+    handler = recorder(consumer, fail_keys={"bad"})
+    inbox = Inbox(engine, consumer, handler, max_attempts=3, optimistic=optimistic)
     batch = [
         record("t2", 0, "bad", 0),
         record("t2", 1, "good", 1),

@@ -1,0 +1,341 @@
+"""Inbox sink benchmark: rows/s and dedup-state size of four ways to apply Kafka records.
+
+- unguarded: the handler runs for every record, nothing is deduplicated (the ceiling);
+- watermark: the (partition, max offset) row alone, locked per batch (replays only);
+- inbox: this framework's Inbox (watermark + bounded window of recent event ids + parking);
+- message-id: the classic inbox, one row per processed message id, checked per record.
+
+Every variant applies the same synthetic records (decoded into envelopes, the handler inserts one
+business row) in one transaction per partition batch, against the same Postgres.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Engine,
+    Identity,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    func,
+    insert,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from inbox.apply import Inbox
+from inbox.tables import watermarks
+from outbox.envelope import Envelope
+from outbox.record import KafkaRecord, decode
+
+TOPIC = "outbox.event.bench"
+PARTITIONS = 4
+
+bench_metadata = MetaData()
+effects = Table(
+    "bench_effect",
+    bench_metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("event_id", String(64), nullable=False),
+    Column("n", Integer, nullable=False),
+)
+processed = Table(
+    "bench_processed_message",
+    bench_metadata,
+    Column("consumer", String(255), nullable=False),
+    Column("message_id", String(64), nullable=False),
+    Column("processed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("consumer", "message_id"),
+)
+
+# Dedup-state tables of each variant, for the size report.
+STATE_TABLES = {
+    "unguarded": (),
+    "watermark": ("inbox_watermark",),
+    "inbox": ("inbox_watermark", "inbox_recent"),
+    "inbox, savepoint per record": ("inbox_watermark", "inbox_recent"),
+    "message-id": ("bench_processed_message",),
+}
+
+
+def make_records(partition: int, start: int, count: int) -> list[KafkaRecord]:
+    """``count`` outbox-style records of one partition from offset ``start``."""
+    return [
+        KafkaRecord(
+            topic=TOPIC,
+            partition=partition,
+            offset=offset,
+            key=f"k{offset % 64}".encode(),
+            value=json.dumps({"n": offset, "note": "benchmark"}).encode(),
+            headers=[
+                ("id", str(uuid.uuid4()).encode()),
+                ("eventType", b"Tick"),
+                ("aggregateType", b"bench"),
+            ],
+            timestamp_ms=1_700_000_000_000 + offset,
+        )
+        for offset in range(start, start + count)
+    ]
+
+
+def record_effect(envelope: Envelope, session: Session) -> None:
+    """The business write every variant performs once per applied record."""
+    session.execute(
+        insert(effects).values(event_id=str(envelope.event_id), n=envelope.payload["n"])
+    )
+
+
+def _envelope(record: KafkaRecord) -> Envelope:
+    return decode(record.key, record.value, record.headers, record.timestamp_ms)
+
+
+def unguarded(engine: Engine, records: Sequence[KafkaRecord]) -> None:
+    with Session(engine) as session, session.begin():
+        for record in records:
+            record_effect(_envelope(record), session)
+
+
+def watermark_only(engine: Engine, records: Sequence[KafkaRecord]) -> None:
+    inbox = Inbox(engine, "bench-watermark", record_effect)
+    topic, partition = records[0].topic, records[0].partition
+    with Session(engine) as session, session.begin():
+        mark = inbox.lock_watermark(session, topic, partition)
+        for record in records:
+            if record.offset > mark:
+                record_effect(_envelope(record), session)
+        session.execute(
+            update(watermarks)
+            .where(*inbox.match(watermarks, topic, partition))
+            .values(offset=max(mark, records[-1].offset))
+        )
+
+
+def full_inbox(engine: Engine, records: Sequence[KafkaRecord]) -> None:
+    Inbox(engine, "bench-inbox", record_effect).apply_partition(records)
+
+
+def inbox_per_record_savepoints(engine: Engine, records: Sequence[KafkaRecord]) -> None:
+    Inbox(engine, "bench-inbox", record_effect, optimistic=False).apply_partition(records)
+
+
+def message_id_inbox(engine: Engine, records: Sequence[KafkaRecord]) -> None:
+    with Session(engine) as session, session.begin():
+        for record in records:
+            envelope = _envelope(record)
+            first = session.execute(
+                pg_insert(processed)
+                .values(consumer="bench-message-id", message_id=str(envelope.event_id))
+                .on_conflict_do_nothing()
+                .returning(processed.c.message_id)
+            ).first()
+            if first is not None:
+                record_effect(envelope, session)
+
+
+VARIANTS: dict[str, Callable[[Engine, Sequence[KafkaRecord]], None]] = {
+    "unguarded": unguarded,
+    "watermark": watermark_only,
+    "inbox": full_inbox,
+    "inbox, savepoint per record": inbox_per_record_savepoints,
+    "message-id": message_id_inbox,
+}
+
+
+def reset(engine: Engine) -> None:
+    """Empty the benchmark and inbox tables (the database is the benchmark's own)."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "TRUNCATE bench_effect, bench_processed_message, inbox_watermark, inbox_recent,"
+                " inbox_parked"
+            )
+        )
+
+
+def batches(events: int, batch_size: int) -> Iterator[list[KafkaRecord]]:
+    """Partition batches round-robin over PARTITIONS, ``events`` records in all."""
+    per_partition = events // PARTITIONS
+    for start in range(0, per_partition, batch_size):
+        count = min(batch_size, per_partition - start)
+        for partition in range(PARTITIONS):
+            yield make_records(partition, start, count)
+
+
+@dataclass
+class Throughput:
+    variant: str
+    seconds: float
+    rows: int
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds
+
+
+def run_variant(
+    engine: Engine, variant: str, events: int, batch_size: int, advance: Callable[[int], None]
+) -> Throughput:
+    """Apply ``events`` records with one variant on empty tables; checks every row landed."""
+    reset(engine)
+    sink = VARIANTS[variant]
+    work = list(batches(events, batch_size))  # generated before the clock starts
+    started = time.perf_counter()
+    for batch in work:
+        sink(engine, batch)
+        advance(len(batch))
+    elapsed = time.perf_counter() - started
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT count(*) FROM bench_effect")).scalar_one()
+    if rows != sum(len(b) for b in work):
+        raise RuntimeError(f"{variant}: {rows} effect rows for {events} events")
+    return Throughput(variant, elapsed, int(rows))
+
+
+def state_size(engine: Engine, variant: str) -> dict[str, int]:
+    """Rows and bytes (tables + indexes) of one variant's dedup state."""
+    tables = STATE_TABLES[variant]
+    with engine.connect() as conn:
+        rows = sum(
+            int(conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one()) for t in tables
+        )
+        size = sum(
+            int(conn.execute(text(f"SELECT pg_total_relation_size('{t}')")).scalar_one())
+            for t in tables
+        )
+    return {"rows": rows, "bytes": size}
+
+
+def grow(
+    engine: Engine,
+    variant: str,
+    checkpoints: Sequence[int],
+    batch_size: int,
+    advance: Callable[[int], None],
+) -> dict[int, dict[str, int]]:
+    """Apply up to max(checkpoints) events; dedup-state size at each checkpoint."""
+    reset(engine)
+    sink, sizes, done = VARIANTS[variant], {}, 0
+    wanted = sorted(checkpoints)
+    for batch in batches(wanted[-1], batch_size):
+        sink(engine, batch)
+        done += len(batch)
+        advance(len(batch))
+        while wanted and done >= wanted[0]:
+            sizes[wanted.pop(0)] = state_size(engine, variant)
+    return sizes
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def summarise(
+    throughput: dict[str, list[float]],
+    sizes: dict[str, dict[int, dict[str, int]]],
+    params: dict[str, Any],
+) -> tuple[dict[str, Any], str]:
+    """JSON-ready figures and the markdown report."""
+    from outboxkit.bench.report import machine, markdown_table, spread
+
+    base = spread(throughput["unguarded"])["median"]
+    rows = []
+    for variant, samples in throughput.items():
+        s = spread(samples)
+        rows.append(
+            [
+                variant,
+                f"{s['min']:,.0f}",
+                f"{s['median']:,.0f}",
+                f"{s['max']:,.0f}",
+                f"{s['median'] / base:.2f}",
+            ]
+        )
+    md = [
+        "### Inbox sink: rows/s into Postgres\n",
+        f"{params['events']:,} events over {PARTITIONS} partitions, {params['batch']} records per "
+        f"partition transaction, {params['reps']} repetitions; ratio = median / unguarded.\n",
+        markdown_table(["variant", "min rows/s", "median rows/s", "max rows/s", "ratio"], rows),
+        "\n### Dedup state after N events (rows, table + index bytes)\n",
+    ]
+    checkpoints = sorted(next(iter(sizes.values())))
+    size_rows = [
+        [variant] + [f"{s[c]['rows']:,} rows, {human_bytes(s[c]['bytes'])}" for c in checkpoints]
+        for variant, s in sizes.items()
+    ]
+    md.append(markdown_table(["variant"] + [f"after {c:,}" for c in checkpoints], size_rows))
+    data = {
+        "scenario": "inbox",
+        "params": params,
+        "machine": machine(),
+        "rows_per_second": {v: spread(s) | {"samples": s} for v, s in throughput.items()},
+        "state_size": sizes,
+    }
+    return data, "\n".join(md)
+
+
+def prepare_database(url: str) -> Engine:
+    """Framework migrations plus the benchmark's own tables on ``url``."""
+    from sqlalchemy import create_engine
+
+    from migrations.runner import upgrade
+
+    upgrade(url)
+    engine = create_engine(url, pool_size=2)
+    bench_metadata.create_all(engine)
+    return engine
+
+
+def run(
+    url: str,
+    *,
+    events: int = 20_000,
+    reps: int = 3,
+    batch: int = 1000,
+    checkpoints: Sequence[int] = (10_000, 100_000, 1_000_000),
+) -> tuple[dict[str, Any], str]:
+    """Measure every variant ``reps`` times (interleaved), then grow the dedup state."""
+    from rich.progress import Progress
+
+    engine = prepare_database(url)
+    throughput: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    sizes: dict[str, dict[int, dict[str, int]]] = {}
+    growing = ("watermark", "inbox", "message-id")
+    with Progress() as progress:
+        task = progress.add_task(
+            "inbox sink", total=events * reps * len(VARIANTS) + max(checkpoints) * len(growing)
+        )
+
+        def advance(n: int) -> None:
+            progress.advance(task, n)
+
+        for rep in range(reps):
+            for variant in VARIANTS:
+                progress.update(task, description=f"rows/s {variant} (rep {rep + 1}/{reps})")
+                throughput[variant].append(
+                    run_variant(engine, variant, events, batch, advance).rate
+                )
+        for variant in growing:
+            progress.update(task, description=f"state size {variant}")
+            sizes[variant] = grow(engine, variant, checkpoints, 5 * batch, advance)
+    reset(engine)
+    engine.dispose()
+    params = {"events": events, "reps": reps, "batch": batch, "checkpoints": list(checkpoints)}
+    return summarise(throughput, sizes, params)
