@@ -6,7 +6,7 @@ import json
 import shutil
 import signal
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -204,21 +204,55 @@ class Stack:
             payload_encoding=self.settings.payload_encoding,
         )
 
-    def _register(self, state: StackState) -> None:
-        config = build_connector_config(self.connector_settings(state.postgres.endpoint))
+    def _register(self, state: StackState, cs: ConnectorSettings | None = None) -> None:
+        cs = cs or self.connector_settings(state.postgres.endpoint)
+        config = build_connector_config(cs)
         client = ConnectClient(state.connect.endpoint)
-        name = self.settings.connector_name
-        if client.get_config(name) != config:
-            client.put_config(name, config)
-        if name not in state.connectors:
-            state.connectors.append(name)
-        if self.settings.slot_name not in state.slots:
-            state.slots.append(self.settings.slot_name)
-        if self.settings.publication_name not in state.publications:
-            state.publications.append(self.settings.publication_name)
+        if client.get_config(cs.name) != config:
+            client.put_config(cs.name, config)
+        publication = cs.publication_name
+        if cs.database_name != make_url(state.postgres.endpoint).database:
+            publication = f"{cs.database_name}:{publication}"  # dropped from its own database
+        for items, item in (
+            (state.connectors, cs.name),
+            (state.slots, cs.slot_name),
+            (state.publications, publication),
+        ):
+            if item not in items:
+                items.append(item)
         state.save(self.state_file)
-        status = client.wait_running(name, timeout=180)
+        status = client.wait_running(cs.name, timeout=180)
         self.echo(f"connector  {status.name} {status.state}")
+
+    def add_service(self, name: str) -> str:
+        """A service's own database on the stack's Postgres, with the framework migrations and
+        its own outbox connector (slot, publication and server name derived from ``name``).
+        Safe to repeat. Returns the database URL."""
+        if not name.isidentifier() or not name.islower():
+            raise StackError(f"service name {name!r}: use lower-case letters, digits, underscores")
+        state = self.state
+        url = make_url(state.postgres.endpoint).set(database=name)
+        admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+        try:
+            with admin.connect() as conn:
+                if not conn.execute(
+                    text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
+                ).first():
+                    conn.execute(text(f'CREATE DATABASE "{name}"'))
+        finally:
+            admin.dispose()
+        service_url = url.render_as_string(hide_password=False)
+        runner.upgrade(service_url)
+        base = self.connector_settings(service_url)
+        cs = replace(
+            base,
+            name=f"{self.settings.connector_name}-{name}",
+            server_name=f"{self.settings.server_name}_{name}",
+            slot_name=f"{self.settings.slot_name}_{name}"[:63],
+            publication_name=f"{self.settings.publication_name}_{name}"[:63],
+        )
+        self._register(state, cs)
+        return service_url
 
     # -- status -------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -307,8 +341,18 @@ class Stack:
                             self.echo(f"warning: could not drop slot {slot}: {exc}")
                             break
                         time.sleep(0.5)
-            with engine.begin() as conn:
-                for publication in state.publications:
-                    conn.execute(text(f'DROP PUBLICATION IF EXISTS "{publication}"'))
+            for entry in state.publications:
+                database, _, publication = entry.rpartition(":")
+                url = make_url(state.postgres.endpoint)
+                target = create_engine(
+                    url.set(database=database or url.database), poolclass=pool.NullPool
+                )
+                try:
+                    with target.begin() as conn:
+                        conn.execute(text(f'DROP PUBLICATION IF EXISTS "{publication}"'))
+                except Exception as exc:  # the database may be gone already
+                    self.echo(f"warning: could not drop publication {entry}: {exc}")
+                finally:
+                    target.dispose()
         finally:
             engine.dispose()

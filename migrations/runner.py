@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
@@ -33,35 +34,69 @@ def resolve_url(url: str | None) -> str:
     return settings_url
 
 
+@dataclass(frozen=True)
+class Migrations:
+    """One Alembic script directory and its version table: the framework's, or a service's."""
+
+    location: Path
+    version_table: str
+
+    def config(self, url: str) -> Config:
+        """An Alembic config for these scripts, bound to ``url``."""
+        config = Config()
+        config.set_main_option("script_location", str(self.location))
+        config.attributes["url"] = url
+        config.attributes["version_table"] = self.version_table
+        return config
+
+    def upgrade(self, url: str, revision: str = "head") -> None:
+        """Bring the database at ``url`` up to ``revision`` (idempotent)."""
+        command.upgrade(self.config(url), revision)
+
+    def downgrade(self, url: str, revision: str = "base") -> None:
+        """Take the database at ``url`` down to ``revision``."""
+        command.downgrade(self.config(url), revision)
+
+    def current(self, url: str) -> str | None:
+        """The revision the database is at, or None for an empty database."""
+        engine = create_engine(url, poolclass=pool.NullPool)
+        try:
+            with engine.connect() as connection:
+                context = MigrationContext.configure(
+                    connection, opts={"version_table": self.version_table}
+                )
+                return context.get_current_revision()
+        finally:
+            engine.dispose()
+
+    def head(self) -> str | None:
+        """The newest revision in the script directory."""
+        return ScriptDirectory.from_config(self.config("unused")).get_current_head()
+
+
+FRAMEWORK = Migrations(_HERE, VERSION_TABLE)
+
+
 def alembic_config(url: str) -> Config:
-    """An Alembic config for the packaged scripts, bound to ``url``."""
-    config = Config()
-    config.set_main_option("script_location", str(_HERE))
-    config.attributes["url"] = url
-    return config
+    """An Alembic config for the framework scripts, bound to ``url``."""
+    return FRAMEWORK.config(url)
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    """Bring the database at ``url`` up to ``revision`` (idempotent)."""
-    command.upgrade(alembic_config(url), revision)
+    """Bring the database at ``url`` up to ``revision`` of the framework tables (idempotent)."""
+    FRAMEWORK.upgrade(url, revision)
 
 
 def downgrade(url: str, revision: str = "base") -> None:
-    """Take the database at ``url`` down to ``revision``."""
-    command.downgrade(alembic_config(url), revision)
+    """Take the framework tables at ``url`` down to ``revision``."""
+    FRAMEWORK.downgrade(url, revision)
 
 
 def current(url: str) -> str | None:
-    """The revision the database is at, or None for an empty database."""
-    engine = create_engine(url, poolclass=pool.NullPool)
-    try:
-        with engine.connect() as connection:
-            context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
-            return context.get_current_revision()
-    finally:
-        engine.dispose()
+    """The framework revision the database is at, or None for an empty database."""
+    return FRAMEWORK.current(url)
 
 
 def head() -> str | None:
-    """The newest revision shipped with the package."""
-    return ScriptDirectory.from_config(alembic_config("unused")).get_current_head()
+    """The newest framework revision shipped with the package."""
+    return FRAMEWORK.head()

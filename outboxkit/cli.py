@@ -191,7 +191,7 @@ def _inbox(args: argparse.Namespace, settings: Settings) -> int:
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
     from outboxkit.demo import run_demo
 
-    return run_demo(settings, keep_running=args.keep_running)
+    return run_demo(settings, orders=args.orders, keep_running=args.keep_running)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -247,8 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_bench(sub)
 
-    demo = sub.add_parser("demo", help="the main job on the local stack")
-    demo.add_argument("--keep-running", action="store_true", help="leave the stack up")
+    demo = sub.add_parser("demo", help="the main job: the order saga on the local stack")
+    demo.add_argument("--orders", type=int, default=300, help="how many orders to place")
+    demo.add_argument("--keep-running", action="store_true", help="leave the stack and services up")
     demo.set_defaults(run=_demo)
     return parser
 

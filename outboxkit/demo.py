@@ -1,86 +1,134 @@
-"""The main job: bring the stack up and show events travelling from a transaction to Kafka."""
+"""The main job: the order -> pay -> ship saga on the embedded stack, end to end."""
 
 from __future__ import annotations
 
 import json
-import uuid
+import time
+from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
-from sqlalchemy import create_engine
-from sqlalchemy.orm import Session
 
-import outbox
-from cdc.config import topic_for
 from devstack.stack import Stack
-from outbox.record import decode
-from outboxkit.kafka import read_records
 from outboxkit.settings import Settings
 
 
-def run_demo(settings: Settings, *, keep_running: bool = False, events: int = 5) -> int:
-    """Start the stack, commit ``events`` events (and roll one back), print what reached Kafka."""
+def run_demo(
+    settings: Settings, *, orders: int = 300, keep_running: bool = False, seed: int = 7
+) -> int:
+    """Start everything, place ``orders`` orders, wait until each is final, report, stop."""
+    from saga.run import Saga
+
     console = Console()
     stack = Stack(settings, echo=lambda line: console.print(f"[dim]{line}[/dim]"))
-    console.rule("outboxkit demo: outbox -> Debezium on Kafka Connect -> Kafka")
+    console.rule("outboxkit demo: order -> pay -> ship, exactly once")
+    saga = Saga(stack, stack.dir / "saga", echo=lambda line: console.print(f"[dim]{line}[/dim]"))
+    started = time.monotonic()
     try:
         with console.status("starting Postgres, broker, Kafka Connect + Debezium..."):
             stack.up()
-        aggregate_type = f"demo_order_{uuid.uuid4().hex[:6]}"
-        engine = create_engine(stack.database_url())
-        for n in range(events):
-            with Session(engine) as session, session.begin():
-                outbox.publish(
-                    session,
-                    aggregate_type=aggregate_type,
-                    aggregate_id=f"order-{n % 2}",
-                    event_type="OrderPlaced",
-                    payload={"order": n, "amount": 10 * (n + 1), "note": None},
-                )
-        with Session(engine) as session, session.begin():
-            outbox.publish(
-                session,
-                aggregate_type=aggregate_type,
-                aggregate_id="order-x",
-                event_type="OrderPlaced",
-                payload={"rolled": "back"},
-            )
-            session.rollback()
+        with console.status("service databases, migrations, connectors, topics..."):
+            saga.prepare()
+        with console.status("starting the orders, payments and shipping services..."):
+            saga.start_services()
+        saga.start_consumers()
         console.print(
-            f"committed {events} events (and rolled one back) on {topic_for(aggregate_type)}"
+            f"placing {orders} orders (30% vip customers, amounts around the credit limits, "
+            "scarce gizmos, 10% retried with the same Idempotency-Key)"
         )
-        with console.status("waiting for the events on Kafka..."):
-            records = read_records(
-                stack.bootstrap_servers(),
-                [topic_for(aggregate_type)],
-                until=lambda got: len(got) >= events,
-                timeout=120,
-                idle_after_done=2.0,
+        placed = saga.place_orders(orders, seed=seed)
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            task = progress.add_task("orders in a final state", total=len(placed))
+            saga.wait_final(
+                len(placed), timeout=900, progress=lambda n: progress.update(task, completed=n)
             )
-        table = Table(title="what reached Kafka")
-        for column in ("partition", "offset", "key", "event type", "payload", "event id"):
-            table.add_column(column)
-        for record in sorted(records, key=lambda r: (r.partition, r.offset)):
-            env = decode(record.key, record.value, record.headers, record.timestamp_ms)
-            table.add_row(
-                str(record.partition),
-                str(record.offset),
-                env.aggregate_id,
-                env.event_type,
-                json.dumps(env.payload),
-                str(env.event_id)[:8],
-            )
-        console.print(table)
-        rolled_back = [r for r in records if r.key == b"order-x"]
-        ok = len(records) == events and not rolled_back
-        console.print(
-            f"{len(records)} records for {events} committed events; "
-            f"rolled-back event on Kafka: {'YES (bug)' if rolled_back else 'no'}"
-        )
+        report = saga.report(placed)
+        _print_report(console, report)
+        sample = _interesting(saga, report, placed)
+        if sample:
+            _print_timeline(console, saga.timeline(sample))
+        console.print(f"demo took {time.monotonic() - started:.0f}s")
         if keep_running:
-            console.print(f"stack left running: {stack.status()}")
-        return 0 if ok else 1
+            console.print("left running:")
+            for name, url in saga.urls.items():
+                console.print(f"  {name:9} {url}/docs")
+            console.print(f"  stack: {json.dumps(stack.status(), default=str)[:300]}...")
+            console.print("stop with: .venv/bin/outboxkit stack down (services: by PID above)")
+        elif not report.ok:
+            console.print(saga.logs_tail(), markup=False)
+        return 0 if report.ok else 1
     finally:
         if not keep_running:
-            with console.status("stopping the stack..."):
+            with console.status("stopping services, Spark and the stack..."):
+                saga.stop()
                 stack.down()
+
+
+def _print_report(console: Console, report: Any) -> None:
+    table = Table(title=f"{report.orders} orders")
+    table.add_column("final state")
+    table.add_column("orders", justify="right")
+    for status, count in sorted(report.by_status.items()):
+        table.add_row(status, str(count))
+    console.print(table)
+    console.print(
+        f"POST -> final state: p50 {report.percentile(0.5):.2f}s, "
+        f"p95 {report.percentile(0.95):.2f}s, p99 {report.percentile(0.99):.2f}s"
+    )
+    checks = Table(title="invariants across the three databases")
+    checks.add_column("check")
+    checks.add_column("result", justify="right")
+    for name, count in report.duplicates.items():
+        checks.add_row(f"duplicates: {name}", _mark(count == 0, str(count)))
+    for name, ids in report.violations.items():
+        checks.add_row(name, _mark(not ids, str(len(ids))))
+    checks.add_row(
+        "retried POSTs answered with the first order",
+        _mark(
+            report.retried_same_order == report.retried_total,
+            f"{report.retried_same_order}/{report.retried_total}",
+        ),
+    )
+    console.print(checks)
+    console.print("[bold green]all invariants hold[/]" if report.ok else "[bold red]FAILED[/]")
+
+
+def _mark(ok: bool, text: str) -> str:
+    return f"[green]{text}[/]" if ok else f"[red]{text}[/]"
+
+
+def _interesting(saga: Any, report: Any, placed: list[Any]) -> str | None:
+    """An order that went through compensation if there is one, else the first one."""
+    from sqlalchemy import text
+
+    with saga.engines["payments"].connect() as conn:
+        refunded = conn.execute(
+            text("SELECT order_id FROM payments WHERE status = 'REFUNDED' LIMIT 1")
+        ).scalar()
+    return refunded or (placed[0].order_id if placed else None)
+
+
+def _print_timeline(console: Console, view: dict[str, Any]) -> None:
+    table = Table(
+        title=f"timeline of order {view['id']} ({view['customer']}, amount {view['amount']}, "
+        f"{view['status']})"
+    )
+    for column in ("at", "event", "from", "order status after", "detail"):
+        table.add_column(column)
+    for entry in view["timeline"]:
+        detail = (entry.get("detail") or {}).get("reason") or ""
+        table.add_row(
+            str(entry["at"])[11:23],
+            entry["event_type"],
+            entry["service"],
+            entry["status_after"],
+            str(detail),
+        )
+    console.print(table)

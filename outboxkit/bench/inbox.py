@@ -37,7 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from inbox.apply import Inbox
+from inbox.apply import Handler, Inbox
 from inbox.tables import watermarks
 from outbox.envelope import Envelope
 from outbox.record import KafkaRecord, decode
@@ -99,24 +99,32 @@ def record_effect(envelope: Envelope, session: Session) -> None:
     )
 
 
+def no_effect(envelope: Envelope, session: Session) -> None:
+    """For state-size runs: only the dedup machinery works."""
+
+
 def _envelope(record: KafkaRecord) -> Envelope:
     return decode(record.key, record.value, record.headers, record.timestamp_ms)
 
 
-def unguarded(engine: Engine, records: Sequence[KafkaRecord]) -> None:
+def unguarded(
+    engine: Engine, records: Sequence[KafkaRecord], handler: Handler = record_effect
+) -> None:
     with Session(engine) as session, session.begin():
         for record in records:
-            record_effect(_envelope(record), session)
+            handler(_envelope(record), session)
 
 
-def watermark_only(engine: Engine, records: Sequence[KafkaRecord]) -> None:
-    inbox = Inbox(engine, "bench-watermark", record_effect)
+def watermark_only(
+    engine: Engine, records: Sequence[KafkaRecord], handler: Handler = record_effect
+) -> None:
+    inbox = Inbox(engine, "bench-watermark", handler)
     topic, partition = records[0].topic, records[0].partition
     with Session(engine) as session, session.begin():
         mark = inbox.lock_watermark(session, topic, partition)
         for record in records:
             if record.offset > mark:
-                record_effect(_envelope(record), session)
+                handler(_envelope(record), session)
         session.execute(
             update(watermarks)
             .where(*inbox.match(watermarks, topic, partition))
@@ -124,29 +132,43 @@ def watermark_only(engine: Engine, records: Sequence[KafkaRecord]) -> None:
         )
 
 
-def full_inbox(engine: Engine, records: Sequence[KafkaRecord]) -> None:
-    Inbox(engine, "bench-inbox", record_effect).apply_partition(records)
+def full_inbox(
+    engine: Engine, records: Sequence[KafkaRecord], handler: Handler = record_effect
+) -> None:
+    Inbox(engine, "bench-inbox", handler).apply_partition(records)
 
 
-def inbox_per_record_savepoints(engine: Engine, records: Sequence[KafkaRecord]) -> None:
-    Inbox(engine, "bench-inbox", record_effect, optimistic=False).apply_partition(records)
+def inbox_per_record_savepoints(
+    engine: Engine, records: Sequence[KafkaRecord], handler: Handler = record_effect
+) -> None:
+    Inbox(engine, "bench-inbox", handler, optimistic=False).apply_partition(records)
 
 
-def message_id_inbox(engine: Engine, records: Sequence[KafkaRecord]) -> None:
+def message_id_inbox(
+    engine: Engine, records: Sequence[KafkaRecord], handler: Handler = record_effect
+) -> None:
+    # The classic inbox, batched: claim every id of the batch in one statement, apply the new.
+    envelopes = [_envelope(r) for r in records]
     with Session(engine) as session, session.begin():
-        for record in records:
-            envelope = _envelope(record)
-            first = session.execute(
+        claimed = set(
+            session.execute(
                 pg_insert(processed)
-                .values(consumer="bench-message-id", message_id=str(envelope.event_id))
+                .values(
+                    [
+                        {"consumer": "bench-message-id", "message_id": str(e.event_id)}
+                        for e in envelopes
+                    ]
+                )
                 .on_conflict_do_nothing()
                 .returning(processed.c.message_id)
-            ).first()
-            if first is not None:
-                record_effect(envelope, session)
+            ).scalars()
+        )
+        for envelope in envelopes:
+            if str(envelope.event_id) in claimed:
+                handler(envelope, session)
 
 
-VARIANTS: dict[str, Callable[[Engine, Sequence[KafkaRecord]], None]] = {
+VARIANTS: dict[str, Callable[[Engine, Sequence[KafkaRecord], Handler], None]] = {
     "unguarded": unguarded,
     "watermark": watermark_only,
     "inbox": full_inbox,
@@ -195,7 +217,7 @@ def run_variant(
     work = list(batches(events, batch_size))  # generated before the clock starts
     started = time.perf_counter()
     for batch in work:
-        sink(engine, batch)
+        sink(engine, batch, record_effect)
         advance(len(batch))
     elapsed = time.perf_counter() - started
     with engine.connect() as conn:
@@ -226,12 +248,13 @@ def grow(
     batch_size: int,
     advance: Callable[[int], None],
 ) -> dict[int, dict[str, int]]:
-    """Apply up to max(checkpoints) events; dedup-state size at each checkpoint."""
+    """Apply up to max(checkpoints) events without the business write; dedup-state size at
+    each checkpoint."""
     reset(engine)
     sink, sizes, done = VARIANTS[variant], {}, 0
     wanted = sorted(checkpoints)
     for batch in batches(wanted[-1], batch_size):
-        sink(engine, batch)
+        sink(engine, batch, no_effect)
         done += len(batch)
         advance(len(batch))
         while wanted and done >= wanted[0]:

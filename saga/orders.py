@@ -1,0 +1,230 @@
+"""Orders service: POST /orders, GET /orders/{id}; its consumer follows payments and shipments."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Path, Request
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Identity,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.orm import Session
+
+from outbox.envelope import Envelope
+from saga import rules
+from saga.common import migrations_of, settings_of
+from service_template import Problem, UnitOfWork, create_app, unit_of_work
+from service_template.app import service_router
+
+metadata = MetaData()
+orders = Table(
+    "orders",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("customer", String(64), nullable=False),
+    Column("items", JSON, nullable=False),
+    Column("amount", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("final_at", DateTime(timezone=True), nullable=True),
+)
+timeline = Table(
+    "order_timeline",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("order_id", String(36), nullable=False),
+    Column("event_id", String(64), nullable=False, unique=True),
+    Column("event_type", String(64), nullable=False),
+    Column("service", String(32), nullable=False),
+    Column("status_after", String(16), nullable=False),
+    Column("detail", JSON, nullable=True),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+)
+
+
+class Item(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    sku: str = Field(pattern=r"^[a-z0-9-]{1,32}$", examples=["widget"])
+    qty: int = Field(ge=1, le=100)
+
+
+class PlaceOrder(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    customer: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$", examples=["vip-ada"])
+    items: list[Item] = Field(min_length=1, max_length=20)
+    amount: int = Field(ge=1, le=1_000_000, description="whole currency units")
+
+
+class TimelineEntry(BaseModel):
+    event_type: str
+    service: str
+    status_after: str
+    at: Any
+    detail: Any = None
+
+
+class OrderView(BaseModel):
+    id: str
+    customer: str
+    items: list[Item]
+    amount: int
+    status: str
+    created_at: Any
+    final_at: Any = None
+    timeline: list[TimelineEntry] = []
+
+
+router = service_router(tags=["orders"])
+UoW = Annotated[UnitOfWork, Depends(unit_of_work)]
+
+
+def _view(session: Session, order_id: str) -> dict[str, Any] | None:
+    row = session.execute(select(orders).where(orders.c.id == order_id)).mappings().first()
+    if row is None:
+        return None
+    events = (
+        session.execute(
+            select(
+                timeline.c.event_type,
+                timeline.c.service,
+                timeline.c.status_after,
+                timeline.c.at,
+                timeline.c.detail,
+            )
+            .where(timeline.c.order_id == order_id)
+            .order_by(timeline.c.at, timeline.c.id)
+        )
+        .mappings()
+        .all()
+    )
+    return {**row, "timeline": [dict(e) for e in events]}
+
+
+@router.post(
+    "/orders",
+    status_code=201,
+    response_model=OrderView,
+    summary="place an order (PENDING) and emit OrderPlaced",
+)
+def place_order(
+    body: PlaceOrder,
+    request: Request,
+    uow: UoW,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> Any:
+    def create() -> tuple[int, Any]:
+        order_id = str(uuid.uuid4())
+        items = [i.model_dump() for i in body.items]
+        uow.session.execute(
+            insert(orders).values(
+                id=order_id,
+                customer=body.customer,
+                items=items,
+                amount=body.amount,
+                status=rules.PENDING,
+            )
+        )
+        event_id = str(uuid.uuid4())
+        uow.session.execute(
+            insert(timeline).values(
+                order_id=order_id,
+                event_id=event_id,
+                event_type=rules.ORDER_PLACED,
+                service="orders",
+                status_after=rules.PENDING,
+            )
+        )
+        uow.publish(
+            aggregate_type=rules.ORDER,
+            aggregate_id=order_id,
+            event_type=rules.ORDER_PLACED,
+            payload={
+                "order_id": order_id,
+                "customer": body.customer,
+                "items": items,
+                "amount": body.amount,
+            },
+        )
+        return 201, OrderView.model_validate(_view(uow.session, order_id)).model_dump(mode="json")
+
+    return uow.idempotent(request, idempotency_key, body.model_dump(mode="json"), create)
+
+
+@router.get(
+    "/orders/{order_id}",
+    response_model=OrderView,
+    summary="an order's status and the timeline of events that touched it",
+)
+def get_order(order_id: Annotated[str, Path(max_length=36)], uow: UoW) -> Any:
+    view = _view(uow.session, order_id)
+    if view is None:
+        raise Problem(404, f"order {order_id} not found")
+    return view
+
+
+# -- consumer: payment and shipment events move the order ----------------------------------
+
+_NEXT = {
+    rules.PAYMENT_CAPTURED: {rules.PENDING: rules.PAID},
+    rules.PAYMENT_DECLINED: {rules.PENDING: rules.CANCELLED},
+    # Shipment and payment events travel on different topics: a ShipmentScheduled may be
+    # applied before the PaymentCaptured that caused it. Ranks only go forward.
+    rules.SHIPMENT_SCHEDULED: {rules.PENDING: rules.SHIPPED, rules.PAID: rules.SHIPPED},
+    rules.SHIPMENT_FAILED: {},  # the refund that follows cancels the order
+    rules.PAYMENT_REFUNDED: {rules.PENDING: rules.CANCELLED, rules.PAID: rules.CANCELLED},
+}
+
+
+def on_event(event: Envelope, session: Session) -> None:
+    """Apply one payment or shipment event to its order (in the inbox's transaction)."""
+    order_id = str(event.payload["order_id"])
+    status = session.execute(
+        select(orders.c.status).where(orders.c.id == order_id).with_for_update()
+    ).scalar_one_or_none()
+    if status is None:
+        raise ValueError(f"{event.event_type} for unknown order {order_id}")
+    after = _NEXT[event.event_type].get(status, status)
+    if after != status:
+        values: dict[str, Any] = {"status": after}
+        if after in rules.FINAL:
+            values["final_at"] = func.now()
+        session.execute(update(orders).where(orders.c.id == order_id).values(**values))
+    source = "payments" if event.aggregate_type == rules.PAYMENT else "shipping"
+    session.execute(
+        insert(timeline).values(
+            order_id=order_id,
+            event_id=str(event.event_id),
+            event_type=event.event_type,
+            service=source,
+            status_after=after,
+            detail={"reason": event.payload.get("reason")},
+        )
+    )
+
+
+HANDLERS = dict.fromkeys(_NEXT, on_event)
+
+
+def app() -> FastAPI:
+    """The orders service (settings from ORDERS_* environment variables)."""
+    return create_app(
+        settings_of("orders"),
+        routers=[router],
+        migrations=[migrations_of("orders")],
+        title="orders",
+        description="Places orders and follows them to a final state.",
+    )

@@ -1,0 +1,74 @@
+"""Errors as RFC 9457 problem+json. Bad input is a 4xx with a message, never a 500."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from outbox.errors import OutboxError
+
+PROBLEM = "application/problem+json"
+log = logging.getLogger(__name__)
+
+
+class Problem(Exception):
+    """Raise from a route for a client error with a message: ``Problem(404, "order not found")``."""
+
+    def __init__(self, status: int, detail: str, *, title: str | None = None, **extra: Any):
+        super().__init__(detail)
+        self.status, self.detail, self.title, self.extra = status, detail, title, extra
+
+
+def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
+    return JSONResponse(jsonable_encoder(body), status_code=status, media_type=PROBLEM)
+
+
+_TITLES = {
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+}
+
+
+def install(app: FastAPI) -> None:
+    """Route every error through problem+json."""
+
+    @app.exception_handler(Problem)
+    async def _problem(request: Request, exc: Problem) -> JSONResponse:
+        return problem(
+            exc.status, exc.title or _TITLES.get(exc.status, "Error"), exc.detail, **exc.extra
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+        where = ".".join(str(p) for p in first["loc"])
+        return problem(422, "Unprocessable Content", f"{where}: {first['msg']}", errors=errors)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> JSONResponse:
+        return problem(exc.status_code, _TITLES.get(exc.status_code, "Error"), str(exc.detail))
+
+    @app.exception_handler(OutboxError)
+    async def _event(request: Request, exc: OutboxError) -> JSONResponse:
+        return problem(422, "Unprocessable Content", str(exc))
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return problem(500, "Internal Server Error", "the service failed; see its logs")

@@ -1,0 +1,110 @@
+"""Prometheus metrics of a service: requests, outbox events written, inbox lag and parked."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+from sqlalchemy.engine import Engine
+
+from inbox.tables import parked, watermarks
+
+log = logging.getLogger(__name__)
+
+
+class InboxCollector(Collector):
+    """Read at scrape time: watermark, lag (end offset minus next offset) and parked count per
+    consumer. Lag needs Kafka; a broker that under-reports end offsets shows a lower lag."""
+
+    def __init__(self, engine: Engine, consumers: list[str], bootstrap: str | None) -> None:
+        self.engine, self.consumers, self.bootstrap = engine, consumers, bootstrap
+        self._kafka: Any = None
+
+    def _end_offset(self, topic: str, partition: int) -> int | None:
+        if not self.bootstrap:
+            return None
+        from confluent_kafka import Consumer, TopicPartition
+
+        if self._kafka is None:
+            self._kafka = Consumer(
+                {"bootstrap.servers": self.bootstrap, "group.id": "outboxkit-metrics"}
+            )
+        try:
+            _, high = self._kafka.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=2, cached=False
+            )
+            return int(high)
+        except Exception as exc:  # a scrape must not fail because Kafka is slow
+            log.warning("no end offset for %s[%d]: %s", topic, partition, exc)
+            return None
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        labels = ["consumer", "topic", "partition"]
+        mark = GaugeMetricFamily(
+            "outboxkit_inbox_watermark", "highest applied offset", labels=labels
+        )
+        lag = GaugeMetricFamily("outboxkit_inbox_lag", "records not yet applied", labels=labels)
+        held = GaugeMetricFamily(
+            "outboxkit_inbox_parked", "records parked for redrive", labels=["consumer"]
+        )
+        try:
+            with self.engine.connect() as conn:
+                query = select(
+                    watermarks.c.consumer,
+                    watermarks.c.topic,
+                    watermarks.c.partition,
+                    watermarks.c.offset,
+                )
+                count = select(parked.c.consumer, func.count()).group_by(parked.c.consumer)
+                if self.consumers:
+                    query = query.where(watermarks.c.consumer.in_(self.consumers))
+                    count = count.where(parked.c.consumer.in_(self.consumers))
+                rows = conn.execute(query).all()
+                parked_counts: dict[str, int] = {c: int(n) for c, n in conn.execute(count).all()}
+        except Exception as exc:
+            log.warning("inbox metrics unavailable: %s", exc)
+            return
+        for consumer, topic, partition, offset in rows:
+            key = [consumer, topic, str(partition)]
+            mark.add_metric(key, offset)
+            end = self._end_offset(topic, partition)
+            if end is not None:
+                lag.add_metric(key, max(0, end - offset - 1))
+        for consumer in self.consumers or parked_counts:
+            held.add_metric([consumer], parked_counts.get(consumer, 0))
+        yield from (mark, lag, held)
+
+
+class Metrics:
+    """One registry per app (several apps can live in one process, e.g. in tests)."""
+
+    def __init__(self, engine: Engine, consumers: list[str], bootstrap: str | None) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "outboxkit_http_requests",
+            "HTTP requests",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "outboxkit_http_request_seconds",
+            "HTTP request latency",
+            ["method", "route"],
+            registry=self.registry,
+        )
+        self.outbox = Counter(
+            "outboxkit_outbox_events",
+            "events written to the outbox (committed)",
+            ["aggregate_type", "event_type"],
+            registry=self.registry,
+        )
+        self.registry.register(InboxCollector(engine, consumers, bootstrap))
+
+    def published(self, events: Iterable[tuple[str, str]]) -> None:
+        for aggregate_type, event_type in events:
+            self.outbox.labels(aggregate_type, event_type).inc()

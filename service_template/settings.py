@@ -1,0 +1,28 @@
+"""The one settings object of a service. Subclass it with your own env prefix."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ServiceSettings(BaseSettings):
+    """Where the service's database is, and what its metrics report on.
+
+    A service subclasses it: ``class OrdersSettings(ServiceSettings): model_config =
+    SettingsConfigDict(env_prefix="ORDERS_")`` reads ``ORDERS_DATABASE_URL`` and so on."""
+
+    model_config = SettingsConfigDict(env_prefix="SERVICE_", extra="ignore")
+
+    name: str = Field(default="service", description="service name, in logs and metrics")
+    database_url: str = Field(description="SQLAlchemy URL of the service's own database")
+    kafka_bootstrap_servers: str | None = Field(
+        default=None, description="for the inbox-lag metric (end offsets); unset: no lag metric"
+    )
+    consumers: list[str] = Field(
+        default_factory=list,
+        description="inbox consumer names whose lag and parked count to export",
+    )
+    pool_size: int = 10
+    log_level: str = "INFO"
+    log_json: bool = True

@@ -1,0 +1,163 @@
+"""Unit of work per request: one session, one transaction, committed by the framework after the
+route returned a successful response (rolled back otherwise). Routes never commit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fastapi import Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+import outbox
+from service_template.errors import Problem
+from service_template.logs import trace_id, traceparent
+
+metadata = MetaData()
+idempotency = Table(
+    "service_idempotency",
+    metadata,
+    Column("scope", String(255), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("status_code", Integer, nullable=True),
+    Column("response", JSONB, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("scope", "key"),
+)
+MAX_KEY = 255
+
+
+class UnitOfWork:
+    """The request's session and what it published; see `unit_of_work`."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.published: list[tuple[str, str]] = []
+
+    def publish(
+        self,
+        *,
+        aggregate_type: str,
+        aggregate_id: str,
+        event_type: str,
+        payload: Any,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """`outbox.publish` into this request's transaction, carrying the request's trace."""
+        merged = dict(headers or {})
+        trace = trace_id.get()
+        if trace and "traceparent" not in merged:
+            merged["traceparent"] = traceparent(trace)
+        outbox.publish(
+            self.session,
+            aggregate_type=aggregate_type,
+            aggregate_id=aggregate_id,
+            event_type=event_type,
+            payload=payload,
+            headers=merged,
+        )
+        self.published.append((aggregate_type, event_type))
+
+    def idempotent(
+        self,
+        request: Request,
+        key: str | None,
+        body: Any,
+        produce: Callable[[], tuple[int, Any]],
+    ) -> JSONResponse:
+        """Run ``produce`` (returning status and body) once per Idempotency-Key.
+
+        The key, a fingerprint of the request and the response are stored in this transaction:
+        a retry with the same key and body gets the first response and creates nothing; the same
+        key with another body is a 422. A concurrent retry waits on the key's row lock."""
+        if key is None:
+            status, payload = produce()
+            return JSONResponse(jsonable_encoder(payload), status_code=status)
+        if not key or len(key) > MAX_KEY or not key.isprintable():
+            raise Problem(400, f"Idempotency-Key must be 1 to {MAX_KEY} printable characters")
+        scope = f"{request.method} {request.url.path}"
+        canonical = json.dumps(jsonable_encoder(body), sort_keys=True, separators=(",", ":"))
+        fingerprint = hashlib.sha256(f"{scope}\n{canonical}".encode()).hexdigest()
+        claimed = self.session.execute(
+            pg_insert(idempotency)
+            .values(scope=scope, key=key, fingerprint=fingerprint)
+            .on_conflict_do_nothing()
+            .returning(idempotency.c.key)
+        ).first()
+        if claimed is None:
+            row = self.session.execute(
+                select(idempotency).where(idempotency.c.scope == scope, idempotency.c.key == key)
+            ).one()
+            if row.fingerprint != fingerprint:
+                raise Problem(422, "this Idempotency-Key was used with a different request body")
+            return JSONResponse(
+                row.response, status_code=row.status_code, headers={"Idempotent-Replayed": "true"}
+            )
+        status, payload = produce()
+        encoded = jsonable_encoder(payload)
+        self.session.execute(
+            update(idempotency)
+            .where(idempotency.c.scope == scope, idempotency.c.key == key)
+            .values(status_code=status, response=encoded)
+        )
+        return JSONResponse(encoded, status_code=status)
+
+
+def unit_of_work(request: Request) -> UnitOfWork:
+    """FastAPI dependency: the request's unit of work (routes of a `ServiceApp` router)."""
+    uow = getattr(request.state, "uow", None)
+    if uow is None:
+        raise RuntimeError("unit_of_work needs a route of ServiceApp.router (UnitOfWorkRoute)")
+    return uow  # type: ignore[no-any-return]
+
+
+class UnitOfWorkRoute(APIRoute):
+    """Opens the request's transaction, commits it after a successful response, else rolls
+    back. The response is built (and serialised) before the commit, so a serialisation error
+    cannot leave committed rows behind an error response."""
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        original = super().get_route_handler()
+
+        async def handler(request: Request) -> Response:
+            service = request.app.state.service
+            session = Session(service.engine)
+            uow = UnitOfWork(session)
+            request.state.uow = uow
+            try:
+                session.begin()
+                response: Response = await original(request)
+                if response.status_code < 400:
+                    await run_in_threadpool(session.commit)
+                    service.metrics.published(uow.published)
+                else:
+                    await run_in_threadpool(session.rollback)
+                return response
+            except BaseException:
+                await run_in_threadpool(session.rollback)
+                raise
+            finally:
+                await run_in_threadpool(session.close)
+
+        return handler
