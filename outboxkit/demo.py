@@ -33,6 +33,8 @@ def run_demo(
         with console.status("starting the orders, payments and shipping services..."):
             saga.start_services()
         saga.start_consumers()
+        with console.status("warming up: one order through Spark start-up and every hop..."):
+            warm = saga.warm_up()
         console.print(
             f"placing {orders} orders (30% vip customers, amounts around the credit limits, "
             "scarce gizmos, 10% retried with the same Idempotency-Key)"
@@ -49,7 +51,7 @@ def run_demo(
             saga.wait_final(
                 len(placed), timeout=900, progress=lambda n: progress.update(task, completed=n)
             )
-        report = saga.report(placed)
+        report = saga.report(placed, warm=[warm])
         _print_report(console, report)
         sample = _interesting(saga, report, placed)
         if sample:
