@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of
+from saga.rules import ORDER_ID
 from service_template import Problem, UnitOfWork, create_app, unit_of_work
 from service_template.app import service_router
 
@@ -169,7 +170,7 @@ def place_order(
     response_model=OrderView,
     summary="an order's status and the timeline of events that touched it",
 )
-def get_order(order_id: Annotated[str, Path(max_length=36)], uow: UoW) -> Any:
+def get_order(order_id: Annotated[str, Path(pattern=ORDER_ID)], uow: UoW) -> Any:
     view = _view(uow.session, order_id)
     if view is None:
         raise Problem(404, f"order {order_id} not found")

@@ -27,6 +27,7 @@ import outbox
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of
+from saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
 from service_template.app import service_router
 
@@ -70,7 +71,7 @@ router = service_router(tags=["payments"])
 @router.get("/payments", response_model=list[PaymentView], summary="payments of an order")
 def list_payments(
     uow: Annotated[UnitOfWork, Depends(unit_of_work)],
-    order_id: Annotated[str, Query(min_length=1, max_length=36)],
+    order_id: Annotated[str, Query(pattern=ORDER_ID)],
 ) -> Any:
     rows = uow.session.execute(select(payments).where(payments.c.order_id == order_id))
     return [dict(r) for r in rows.mappings()]

@@ -30,3 +30,6 @@ def payment_decision(customer: str, amount: int) -> tuple[bool, str]:
     if amount <= limit:
         return True, f"within limit {limit}"
     return False, f"amount {amount} over limit {limit}"
+
+
+ORDER_ID = r"^[0-9a-fA-F-]{1,36}$"  # order ids are UUIDs; anything else is a 422, never a query

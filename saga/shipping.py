@@ -30,6 +30,7 @@ from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of
 from saga.payments import _trace, ignore
+from saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
 from service_template.app import service_router
 
@@ -66,7 +67,7 @@ router = service_router(tags=["shipping"])
 @router.get("/shipments", response_model=list[ShipmentView], summary="shipments of an order")
 def list_shipments(
     uow: Annotated[UnitOfWork, Depends(unit_of_work)],
-    order_id: Annotated[str, Query(min_length=1, max_length=36)],
+    order_id: Annotated[str, Query(pattern=ORDER_ID)],
 ) -> Any:
     rows = uow.session.execute(select(shipments).where(shipments.c.order_id == order_id))
     return [dict(r) for r in rows.mappings()]
