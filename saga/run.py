@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -271,7 +272,12 @@ class Saga:
             rows = conn.execute(
                 select(orders.orders.c.id, orders.orders.c.status, orders.orders.c.final_at)
             ).all()
-            order_rows = conn.execute(select(func.count()).select_from(orders.orders)).scalar_one()
+            # Orders created since the first of these POSTs (a retry creating a second order
+            # would show here; earlier runs on the same database do not).
+            since = datetime.fromtimestamp(min(p.posted_at for p in placed), UTC)
+            order_rows = conn.execute(
+                select(func.count()).where(orders.orders.c.created_at >= since)
+            ).scalar_one()
             timeline_dups = conn.execute(
                 text(
                     "SELECT count(*) FROM (SELECT order_id, event_type FROM order_timeline "

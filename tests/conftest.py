@@ -1,0 +1,71 @@
+"""One real stack per test session (shared by integration, fault and end-to-end tests): embedded,
+or external services named by OUTBOXKIT_* settings."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Engine
+
+from devstack.stack import Stack
+from outboxkit.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    # The postgres user must be able to enter the directory: not under pytest's 0700 tmp.
+    base = Path(tempfile.mkdtemp(prefix="outboxkit-it-"))
+    base.chmod(0o755)
+    settings = Settings(
+        stack_dir=base / "stack",
+        connector_name=f"it-{uuid.uuid4().hex[:6]}",
+        heartbeat_interval_ms=2000,
+    )
+    stack = Stack(settings, echo=lambda line: print(f"[stack] {line}"))
+    try:
+        stack.up()
+        yield stack
+    finally:
+        stack.down()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def engine(stack: Stack) -> Iterator[Engine]:
+    eng = create_engine(stack.database_url(), pool_size=8)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def aggregate_type() -> str:
+    """A fresh aggregate type, so each test reads its own topic."""
+    return f"it_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(scope="session")
+def spark(stack: Stack) -> Iterator[object]:
+    """One SparkSession for the consumer tests (local[2], loopback)."""
+    import os
+
+    # Executors import the test jobs by reference: put the repository on their path.
+    root = str(Path(__file__).resolve().parents[2])
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    from spark_consumers.session import build_session
+
+    session = build_session("outboxkit-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_effects_table(engine: Engine) -> None:
+    from tests.jobs import metadata
+
+    metadata.create_all(engine)
