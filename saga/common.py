@@ -6,7 +6,6 @@ from pathlib import Path
 
 from pydantic_settings import SettingsConfigDict
 
-from cdc.config import topic_for
 from migrations.runner import Migrations
 from service_template import ServiceSettings
 
@@ -26,7 +25,3 @@ def settings_of(service: str) -> ServiceSettings:
         model_config = SettingsConfigDict(env_prefix=f"{service.upper()}_", extra="ignore")
 
     return Settings(name=service, consumers=[service])  # type: ignore[call-arg]
-
-
-def topic(aggregate_type: str) -> str:
-    return topic_for(aggregate_type)

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import os
 
+from cdc.config import topic_for as topic
 from saga import orders as orders_service
 from saga import payments as payments_service
 from saga import rules
 from saga import shipping as shipping_service
-from saga.common import topic
 from spark_consumers.job import Job
 
 

@@ -8,7 +8,6 @@ import functools
 import os
 import random
 import signal
-import statistics
 import sys
 import time
 import uuid
@@ -25,10 +24,11 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import Engine
 
+from cdc.config import topic_for
 from devstack.processes import alive, free_port, start, stop, tail, wait_until
 from devstack.stack import Stack
 from saga import orders, payments, rules, shipping
-from saga.common import SERVICES, migrations_of, topic
+from saga.common import SERVICES, migrations_of
 from saga.jobs import ALL as JOBS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ class Saga:
             self.database_urls[service] = url
             self.engines[service] = create_engine(url, pool_size=4)
         admin = AdminClient({"bootstrap.servers": self.stack.bootstrap_servers()})
-        wanted = [topic(t) for t in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT)]
+        wanted = [topic_for(t) for t in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT)]
         existing = set(admin.list_topics(timeout=10).topics)
         missing = [NewTopic(t, PARTITIONS, 1) for t in wanted if t not in existing]
         for _name, done in admin.create_topics(missing).items() if missing else []:
@@ -239,6 +239,19 @@ class Saga:
             raise RuntimeError(f"the warm-up order did not finish:\n{self.logs_tail()}")
         return placed
 
+    def not_final(self, placed: list[Placed]) -> list[str]:
+        """Ids of ``placed`` orders not yet in a final state (one query on the orders database)."""
+        ids = [p.order_id for p in placed if not p.order_id.startswith("MISMATCH")]
+        with self.engines["orders"].connect() as conn:
+            final = set(
+                conn.execute(
+                    select(orders.orders.c.id).where(
+                        orders.orders.c.id.in_(ids), orders.orders.c.status.in_(rules.FINAL)
+                    )
+                ).scalars()
+            )
+        return [i for i in ids if i not in final]
+
     def final_count(self) -> int:
         with self.engines["orders"].connect() as conn:
             return int(
@@ -350,9 +363,6 @@ class Saga:
             f"{self.urls['orders']}/orders/{order_id}", timeout=10
         ).json()
         return view
-
-    def median_latency(self, report: Report) -> float:
-        return statistics.median(report.latencies) if report.latencies else float("nan")
 
     def logs_tail(self) -> str:
         return "\n".join(
