@@ -146,6 +146,34 @@ class ConnectClient:
         state = "absent" if last is None else f"{last.state}, tasks {[t[1] for t in last.tasks]}"
         raise ConnectError(f"connector {name} not RUNNING after {timeout:.0f}s (last: {state})")
 
+    def pause(self, name: str, *, timeout: float = 60.0) -> None:
+        """Pause the connector and wait until it and its tasks report PAUSED (the slot keeps
+        the WAL; nothing is lost, events wait)."""
+        self._expect("PUT", f"/connectors/{urllib.parse.quote(name, safe='')}/pause", ok=(202,))
+        self._wait_state(name, "PAUSED", timeout)
+
+    def resume(self, name: str, *, timeout: float = 60.0) -> None:
+        """Resume a paused connector and wait until it and its tasks are RUNNING."""
+        self._expect("PUT", f"/connectors/{urllib.parse.quote(name, safe='')}/resume", ok=(202,))
+        self._wait_state(name, "RUNNING", timeout)
+
+    def _wait_state(self, name: str, wanted: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            last = self.status(name)
+            if last is not None and last.failure:
+                raise ConnectError(f"connector {name} failed:\n{last.failure}")
+            if (
+                last is not None
+                and last.state == wanted
+                and last.tasks
+                and all(state == wanted for _, state, _ in last.tasks)
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise ConnectError(f"connector {name} not {wanted} after {timeout:.0f}s: {last}")
+            time.sleep(0.1)
+
     def restart(self, name: str, *, include_tasks: bool = True) -> None:
         """Restart the connector (and its tasks)."""
         query = "?includeTasks=true&onlyFailed=false" if include_tasks else ""

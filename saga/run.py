@@ -191,10 +191,17 @@ class Saga:
 
     # -- load ------------------------------------------------------------------------------
     def place_orders(
-        self, count: int, *, seed: int = 7, concurrency: int = 8, retry_share: float = 0.1
+        self,
+        count: int,
+        *,
+        seed: int = 7,
+        concurrency: int = 8,
+        retry_share: float = 0.1,
+        rate: float | None = None,
     ) -> list[Placed]:
         """POST ``count`` orders: a mix of standard and vip customers, amounts around the credit
-        limits, some gizmos (scarce); a share retried with the same Idempotency-Key."""
+        limits, some gizmos (scarce); a share retried with the same Idempotency-Key. With
+        ``rate``, order n is posted at n / rate seconds after the start (an open-loop load)."""
         rng = random.Random(seed)
         plans = []
         for n in range(count):
@@ -212,8 +219,12 @@ class Saga:
             )
         client = httpx.Client(base_url=self.urls["orders"], timeout=30)
 
-        def post(plan: tuple[dict[str, Any], str, bool]) -> Placed:
+        began = time.monotonic()
+
+        def post(n: int, plan: tuple[dict[str, Any], str, bool]) -> Placed:
             body, key, retry = plan
+            if rate:
+                time.sleep(max(0.0, began + n / rate - time.monotonic()))
             posted = time.time()
             first = client.post("/orders", json=body, headers={"Idempotency-Key": key})
             first.raise_for_status()
@@ -226,7 +237,7 @@ class Saga:
             return Placed(order_id, body["customer"], body["amount"], retry, posted)
 
         with ThreadPoolExecutor(concurrency) as pool:
-            placed = list(pool.map(post, plans))
+            placed = list(pool.map(post, range(count), plans))
         client.close()
         return placed
 

@@ -19,6 +19,7 @@ def build_session(app_name: str = "outboxkit", master: str | None = None) -> Any
         SparkSession.builder.appName(app_name)
         .master(master)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")  # stage bars garble logs and progress
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.python.worker.reuse", "true")

@@ -1,4 +1,4 @@
-"""`outboxkit bench SCENARIO...`: run benchmarks on the local stack or on given services."""
+"""`outboxkit bench [SCENARIO...]`: run benchmarks on the local stack or on given services."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from sqlalchemy import create_engine, make_url, text
 
 from outboxkit.settings import Settings
 
-SCENARIOS = ("inbox",)
+SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga")
+DATABASE_ONLY = ("outbox", "inbox")  # need Postgres alone; the others need the whole stack
 BENCH_DATABASE = "outboxkit_bench"
 
 
@@ -31,53 +32,92 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from devstack.stack import Stack
 
     console = Console()
-    server = args.url or settings.database_url
+    scenarios = args.scenarios or list(SCENARIOS)
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        console.print(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
+        return 2
+    stack = Stack(settings, echo=lambda line: None)
     started: Stack | None = None
-    if server is None:
-        stack = Stack(settings, echo=lambda line: None)
+    needs_stack = any(s not in DATABASE_ONLY for s in scenarios) or not (
+        args.url or settings.database_url
+    )
+    if needs_stack:
         if stack.status().get("up") is not True:
             started = stack
-        with console.status("starting the local stack..."):
-            stack.up()
-        server = stack.database_url()
+        print("[bench] starting the stack (Postgres, broker, Kafka Connect + Debezium)", flush=True)
+        stack.up()
     try:
-        return _run_scenarios(args, console, fresh_database(server))
+        server = args.url or settings.database_url or stack.database_url()
+        return _run_scenarios(args, console, scenarios, stack, server)
     finally:
         if started is not None and not args.keep_stack:
             started.down()
 
 
-def _run_scenarios(args: argparse.Namespace, console: Any, url: str) -> int:
+def _run_scenarios(
+    args: argparse.Namespace, console: Any, scenarios: list[str], stack: Any, server: str
+) -> int:
     from rich.markdown import Markdown
 
-    from outboxkit.bench import inbox, report
+    from outboxkit.bench import cdc, inbox, report, saga, writes
 
     out = Path(args.out)
-    for scenario in args.scenarios or SCENARIOS:
-        if scenario == "inbox":
-            data, markdown = inbox.run(
-                url, events=args.events, reps=args.reps, checkpoints=args.sizes
+    reps = args.reps
+    for scenario in scenarios:
+        print(f"[bench] scenario {scenario}", flush=True)
+        if scenario == "outbox":
+            data, markdown = writes.run(
+                fresh_database(server), out, transactions=args.transactions, reps=reps
             )
+        elif scenario == "inbox":
+            data, markdown = inbox.run(
+                fresh_database(server), out, events=args.events, reps=reps, checkpoints=args.sizes
+            )
+        elif scenario == "cdc":
+            data, markdown = cdc.cdc(stack, out, events=args.events, reps=reps)
+        elif scenario == "pipeline":
+            data, markdown = cdc.pipeline(stack, out, events=args.events, reps=reps)
         else:
-            raise ValueError(f"unknown scenario {scenario!r}; choose from {', '.join(SCENARIOS)}")
+            data, markdown = saga.run(
+                stack, out, orders=args.orders, reps=reps, rate=args.rate, duration=args.duration
+            )
         console.print(Markdown(markdown))
         for path in report.write(out, scenario, data, markdown):
             console.print(f"wrote {path}")
+        for plot in data.get("plots", []):
+            console.print(f"wrote {plot}")
     return 0
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    bench = sub.add_parser("bench", help="benchmarks (figures printed and written, not asserted)")
+    bench = sub.add_parser(
+        "bench",
+        help="benchmarks: figures and ratios printed and written (JSON, markdown, PNG)",
+        description="Scenarios: outbox (write overhead), cdc (commit -> Kafka vs raw produce), "
+        "inbox (sink rows/s and dedup-state size), pipeline (outbox -> Spark inbox vs Debezium "
+        "drain), saga (orders/s at saturation, latency at a fixed rate). Default: all.",
+    )
     bench.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=", ".join(SCENARIOS))
-    bench.add_argument("--url", help="a Postgres server to use (default: settings, local stack)")
-    bench.add_argument("--out", default="bench-results", help="folder for JSON and markdown")
-    bench.add_argument("--events", type=int, default=20_000, help="events per rows/s run")
-    bench.add_argument("--reps", type=int, default=3)
+    bench.add_argument(
+        "--url", help="a Postgres server for outbox and inbox (default: settings, local stack)"
+    )
+    bench.add_argument("--out", default="bench-results", help="folder for JSON, markdown, PNG")
+    bench.add_argument("--reps", type=int, default=3, help="repetitions of each measurement")
+    bench.add_argument(
+        "--events", type=int, default=20_000, help="events per cdc/inbox/pipeline measurement"
+    )
+    bench.add_argument(
+        "--transactions", type=int, default=2000, help="transactions per outbox measurement"
+    )
     bench.add_argument(
         "--sizes",
         type=lambda s: [int(x) for x in s.split(",")],
         default=[10_000, 100_000, 1_000_000],
-        help="comma-separated event counts at which to report dedup-state size",
+        help="comma-separated event counts at which to report the inbox dedup-state size",
     )
+    bench.add_argument("--orders", type=int, default=300, help="orders per saturation run")
+    bench.add_argument("--rate", type=float, default=50.0, help="saga fixed rate, orders/s")
+    bench.add_argument("--duration", type=float, default=20.0, help="saga fixed-rate seconds")
     bench.add_argument("--keep-stack", action="store_true", help="leave a stack it started up")
     bench.set_defaults(run=run)

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -274,9 +275,10 @@ def summarise(
     throughput: dict[str, list[float]],
     sizes: dict[str, dict[int, dict[str, int]]],
     params: dict[str, Any],
+    found: dict[str, Any],
 ) -> tuple[dict[str, Any], str]:
     """JSON-ready figures and the markdown report."""
-    from outboxkit.bench.report import machine, markdown_table, spread
+    from outboxkit.bench.report import describe, markdown_table, spread
 
     base = spread(throughput["unguarded"])["median"]
     rows = []
@@ -295,6 +297,7 @@ def summarise(
         "### Inbox sink: rows/s into Postgres\n",
         f"{params['events']:,} events over {PARTITIONS} partitions, {params['batch']} records per "
         f"partition transaction, {params['reps']} repetitions; ratio = median / unguarded.\n",
+        describe(found),
         markdown_table(["variant", "min rows/s", "median rows/s", "max rows/s", "ratio"], rows),
         "\n### Dedup state after N events (rows, table + index bytes)\n",
     ]
@@ -307,7 +310,7 @@ def summarise(
     data = {
         "scenario": "inbox",
         "params": params,
-        "machine": machine(),
+        "machine": found,
         "rows_per_second": {v: spread(s) | {"samples": s} for v, s in throughput.items()},
         "state_size": sizes,
     }
@@ -328,6 +331,7 @@ def prepare_database(url: str) -> Engine:
 
 def run(
     url: str,
+    out: Path,
     *,
     events: int = 20_000,
     reps: int = 3,
@@ -335,30 +339,35 @@ def run(
     checkpoints: Sequence[int] = (10_000, 100_000, 1_000_000),
 ) -> tuple[dict[str, Any], str]:
     """Measure every variant ``reps`` times (interleaved), then grow the dedup state."""
-    from rich.progress import Progress
+    from outboxkit.bench.report import Progress, bar_plot, machine
 
     engine = prepare_database(url)
     throughput: dict[str, list[float]] = {v: [] for v in VARIANTS}
     sizes: dict[str, dict[int, dict[str, int]]] = {}
     growing = ("watermark", "inbox", "message-id")
-    with Progress() as progress:
-        task = progress.add_task(
-            "inbox sink", total=events * reps * len(VARIANTS) + max(checkpoints) * len(growing)
-        )
-
-        def advance(n: int) -> None:
-            progress.advance(task, n)
-
+    total = events * reps * len(VARIANTS) + max(checkpoints) * len(growing)
+    with Progress("inbox sink", total) as progress:
         for rep in range(reps):
             for variant in VARIANTS:
-                progress.update(task, description=f"rows/s {variant} (rep {rep + 1}/{reps})")
+                progress.update(f"inbox rows/s {variant} (rep {rep + 1}/{reps})")
                 throughput[variant].append(
-                    run_variant(engine, variant, events, batch, advance).rate
+                    run_variant(engine, variant, events, batch, progress.advance).rate
                 )
         for variant in growing:
-            progress.update(task, description=f"state size {variant}")
-            sizes[variant] = grow(engine, variant, checkpoints, 5 * batch, advance)
+            progress.update(f"inbox state size {variant}")
+            sizes[variant] = grow(engine, variant, checkpoints, 5 * batch, progress.advance)
     reset(engine)
     engine.dispose()
     params = {"events": events, "reps": reps, "batch": batch, "checkpoints": list(checkpoints)}
-    return summarise(throughput, sizes, params)
+    data, markdown = summarise(throughput, sizes, params, machine(url))
+    data["plots"] = [
+        str(
+            bar_plot(
+                out / "inbox.png",
+                f"Inbox sink rows/s into Postgres ({events:,} events, {reps} reps)",
+                throughput,
+                ylabel="rows/s",
+            )
+        )
+    ]
+    return data, markdown + "\n![inbox sink rows/s](inbox.png)\n"

@@ -1,0 +1,447 @@
+"""CDC and pipeline benchmarks on a stack (embedded or external, from settings).
+
+cdc: events/s from commit to Kafka through Debezium's outbox EventRouter,
+- streaming: writers commit one event per transaction while the connector runs; the rate is
+  events / (last event seen in Kafka - first commit);
+- backlog drain: the connector is paused, the events are committed, the connector resumed; the
+  rate is events / (last event seen in Kafka - resume);
+- raw produce: a confluent-kafka producer sends the same number of records of the same size to
+  the same broker (acknowledged, acks=all), the ceiling the broker allows this client.
+
+pipeline: outbox -> Debezium -> Kafka -> Spark (outboxkit_kafka source, inbox sink) -> Postgres,
+events / (last business row committed - resume) for a backlog, next to the Debezium drain alone
+of the same backlog (measured on a topic no query reads), interleaved per repetition. Spark's own
+per-micro-batch durations say where the pipeline's time goes.
+
+Every measurement uses a topic of its own (a fresh aggregate type), created with the saga's
+partition count before the first event, so counts start at zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy.orm import Session
+
+from cdc.config import topic_for
+from devstack.stack import Stack
+from outbox.publish import Outbox
+
+PARTITIONS = 4
+DATABASE = "outboxkit_bench_cdc"
+PAYLOAD_PAD = "x" * 120  # payloads of about 200 bytes, like a small business event
+
+
+@dataclass
+class Seen:
+    """Counts the records of one topic as they arrive, from the beginning, in a thread."""
+
+    bootstrap: str
+    topic: str
+    count: int = 0
+    last_at: float = 0.0
+    sample: tuple[int, int, int] | None = None  # key, value, headers bytes of one record
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def __enter__(self) -> Seen:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": f"bench-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 50,
+            }
+        )
+        consumer.assign([TopicPartition(self.topic, p, -2) for p in range(PARTITIONS)])
+
+        def loop() -> None:
+            try:
+                while not self._stop.is_set():
+                    for message in consumer.consume(1000, timeout=0.05):
+                        if message.error():
+                            continue
+                        self.count += 1
+                        self.last_at = time.perf_counter()
+                        if self.sample is None:
+                            raw = message.headers() or []
+                            pairs = raw.items() if isinstance(raw, dict) else raw
+                            headers = sum(len(k) + len(v or b"") for k, v in pairs)
+                            self.sample = (
+                                len(message.key() or b""),
+                                len(message.value() or b""),
+                                headers,
+                            )
+            finally:
+                consumer.close()
+
+        self._thread = threading.Thread(target=loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(10)
+
+    def wait(self, n: int, timeout: float, advance: Callable[[int], None]) -> float:
+        """Block until ``n`` records were seen; returns the time the last one arrived."""
+        deadline, reported = time.monotonic() + timeout, 0
+        while self.count < n:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.topic}: {self.count}/{n} records after {timeout:.0f}s")
+            advance(self.count - reported)
+            reported = self.count
+            time.sleep(0.02)
+        advance(n - reported)
+        return self.last_at
+
+
+@dataclass
+class Bench:
+    """The benchmark's database and connector on ``stack``."""
+
+    stack: Stack
+    url: str = ""
+    engine: Engine | None = None
+    connector: str = ""
+    created_topics: list[str] = field(default_factory=list)
+
+    def __enter__(self) -> Bench:
+        self.url = self.stack.add_service(DATABASE)
+        self.connector = f"{self.stack.settings.connector_name}-{DATABASE}"
+        self.engine = create_engine(self.url, pool_size=4, max_overflow=0)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.created_topics:
+            admin = AdminClient({"bootstrap.servers": self.stack.bootstrap_servers()})
+            for done in admin.delete_topics(self.created_topics).values():
+                with contextlib.suppress(Exception):  # a broker that cannot delete keeps them
+                    done.result(30)
+        if self.engine is not None:
+            self.engine.dispose()
+
+    @property
+    def bootstrap(self) -> str:
+        return self.stack.bootstrap_servers()
+
+    def new_topic(self, label: str) -> tuple[str, str]:
+        """A fresh aggregate type and its topic, created with PARTITIONS partitions."""
+        aggregate_type = f"bench_{label}_{uuid.uuid4().hex[:8]}"
+        topic = topic_for(aggregate_type, topic_prefix=self.stack.settings.topic_prefix)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+        self.created_topics.append(topic)
+        return aggregate_type, topic
+
+    def write(
+        self, aggregate_type: str, n: int, *, writers: int = 1, per_transaction: int = 1
+    ) -> float:
+        """Commit ``n`` outbox events; returns the time the last commit returned."""
+        assert self.engine is not None
+        engine, outbox = self.engine, Outbox()
+        share = n // writers
+
+        def work(w: int) -> None:
+            done = 0
+            while done < share:
+                with Session(engine) as session, session.begin():
+                    for i in range(done, min(share, done + per_transaction)):
+                        k = w * share + i
+                        outbox.publish(
+                            session,
+                            aggregate_type=aggregate_type,
+                            aggregate_id=f"agg-{k % 64}",
+                            event_type="Tick",
+                            payload={"n": k, "pad": PAYLOAD_PAD},
+                        )
+                done = min(share, done + per_transaction)
+
+        threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return time.perf_counter()
+
+    # -- measurements -----------------------------------------------------------------------
+    def streaming(self, n: int, writers: int, advance: Callable[[int], None]) -> dict[str, float]:
+        aggregate_type, topic = self.new_topic("stream")
+        with Seen(self.bootstrap, topic) as seen:
+            started = time.perf_counter()
+            committed = self.write(aggregate_type, n, writers=writers)
+            last = seen.wait(n, 300, advance)
+        return {
+            "commit_rate": n / (committed - started),
+            "kafka_rate": n / (last - started),
+            "lag_after_last_commit": last - committed,
+        }
+
+    def backlog(self, aggregate_type: str, n: int) -> None:
+        """Pause the connector and commit ``n`` events (100 per transaction)."""
+        self.stack.connect_client().pause(self.connector)
+        self.write(aggregate_type, n, per_transaction=100)
+
+    def drain(self, n: int, advance: Callable[[int], None]) -> tuple[float, tuple[int, int, int]]:
+        """events/s of Debezium draining a backlog of ``n`` into Kafka; and a record's size."""
+        aggregate_type, topic = self.new_topic("drain")
+        self.backlog(aggregate_type, n)
+        with Seen(self.bootstrap, topic) as seen:
+            resumed = time.perf_counter()
+            self.stack.connect_client().resume(self.connector)
+            last = seen.wait(n, 300, advance)
+        assert seen.sample is not None
+        return n / (last - resumed), seen.sample
+
+    def produce(
+        self, n: int, sample: tuple[int, int, int], advance: Callable[[int], None]
+    ) -> float:
+        """events/s of a plain producer sending ``n`` records of ``sample``'s sizes."""
+        _, topic = self.new_topic("produce")
+        key_len, value_len, header_len = sample
+        value = b"v" * value_len
+        headers: list[tuple[str, str | bytes | None]] = [("id", b"h" * max(0, header_len - 2))]
+        producer = Producer({"bootstrap.servers": self.bootstrap, "acks": "all"})
+        started = time.perf_counter()
+        for i in range(n):
+            key = f"agg-{i % 64}".encode().ljust(key_len, b"_")
+            while True:
+                try:
+                    producer.produce(topic, value, key, headers=headers)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            if i % 1000 == 999:
+                producer.poll(0)
+                advance(1000)
+        if producer.flush(120) != 0:
+            raise RuntimeError("raw produce: records still unacknowledged after 120 s")
+        advance(n % 1000)
+        return n / (time.perf_counter() - started)
+
+
+def cdc(
+    stack: Stack, out: Path, *, events: int = 20_000, reps: int = 3, writers: int = 4
+) -> tuple[dict[str, Any], str]:
+    from outboxkit.bench.report import (
+        Progress,
+        bar_plot,
+        describe,
+        machine,
+        markdown_table,
+        ratio,
+        spread,
+        spread_cells,
+    )
+
+    rates: dict[str, list[float]] = {
+        "commit (writers alone)": [],
+        "streaming, commit -> Kafka": [],
+        "backlog drain -> Kafka": [],
+        "raw produce": [],
+    }
+    lags: list[float] = []
+    with Bench(stack) as bench, Progress("cdc", events * 3 * reps) as progress:
+        for rep in range(reps):
+            progress.update(f"cdc streaming ({rep + 1}/{reps})")
+            s = bench.streaming(events, writers, progress.advance)
+            rates["commit (writers alone)"].append(s["commit_rate"])
+            rates["streaming, commit -> Kafka"].append(s["kafka_rate"])
+            lags.append(s["lag_after_last_commit"])
+            progress.update(f"cdc backlog drain ({rep + 1}/{reps})")
+            drain, sample = bench.drain(events, progress.advance)
+            rates["backlog drain -> Kafka"].append(drain)
+            progress.update(f"cdc raw produce ({rep + 1}/{reps})")
+            rates["raw produce"].append(bench.produce(events, sample, progress.advance))
+        found = machine(bench.url)
+    raw = spread(rates["raw produce"])["median"]
+    rows = [
+        [name, *spread_cells(samples), ratio(spread(samples)["median"] / raw)]
+        for name, samples in rates.items()
+    ]
+    md = (
+        "### CDC: events/s from commit to Kafka\n\n"
+        f"{events:,} outbox events per measurement (about {sample[1]} bytes of value, "
+        f"{PARTITIONS} partitions), {reps} repetitions interleaved. Streaming: {writers} writers, "
+        "one event per transaction, rate from the first commit to the last event seen in Kafka "
+        "(the writers' own commit rate is the first row). Drain: the backlog committed while the "
+        "connector was paused, rate from resume to the last event in Kafka. Raw produce: "
+        "confluent-kafka to the same broker, acks=all. Ratio = median / raw produce. Median lag "
+        f"between the last commit and its event in Kafka while streaming: "
+        f"{statistics.median(lags):.2f} s.\n"
+        + describe(found)
+        + "\n"
+        + markdown_table(["path", "min events/s", "median", "max", "ratio"], rows)
+    )
+    data = {
+        "scenario": "cdc",
+        "params": {"events": events, "reps": reps, "writers": writers, "record_sizes": sample},
+        "machine": found,
+        "events_per_second": {k: spread(v) | {"samples": v} for k, v in rates.items()},
+        "streaming_lag_seconds": lags,
+        "plots": [
+            str(bar_plot(out / "cdc.png", "CDC events/s vs raw produce", rates, ylabel="events/s"))
+        ],
+    }
+    return data, md + "\n![CDC events/s](cdc.png)\n"
+
+
+# -- pipeline ---------------------------------------------------------------------------------
+def _durations(progress: list[Any]) -> dict[str, float]:
+    """Total milliseconds per micro-batch phase over batches that read input."""
+    totals: dict[str, float] = {}
+    for p in progress:
+        if p.numInputRows:
+            for phase, ms in p.durationMs.items():
+                totals[phase] = totals.get(phase, 0) + ms
+    return totals
+
+
+def pipeline(
+    stack: Stack, out: Path, *, events: int = 20_000, reps: int = 3, trigger: float = 0.5
+) -> tuple[dict[str, Any], str]:
+    from outboxkit.bench.inbox import bench_metadata, effects, record_effect
+    from outboxkit.bench.report import (
+        Progress,
+        bar_plot,
+        describe,
+        machine,
+        markdown_table,
+        ratio,
+        spread,
+        spread_cells,
+    )
+    from spark_consumers.job import Job
+    from spark_consumers.runner import start_job
+    from spark_consumers.session import build_session
+
+    rates: dict[str, list[float]] = {"Debezium drain alone": [], "outbox -> Spark inbox": []}
+    phases: dict[str, float] = {}
+    batches = 0
+    with Bench(stack) as bench, Progress("pipeline", 2 * events * reps + 1000) as progress:
+        assert bench.engine is not None
+        engine = bench.engine
+        bench_metadata.create_all(engine)
+        aggregate_type, topic = bench.new_topic("pipeline")
+        job = Job(
+            name="bench_pipeline",
+            topics=(topic,),
+            consumer=f"bench-{aggregate_type}",
+            handlers=record_effect,
+            database_url=bench.url,
+            bootstrap_servers=bench.bootstrap,
+        )
+
+        def applied() -> int:
+            with engine.connect() as conn:
+                return int(conn.execute(select(func.count()).select_from(effects)).scalar_one())
+
+        progress.update("pipeline: starting Spark")
+        session = build_session("outboxkit-bench")
+        with tempfile.TemporaryDirectory(prefix="outboxkit-bench-") as checkpoint:
+            query = start_job(session, job, checkpoint=Path(checkpoint), trigger_seconds=trigger)
+            try:
+                base = applied()
+                progress.update("pipeline: warm-up (1,000 events through Spark)")
+                bench.write(aggregate_type, 1000, per_transaction=100)
+                base = wait_applied(applied, base + 1000, query, progress.advance)
+                for rep in range(reps):
+                    progress.update(f"pipeline: Debezium drain alone ({rep + 1}/{reps})")
+                    rates["Debezium drain alone"].append(bench.drain(events, progress.advance)[0])
+                    progress.update(f"pipeline: outbox -> Spark inbox ({rep + 1}/{reps})")
+                    bench.backlog(aggregate_type, events)
+                    seen = len(query.recentProgress)
+                    resumed = time.perf_counter()
+                    stack.connect_client().resume(bench.connector)
+                    base = wait_applied(applied, base + events, query, progress.advance)
+                    rates["outbox -> Spark inbox"].append(events / (time.perf_counter() - resumed))
+                    recent = query.recentProgress[seen:] if seen < 100 else query.recentProgress
+                    batches += sum(1 for p in recent if p.numInputRows)
+                    for phase, ms in _durations(recent).items():
+                        phases[phase] = phases.get(phase, 0) + ms
+            finally:
+                query.stop()
+                session.stop()
+        with engine.begin() as conn:
+            conn.execute(effects.delete())
+        found = machine(bench.url)
+    drain = spread(rates["Debezium drain alone"])["median"]
+    rows = [
+        [name, *spread_cells(samples), ratio(spread(samples)["median"] / drain)]
+        for name, samples in rates.items()
+    ]
+    total = phases.get("triggerExecution", 0) or 1
+    phase_rows = [
+        [phase, f"{ms / 1000:.1f}", f"{100 * ms / total:.0f}%"]
+        for phase, ms in sorted(phases.items(), key=lambda kv: -kv[1])
+        if phase != "triggerExecution"
+    ]
+    md = (
+        "### Pipeline: outbox -> Debezium -> Kafka -> Spark -> inbox\n\n"
+        f"A backlog of {events:,} events (committed while the connector was paused) drained "
+        f"through the whole pipeline: rate from resume to the last business row committed by "
+        f"the inbox sink; next to the Debezium drain alone of the same backlog to a topic no "
+        f"query reads. {reps} repetitions interleaved, Spark local[2], trigger {trigger} s, "
+        "outboxkit_kafka source. Ratio = median / Debezium drain.\n"
+        + describe(found)
+        + "\n"
+        + markdown_table(["path", "min events/s", "median", "max", "ratio"], rows)
+        + f"\nWhere a micro-batch's time goes ({batches} batches with input, Spark's "
+        "durationMs; addBatch is the inbox sink on the executors):\n\n"
+        + markdown_table(["phase", "seconds", "share of trigger time"], phase_rows)
+    )
+    data = {
+        "scenario": "pipeline",
+        "params": {"events": events, "reps": reps, "trigger_seconds": trigger},
+        "machine": found,
+        "events_per_second": {k: spread(v) | {"samples": v} for k, v in rates.items()},
+        "micro_batch_ms": phases,
+        "batches": batches,
+        "plots": [
+            str(
+                bar_plot(
+                    out / "pipeline.png",
+                    "Pipeline events/s vs Debezium drain alone",
+                    rates,
+                    ylabel="events/s",
+                )
+            )
+        ],
+    }
+    return data, md + "\n![pipeline events/s](pipeline.png)\n"
+
+
+def wait_applied(
+    applied: Callable[[], int],
+    target: int,
+    query: Any,
+    advance: Callable[[int], None],
+    timeout: float = 600,
+) -> int:
+    """Poll the business table until it holds ``target`` rows; a failed query raises."""
+    deadline, last = time.monotonic() + timeout, applied()
+    while last < target:
+        if query.exception() is not None:
+            raise RuntimeError(f"the pipeline query failed: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"pipeline: {last}/{target} rows after {timeout:.0f}s")
+        time.sleep(0.05)
+        now = applied()
+        advance(now - last)
+        last = now
+    if last > target:
+        raise RuntimeError(f"pipeline: {last} rows for {target} events (applied twice?)")
+    return last
