@@ -2,6 +2,7 @@
 # The project's one entry point for set-up. Usage:
 #   ./dev.sh demo   install everything missing, then run the main job on the embedded stack
 #   ./dev.sh test   install everything missing, then run the test suite (CI runs this)
+#   ./dev.sh bench  install everything missing, then run the benchmarks (bench-results/)
 #   ./dev.sh setup  install only
 # Extra arguments after the verb go to the command (e.g. ./dev.sh test -m "not integration").
 set -euo pipefail
@@ -9,8 +10,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 verb="${1:-}"; shift || true
 case "$verb" in
-  demo|test|setup) ;;
-  *) echo "usage: ./dev.sh demo|test|setup [args...]" >&2; exit 2 ;;
+  demo|test|bench|setup) ;;
+  *) echo "usage: ./dev.sh demo|test|bench|setup [args...]" >&2; exit 2 ;;
 esac
 bash scripts/install-system.sh
 bash scripts/install-python.sh
@@ -18,5 +19,6 @@ bash scripts/install-python.sh
 case "$verb" in
   demo) exec .venv/bin/outboxkit demo "$@" ;;
   test) exec .venv/bin/python -m pytest "$@" ;;
+  bench) exec .venv/bin/outboxkit bench "$@" ;;
   setup) echo "set-up complete: .venv/bin/outboxkit is ready" ;;
 esac

@@ -75,24 +75,35 @@ def _consumer(options: dict[str, str]) -> Any:
     )
 
 
-def true_end(consumer: Any, topic: str, partition: int, start: int) -> int:
-    """The offset after the last record of the partition, found by reading the tail."""
+def true_ends(consumer: Any, starts: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+    """The offset after the last record of each partition, found by reading the tails.
+
+    The reported high watermark cannot be trusted on every broker (one under-reports it as the
+    base offset of the last batch + 1), so each partition is read from just before its reported
+    end until the fetches come back empty. All partitions are read at once: the wait for an
+    empty fetch is paid once per plan, not once per partition."""
     from confluent_kafka import TopicPartition
 
-    low, reported = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-    position = max(start, reported - 1, low, 0)
-    consumer.assign([TopicPartition(topic, partition, position)])
-    end = max(reported, start)
+    ends: dict[tuple[str, int], int] = {}
+    assignment = []
+    for (topic, partition), start in starts.items():
+        low, reported = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        ends[(topic, partition)] = max(reported, start)
+        assignment.append(TopicPartition(topic, partition, max(start, reported - 1, low, 0)))
+    if not assignment:
+        return ends
+    consumer.assign(assignment)
     idle_deadline = time.monotonic() + 0.3
-    hard_deadline = time.monotonic() + 2.0  # a busy partition never idles: take what we have
+    hard_deadline = time.monotonic() + 2.0  # busy partitions never idle: take what we have
     while time.monotonic() < min(idle_deadline, hard_deadline):
         messages = consumer.consume(num_messages=10_000, timeout=0.1)
         for message in messages:
             if message.error() is None:
-                end = max(end, message.offset() + 1)
+                key = (message.topic(), message.partition())
+                ends[key] = max(ends[key], message.offset() + 1)
         if messages:
             idle_deadline = time.monotonic() + 0.15
-    return int(end)
+    return ends
 
 
 class KafkaStreamReader(DataSourceStreamReader):
@@ -138,13 +149,14 @@ class KafkaStreamReader(DataSourceStreamReader):
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
         budget = None if isinstance(limit, ReadAllAvailable) else getattr(limit, "max_rows", None)
         latest: dict[str, int] = {}
-        ends = {}
-        for topic, partition in self._partitions():
-            begin = int(start.get(_key(topic, partition), self._starting(topic, partition)))
-            ends[_key(topic, partition)] = (
-                begin,
-                true_end(self._client(), topic, partition, begin),
+        begins = {
+            (topic, partition): int(
+                start.get(_key(topic, partition), self._starting(topic, partition))
             )
+            for topic, partition in self._partitions()
+        }
+        found = true_ends(self._client(), begins)
+        ends = {_key(t, p): (begin, found[(t, p)]) for (t, p), begin in begins.items()}
         share = None if budget is None or not ends else max(1, budget // len(ends))
         for key, (begin, end) in ends.items():
             latest[key] = end if share is None else min(end, begin + share)

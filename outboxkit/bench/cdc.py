@@ -311,8 +311,15 @@ def _durations(progress: list[Any]) -> dict[str, float]:
 
 
 def pipeline(
-    stack: Stack, out: Path, *, events: int = 20_000, reps: int = 3, trigger: float = 0.5
+    stack: Stack,
+    out: Path,
+    *,
+    events: int = 20_000,
+    reps: int = 3,
+    trigger: float = 0.5,
+    session: Any = None,
 ) -> tuple[dict[str, Any], str]:
+    """Measure the pipeline; in ``session`` when given (left running), else in its own."""
     from outboxkit.bench.inbox import bench_metadata, effects, record_effect
     from outboxkit.bench.report import (
         Progress,
@@ -331,6 +338,7 @@ def pipeline(
     rates: dict[str, list[float]] = {"Debezium drain alone": [], "outbox -> Spark inbox": []}
     phases: dict[str, float] = {}
     batches = 0
+    warm_batch = -1
     with Bench(stack) as bench, Progress("pipeline", 2 * events * reps + 1000) as progress:
         assert bench.engine is not None
         engine = bench.engine
@@ -350,7 +358,8 @@ def pipeline(
                 return int(conn.execute(select(func.count()).select_from(effects)).scalar_one())
 
         progress.update("pipeline: starting Spark")
-        session = build_session("outboxkit-bench")
+        own_session = session is None
+        session = session or build_session("outboxkit-bench")
         with tempfile.TemporaryDirectory(prefix="outboxkit-bench-") as checkpoint:
             query = start_job(session, job, checkpoint=Path(checkpoint), trigger_seconds=trigger)
             try:
@@ -358,23 +367,27 @@ def pipeline(
                 progress.update("pipeline: warm-up (1,000 events through Spark)")
                 bench.write(aggregate_type, 1000, per_transaction=100)
                 base = wait_applied(applied, base + 1000, query, progress.advance)
+                time.sleep(2 * trigger + 1)  # the warm-up's last batch reports its progress
+                warm_batch = max(p.batchId for p in query.recentProgress)
                 for rep in range(reps):
                     progress.update(f"pipeline: Debezium drain alone ({rep + 1}/{reps})")
                     rates["Debezium drain alone"].append(bench.drain(events, progress.advance)[0])
                     progress.update(f"pipeline: outbox -> Spark inbox ({rep + 1}/{reps})")
                     bench.backlog(aggregate_type, events)
-                    seen = len(query.recentProgress)
                     resumed = time.perf_counter()
                     stack.connect_client().resume(bench.connector)
                     base = wait_applied(applied, base + events, query, progress.advance)
                     rates["outbox -> Spark inbox"].append(events / (time.perf_counter() - resumed))
-                    recent = query.recentProgress[seen:] if seen < 100 else query.recentProgress
-                    batches += sum(1 for p in recent if p.numInputRows)
-                    for phase, ms in _durations(recent).items():
-                        phases[phase] = phases.get(phase, 0) + ms
+                time.sleep(2 * trigger + 1)  # the last batch reports its progress
+                # Batches after the warm-up read only the measured backlogs (the drain-alone
+                # topics are not subscribed); Spark keeps the last 100 progress reports.
+                measured = [p for p in query.recentProgress if p.batchId > warm_batch]
+                batches = sum(1 for p in measured if p.numInputRows)
+                phases = _durations(measured)
             finally:
                 query.stop()
-                session.stop()
+                if own_session:
+                    session.stop()
         with engine.begin() as conn:
             conn.execute(effects.delete())
         found = machine(bench.url)

@@ -80,7 +80,7 @@ def _run_scenarios(
             data, markdown = cdc.pipeline(stack, out, events=args.events, reps=reps)
         else:
             data, markdown = saga.run(
-                stack, out, orders=args.orders, reps=reps, rate=args.rate, duration=args.duration
+                stack, out, orders=args.orders, reps=reps, rates=args.rates, duration=args.duration
             )
         console.print(Markdown(markdown))
         for path in report.write(out, scenario, data, markdown):
@@ -117,7 +117,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="comma-separated event counts at which to report the inbox dedup-state size",
     )
     bench.add_argument("--orders", type=int, default=300, help="orders per saturation run")
-    bench.add_argument("--rate", type=float, default=50.0, help="saga fixed rate, orders/s")
+    bench.add_argument(
+        "--rates",
+        type=lambda s: tuple(float(x) for x in s.split(",")),
+        default=(10.0, 50.0),
+        help="comma-separated fixed saga rates, orders/s",
+    )
     bench.add_argument("--duration", type=float, default=20.0, help="saga fixed-rate seconds")
     bench.add_argument("--keep-stack", action="store_true", help="leave a stack it started up")
     bench.set_defaults(run=run)
