@@ -10,8 +10,8 @@ from sqlalchemy import create_engine, make_url, text
 
 from outboxkit.settings import Settings
 
-SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga")
-DATABASE_ONLY = ("outbox", "inbox")  # need Postgres alone; the others need the whole stack
+SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga", "profile")
+DATABASE_ONLY = ("outbox", "inbox", "profile")  # Postgres alone; the rest: the stack
 BENCH_DATABASE = "outboxkit_bench"
 
 
@@ -60,7 +60,7 @@ def _run_scenarios(
 ) -> int:
     from rich.markdown import Markdown
 
-    from outboxkit.bench import cdc, inbox, report, saga, writes
+    from outboxkit.bench import cdc, inbox, profile, report, saga, writes
 
     out = Path(args.out)
     reps = args.reps
@@ -73,6 +73,10 @@ def _run_scenarios(
         elif scenario == "inbox":
             data, markdown = inbox.run(
                 fresh_database(server), out, events=args.events, reps=reps, checkpoints=args.sizes
+            )
+        elif scenario == "profile":
+            data, markdown = profile.run(
+                fresh_database(server), out, events=args.events, transactions=args.transactions
             )
         elif scenario == "cdc":
             data, markdown = cdc.cdc(stack, out, events=args.events, reps=reps)
@@ -96,7 +100,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="benchmarks: figures and ratios printed and written (JSON, markdown, PNG)",
         description="Scenarios: outbox (write overhead), cdc (commit -> Kafka vs raw produce), "
         "inbox (sink rows/s and dedup-state size), pipeline (outbox -> Spark inbox vs Debezium "
-        "drain), saga (orders/s at saturation, latency at a fixed rate). Default: all.",
+        "drain), saga (orders/s at saturation, latency at fixed rates), profile (where the inbox "
+        "sink's time goes). Default: all.",
     )
     bench.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=", ".join(SCENARIOS))
     bench.add_argument(

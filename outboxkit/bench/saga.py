@@ -13,6 +13,7 @@ whose invariants fail raises instead of reporting figures.
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +27,41 @@ def steady_rate(placed: list[Any], latencies: list[float]) -> float:
     finished = sorted(p.posted_at + lat for p, lat in zip(placed, latencies, strict=True))
     lo, hi = int(0.1 * len(finished)), int(0.9 * len(finished))
     return float((hi - lo) / (finished[hi] - finished[lo]))
+
+
+HOPS = (
+    "1: OrderPlaced -> payments applies it",
+    "2: PaymentCaptured -> shipping applies it",
+    "3: ShipmentScheduled -> orders applies it",
+)
+
+
+def hop_seconds(saga: Any, order_ids: list[str]) -> dict[str, list[float]]:
+    """Per hop, seconds between the transaction that published an event and the one that applied
+    it, for SHIPPED orders: orders.created_at -> payments.created_at -> shipments.created_at ->
+    orders.final_at (each hop: Debezium, Kafka, a Spark micro-batch, the inbox transaction)."""
+    from sqlalchemy import select
+
+    from saga import orders, payments, rules, shipping
+
+    def times(service: str, table: Any, column: str, *where: Any) -> dict[str, Any]:
+        with saga.engines[service].connect() as conn:
+            key = table.c.order_id if "order_id" in table.c else table.c.id
+            rows = conn.execute(select(key, table.c[column]).where(key.in_(order_ids), *where))
+            return {r[0]: r[1] for r in rows}
+
+    placed = times("orders", orders.orders, "created_at", orders.orders.c.status == rules.SHIPPED)
+    final = times("orders", orders.orders, "final_at", orders.orders.c.status == rules.SHIPPED)
+    paid = times("payments", payments.payments, "created_at")
+    shipped = times("shipping", shipping.shipments, "created_at")
+    hops: dict[str, list[float]] = {hop: [] for hop in HOPS}
+    for order_id in placed:
+        chain = [placed[order_id], paid.get(order_id), shipped.get(order_id), final[order_id]]
+        if None in chain:
+            continue
+        for hop, (a, b) in zip(HOPS, itertools.pairwise(chain), strict=True):
+            hops[hop].append((b - a).total_seconds())
+    return hops
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
@@ -72,20 +108,22 @@ def run(
                 saga.warm_up()
                 progress.advance(1)
 
-                def settle(placed: list[Placed]) -> Report:
+                def settle(placed: list[Placed], timeout: float = 900) -> Report:
                     """Wait until every placed order is final; check the invariants."""
-                    target = saga.final_count() + len(saga.not_final(placed))
-                    base, shown = target - len(placed), 0
-
-                    def show(final: int) -> None:
-                        nonlocal shown
-                        progress.advance(final - base - shown)
-                        shown = final - base
-
-                    saga.wait_final(target, timeout=900, progress=show)
+                    deadline, shown = time.monotonic() + timeout, 0
+                    while True:
+                        done = len(placed) - len(saga.not_final(placed))
+                        progress.advance(done - shown)
+                        shown = done
+                        if done == len(placed) or time.monotonic() > deadline:
+                            break
+                        time.sleep(0.5)
                     report = saga.report(placed)
                     if not report.ok:
-                        raise RuntimeError(f"saga invariants failed: {report}")
+                        raise RuntimeError(
+                            f"saga invariants failed: {report.by_status}, duplicates "
+                            f"{report.duplicates}, violations {report.violations}"
+                        )
                     return report
 
                 for rep in range(reps):
@@ -101,7 +139,9 @@ def run(
                     )
                     achieved = count / (time.monotonic() - began)
                     latencies = settle(placed).latencies
+                    hops = hop_seconds(saga, [p.order_id for p in placed])
                     fixed[rate] = {
+                        "hops_p50": {h: percentiles(v)["p50"] for h, v in hops.items() if v},
                         "orders": count,
                         "achieved_rate": achieved,
                         **percentiles(latencies),
@@ -137,6 +177,18 @@ def run(
                     "above saturation: queueing" if rate > saturation else "below saturation",
                 ]
                 for rate, f in fixed.items()
+            ],
+        )
+    )
+    md += (
+        "\nWhere an order's time goes: median seconds per hop of SHIPPED orders, from the "
+        "transaction that published the event to the one that applied it (Debezium, Kafka, a "
+        "Spark micro-batch, the inbox transaction).\n\n"
+        + markdown_table(
+            ["hop", *(f"p50 at {rate:g}/s" for rate in fixed)],
+            [
+                [hop, *(f"{f['hops_p50'].get(hop, float('nan')):.2f}" for f in fixed.values())]
+                for hop in HOPS
             ],
         )
     )

@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from devstack.stack import Stack
-from outboxkit.bench import cdc, inbox, writes
+from outboxkit.bench import cdc, inbox, profile, writes
 from outboxkit.bench.cli import fresh_database
 from spark_consumers.kafka_source import _consumer, true_ends
 
@@ -59,6 +59,12 @@ def test_outbox_and_inbox_benchmarks_measure_every_variant(stack: Stack, tmp_pat
     assert sizes["inbox"][2000]["rows"] == 2000 + inbox.PARTITIONS
     assert sizes["watermark"][2000]["rows"] == inbox.PARTITIONS
     assert set(data["rows_per_second"]) == set(inbox.VARIANTS)
+
+    data, markdown = profile.run(url, tmp_path, events=400, transactions=50)
+    sink, write = data["inbox_sink_seconds"], data["outbox_write_seconds"]
+    assert 0 < sink["cpu (profiled)"] <= sink["wall (profiled)"] * 1.05
+    assert write["SQLAlchemy (statements, ORM session)"] > 0
+    assert "s waiting (" in markdown and "| SQLAlchemy (statements, ORM session) |" in markdown
 
 
 def test_cdc_benchmark_sees_every_event(stack: Stack, tmp_path: Path) -> None:
