@@ -49,7 +49,7 @@ def run_demo(
         ) as progress:
             task = progress.add_task("orders in a final state", total=len(placed))
             saga.wait_final(
-                len(placed), timeout=900, progress=lambda n: progress.update(task, completed=n)
+                placed, timeout=900, progress=lambda n: progress.update(task, completed=n)
             )
         report = saga.report(placed, warm=[warm])
         _print_report(console, report)

@@ -36,6 +36,14 @@ SKUS = {"widget": 10_000, "gadget": 10_000, "gizmo": 25}  # gizmo runs out: stoc
 PARTITIONS = 4
 
 
+def percentile(samples: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``samples`` by rank; NaN when there are none."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 @dataclass
 class Placed:
     order_id: str
@@ -67,10 +75,7 @@ class Report:
         )
 
     def percentile(self, q: float) -> float:
-        if not self.latencies:
-            return float("nan")
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        return percentile(self.latencies, q)
 
 
 @dataclass
@@ -244,9 +249,8 @@ class Saga:
     def warm_up(self, timeout: float = 300) -> Placed:
         """One order through the whole saga, so latencies measured next exclude cold starts
         (JVM, Spark session, Python workers, first connector polls)."""
-        target = self.final_count() + 1
         placed = self.place_orders(1, seed=0, retry_share=0.0)[0]
-        if self.wait_final(target, timeout=timeout) < target:
+        if self.wait_final([placed], timeout=timeout):
             raise RuntimeError(f"the warm-up order did not finish:\n{self.logs_tail()}")
         return placed
 
@@ -263,27 +267,23 @@ class Saga:
             )
         return [i for i in ids if i not in final]
 
-    def final_count(self) -> int:
-        with self.engines["orders"].connect() as conn:
-            return int(
-                conn.execute(
-                    select(func.count()).where(orders.orders.c.status.in_(rules.FINAL))
-                ).scalar_one()
-            )
-
     def wait_final(
-        self, total: int, *, timeout: float = 600, progress: Callable[[int], None] | None = None
-    ) -> int:
+        self,
+        placed: list[Placed],
+        *,
+        timeout: float = 600,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[str]:
+        """Wait until every one of ``placed`` is in a final state; ``progress`` gets how many
+        are. Returns the ids still not final when ``timeout`` ran out (empty: all final)."""
         deadline = time.monotonic() + timeout
-        done = self.final_count()
-        while done < total and time.monotonic() < deadline:
+        while True:
+            pending = self.not_final(placed)
             if progress:
-                progress(done)
+                progress(len(placed) - len(pending))
+            if not pending or time.monotonic() >= deadline:
+                return pending
             time.sleep(0.5)
-            done = self.final_count()
-        if progress:
-            progress(done)
-        return done
 
     # -- checks ----------------------------------------------------------------------------
     def report(self, placed: list[Placed], *, warm: list[Placed] | None = None) -> Report:

@@ -38,6 +38,15 @@ from sqlalchemy.orm import Session
 from cdc.config import topic_for
 from devstack.stack import Stack
 from outbox.publish import Outbox
+from outboxkit.bench.report import (
+    Progress,
+    bar_plot,
+    describe,
+    machine,
+    markdown_table,
+    ratio_rows,
+    spread,
+)
 
 PARTITIONS = 4
 DATABASE = "outboxkit_bench_cdc"
@@ -236,17 +245,6 @@ class Bench:
 def cdc(
     stack: Stack, out: Path, *, events: int = 20_000, reps: int = 3, writers: int = 4
 ) -> tuple[dict[str, Any], str]:
-    from outboxkit.bench.report import (
-        Progress,
-        bar_plot,
-        describe,
-        machine,
-        markdown_table,
-        ratio,
-        spread,
-        spread_cells,
-    )
-
     rates: dict[str, list[float]] = {
         "commit (writers alone)": [],
         "streaming, commit -> Kafka": [],
@@ -267,11 +265,7 @@ def cdc(
             progress.update(f"cdc raw produce ({rep + 1}/{reps})")
             rates["raw produce"].append(bench.produce(events, sample, progress.advance))
         found = machine(bench.url)
-    raw = spread(rates["raw produce"])["median"]
-    rows = [
-        [name, *spread_cells(samples), ratio(spread(samples)["median"] / raw)]
-        for name, samples in rates.items()
-    ]
+    rows = ratio_rows(rates, "raw produce")
     md = (
         "### CDC: events/s from commit to Kafka\n\n"
         f"{events:,} outbox events per measurement (about {sample[1]} bytes of value, "
@@ -321,16 +315,6 @@ def pipeline(
 ) -> tuple[dict[str, Any], str]:
     """Measure the pipeline; in ``session`` when given (left running), else in its own."""
     from outboxkit.bench.inbox import bench_metadata, effects, record_effect
-    from outboxkit.bench.report import (
-        Progress,
-        bar_plot,
-        describe,
-        machine,
-        markdown_table,
-        ratio,
-        spread,
-        spread_cells,
-    )
     from spark_consumers.job import Job
     from spark_consumers.runner import start_job
     from spark_consumers.session import build_session
@@ -391,11 +375,7 @@ def pipeline(
         with engine.begin() as conn:
             conn.execute(effects.delete())
         found = machine(bench.url)
-    drain = spread(rates["Debezium drain alone"])["median"]
-    rows = [
-        [name, *spread_cells(samples), ratio(spread(samples)["median"] / drain)]
-        for name, samples in rates.items()
-    ]
+    rows = ratio_rows(rates, "Debezium drain alone")
     total = phases.get("triggerExecution", 0) or 1
     phase_rows = [
         [phase, f"{ms / 1000:.1f}", f"{100 * ms / total:.0f}%"]

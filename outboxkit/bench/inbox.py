@@ -42,6 +42,15 @@ from inbox.apply import Handler, Inbox
 from inbox.tables import watermarks
 from outbox.envelope import Envelope
 from outbox.record import KafkaRecord, decode
+from outboxkit.bench.report import (
+    Progress,
+    bar_plot,
+    describe,
+    machine,
+    markdown_table,
+    ratio_rows,
+    spread,
+)
 
 TOPIC = "outbox.event.bench"
 PARTITIONS = 4
@@ -278,21 +287,7 @@ def summarise(
     found: dict[str, Any],
 ) -> tuple[dict[str, Any], str]:
     """JSON-ready figures and the markdown report."""
-    from outboxkit.bench.report import describe, markdown_table, spread
-
-    base = spread(throughput["unguarded"])["median"]
-    rows = []
-    for variant, samples in throughput.items():
-        s = spread(samples)
-        rows.append(
-            [
-                variant,
-                f"{s['min']:,.0f}",
-                f"{s['median']:,.0f}",
-                f"{s['max']:,.0f}",
-                f"{s['median'] / base:.2f}",
-            ]
-        )
+    rows = ratio_rows(throughput, "unguarded")
     md = [
         "### Inbox sink: rows/s into Postgres\n",
         f"{params['events']:,} events over {PARTITIONS} partitions, {params['batch']} records per "
@@ -339,8 +334,6 @@ def run(
     checkpoints: Sequence[int] = (10_000, 100_000, 1_000_000),
 ) -> tuple[dict[str, Any], str]:
     """Measure every variant ``reps`` times (interleaved), then grow the dedup state."""
-    from outboxkit.bench.report import Progress, bar_plot, machine
-
     engine = prepare_database(url)
     throughput: dict[str, list[float]] = {v: [] for v in VARIANTS}
     sizes: dict[str, dict[int, dict[str, int]]] = {}

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from outboxkit.bench.report import describe, machine, markdown_table
+
 # Ordered: the first pattern found in a function's file (or name) decides its group.
 # psycopg waits for the server inside compiled code that cProfile cannot see: that time lands in
 # the psycopg functions that call it, so the wall-minus-CPU split below tells the waiting apart.
@@ -97,7 +99,6 @@ def profile_writes(url: str, transactions: int = 2000) -> dict[str, float]:
 
 
 def _table(totals: dict[str, float]) -> str:
-    from outboxkit.bench.report import markdown_table
 
     groups = {k: v for k, v in totals.items() if not k.endswith("(profiled)")}
     profiled = sum(groups.values())
@@ -116,8 +117,6 @@ def _table(totals: dict[str, float]) -> str:
 def run(
     url: str, out: Path, *, events: int = 20_000, transactions: int = 2000
 ) -> tuple[dict[str, Any], str]:
-    from outboxkit.bench.report import describe, machine
-
     sink = profile_sink(url, events)
     write = profile_writes(url, transactions)
     wall_sink, wall_write = sink["wall (profiled)"], write["wall (profiled)"]

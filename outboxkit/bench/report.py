@@ -75,6 +75,15 @@ def ratio(value: float) -> str:
     return f"{value:.2f}" if value >= 0.1 else f"{value:.3f}"
 
 
+def ratio_rows(series: Mapping[str, Sequence[float]], base: str) -> list[list[str]]:
+    """Table rows: each series' name, min, median, max, and median / the ``base`` median."""
+    reference = spread(series[base])["median"]
+    return [
+        [name, *spread_cells(samples), ratio(spread(samples)["median"] / reference)]
+        for name, samples in series.items()
+    ]
+
+
 def write(folder: Path, name: str, data: dict[str, Any], markdown: str) -> list[Path]:
     """Write ``name``.json and ``name``.md into ``folder``; returns the paths."""
     folder.mkdir(parents=True, exist_ok=True)

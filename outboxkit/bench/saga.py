@@ -20,6 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from devstack.stack import Stack
+from outboxkit.bench.report import (
+    Progress,
+    bar_plot,
+    describe,
+    histogram_plot,
+    machine,
+    markdown_table,
+    spread,
+    spread_cells,
+)
+from saga.run import Placed, Report, Saga, percentile
 
 
 def steady_rate(placed: list[Any], latencies: list[float]) -> float:
@@ -65,9 +76,8 @@ def hop_seconds(saga: Any, order_ids: list[str]) -> dict[str, list[float]]:
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
-    ordered = sorted(samples)
     return {
-        name: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        name: percentile(samples, q)
         for name, q in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99), ("max", 1.0))
     }
 
@@ -82,18 +92,6 @@ def run(
     duration: float = 20.0,
     trigger: float = 0.5,
 ) -> tuple[dict[str, Any], str]:
-    from outboxkit.bench.report import (
-        Progress,
-        bar_plot,
-        describe,
-        histogram_plot,
-        machine,
-        markdown_table,
-        spread,
-        spread_cells,
-    )
-    from saga.run import Placed, Report, Saga
-
     throughput: list[float] = []
     fixed: dict[float, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="outboxkit-bench-saga-") as workdir:
@@ -108,16 +106,16 @@ def run(
                 saga.warm_up()
                 progress.advance(1)
 
-                def settle(placed: list[Placed], timeout: float = 900) -> Report:
+                def settle(placed: list[Placed]) -> Report:
                     """Wait until every placed order is final; check the invariants."""
-                    deadline, shown = time.monotonic() + timeout, 0
-                    while True:
-                        done = len(placed) - len(saga.not_final(placed))
-                        progress.advance(done - shown)
-                        shown = done
-                        if done == len(placed) or time.monotonic() > deadline:
-                            break
-                        time.sleep(0.5)
+                    shown = 0
+
+                    def show(final: int) -> None:
+                        nonlocal shown
+                        progress.advance(final - shown)
+                        shown = final
+
+                    saga.wait_final(placed, timeout=900, progress=show)
                     report = saga.report(placed)
                     if not report.ok:
                         raise RuntimeError(

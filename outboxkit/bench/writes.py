@@ -37,6 +37,16 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from outbox.publish import Outbox
+from outboxkit.bench.report import (
+    Progress,
+    bar_plot,
+    describe,
+    machine,
+    markdown_table,
+    ratio,
+    spread,
+    spread_cells,
+)
 
 metadata = MetaData()
 orders = Table(
@@ -115,8 +125,6 @@ def reset(engine: Engine) -> None:
 def summarise(
     rates: dict[str, list[float]], params: dict[str, Any], found: dict[str, Any]
 ) -> tuple[dict[str, Any], str]:
-    from outboxkit.bench.report import describe, markdown_table, ratio, spread, spread_cells
-
     rows = []
     for writers in params["writers"]:
         base = spread(rates[f"{writers} / no outbox"])["median"]
@@ -154,7 +162,6 @@ def run(
     writers: Sequence[int] = WRITERS,
 ) -> tuple[dict[str, Any], str]:
     from migrations.runner import upgrade
-    from outboxkit.bench.report import Progress, bar_plot, machine
 
     upgrade(url)
     engine = create_engine(url, pool_size=max(writers), max_overflow=0)

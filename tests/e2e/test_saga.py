@@ -27,10 +27,7 @@ def assert_consistent(saga: Saga, placed, warm=None) -> None:
 
 
 def wait_all_final(saga: Saga, placed, timeout: float = 600) -> None:
-    deadline = time.monotonic() + timeout
-    while saga.not_final(placed) and time.monotonic() < deadline:
-        time.sleep(1)
-    pending = saga.not_final(placed)
+    pending = saga.wait_final(placed, timeout=timeout)
     assert not pending, f"{len(pending)}/{len(placed)} orders not final:\n{saga.logs_tail()}"
 
 
