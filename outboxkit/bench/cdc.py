@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -162,14 +163,12 @@ class Bench:
         """Commit ``n`` outbox events; returns the time the last commit returned."""
         assert self.engine is not None
         engine, outbox = self.engine, Outbox()
-        share = n // writers
 
         def work(w: int) -> None:
-            done = 0
-            while done < share:
+            ks = range(w * n // writers, (w + 1) * n // writers)  # every k in 0..n-1 once
+            for first in range(0, len(ks), per_transaction):
                 with Session(engine) as session, session.begin():
-                    for i in range(done, min(share, done + per_transaction)):
-                        k = w * share + i
+                    for k in ks[first : first + per_transaction]:
                         outbox.publish(
                             session,
                             aggregate_type=aggregate_type,
@@ -177,13 +176,9 @@ class Bench:
                             event_type="Tick",
                             payload={"n": k, "pad": PAYLOAD_PAD},
                         )
-                done = min(share, done + per_transaction)
 
-        threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        with ThreadPoolExecutor(writers) as pool:
+            list(pool.map(work, range(writers)))  # re-raises a writer's error here
         return time.perf_counter()
 
     # -- measurements -----------------------------------------------------------------------
