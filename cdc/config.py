@@ -50,6 +50,9 @@ class ConnectorSettings:
     # it infers a schema per record and falls back to a JSON *string* when it cannot, e.g. for an
     # array mixing numbers and objects, so consumers would see two shapes for one event type.
     payload_encoding: str = "text"
+    # KIP-618 on a worker with exactly.once.source.support=enabled: records and source offsets
+    # commit in one Kafka transaction per poll. Registration fails on a worker without it.
+    exactly_once: bool = True
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -131,6 +134,9 @@ def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
                 "transforms.outbox.table.json.payload.null.behavior": "optional_bytes",
             }
         )
+    if settings.exactly_once:
+        config["exactly.once.support"] = "required"
+        config["transaction.boundary"] = "poll"
     if settings.heartbeat_interval_ms:
         config["heartbeat.interval.ms"] = str(settings.heartbeat_interval_ms)
         if settings.heartbeat_table:

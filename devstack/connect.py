@@ -22,7 +22,9 @@ logger.reflections.level = ERROR
 """
 
 
-def worker_properties(bootstrap: str, rest_port: int, group: str = "outboxkit-connect") -> str:
+def worker_properties(
+    bootstrap: str, rest_port: int, *, exactly_once: bool, group: str = "outboxkit-connect"
+) -> str:
     """Worker config tuned for one small local worker on a single-node broker."""
     settings = {
         "bootstrap.servers": bootstrap,
@@ -53,17 +55,30 @@ def worker_properties(bootstrap: str, rest_port: int, group: str = "outboxkit-co
         "admin.enable.metrics.push": "false",
         # Outbox payloads may approach 1 MB.
         "producer.max.request.size": "2097152",
+        # KIP-618: each source task's records and its source offsets commit in one Kafka
+        # transaction, so a worker crash re-sends nothing a read_committed consumer can see.
+        "exactly.once.source.support": "enabled" if exactly_once else "disabled",
     }
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
 
 def start_worker(
-    java: Path, libs: Path, bootstrap: str, rest_port: int, workdir: Path, log: Path
+    java: Path,
+    libs: Path,
+    bootstrap: str,
+    rest_port: int,
+    workdir: Path,
+    log: Path,
+    *,
+    exactly_once: bool = True,
+    group: str = "outboxkit-connect",
 ) -> int:
     """Start the worker and wait until its REST API answers; return its PID."""
     workdir.mkdir(parents=True, exist_ok=True)
     props = workdir / "worker.properties"
-    props.write_text(worker_properties(bootstrap, rest_port))
+    props.write_text(
+        worker_properties(bootstrap, rest_port, exactly_once=exactly_once, group=group)
+    )
     log4j = workdir / "log4j2.properties"
     log4j.write_text(LOG4J2)
     argv = [

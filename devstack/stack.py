@@ -1,4 +1,4 @@
-"""The local stack: Postgres, a Kafka-API broker, Kafka Connect + Debezium; embedded or external."""
+"""The local stack: Postgres, Apache Kafka, Kafka Connect + Debezium; embedded or external."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from cdc.connect import ConnectClient, ConnectError
 from cdc.preflight import drop_slot, slot_lag
 from devstack import artifacts, broker, connect, postgres
 from devstack.processes import StackError, alive, free_port, port_open, stop
+from devstack.settings import StackSettings
 from migrations import runner
-from outboxkit.settings import Settings
 
 EMBEDDED, EXTERNAL = "embedded", "external"
 
@@ -32,6 +32,8 @@ class Component:
     endpoint: str = ""
     pid: int | None = None
     port: int | None = None
+    # A second port the component keeps across restarts (the broker's KRaft controller).
+    extra_port: int | None = None
 
 
 @dataclass
@@ -69,7 +71,7 @@ class StackState:
 class Stack:
     """Bring the stack up, report its status, and take it down, by settings."""
 
-    def __init__(self, settings: Settings, *, echo: Any = print) -> None:
+    def __init__(self, settings: StackSettings, *, echo: Any = print) -> None:
         self.settings = settings
         self.dir = settings.stack_dir.resolve()
         self.logs = self.dir / "logs"
@@ -156,9 +158,20 @@ class Stack:
         old = previous.broker if previous else None
         if old and old.mode == EMBEDDED and alive(old.pid) and old.port and port_open(old.port):
             return old, False
-        port = free_port()
-        pid = broker.start_broker(found.tansu, port, self.logs / "broker.log")
-        return Component(EMBEDDED, f"127.0.0.1:{port}", pid, port), True
+        # Kept data keeps its ports: the log's metadata names the controller's address.
+        port = old.port if old and old.port and not port_open(old.port) else free_port()
+        controller = (
+            old.extra_port if old and old.extra_port and not port_open(old.extra_port) else None
+        ) or free_port()
+        pid = broker.start_broker(
+            found.java,
+            found.broker_libs,
+            self.dir / "kafka",
+            port,
+            controller,
+            self.logs / "broker.log",
+        )
+        return Component(EMBEDDED, f"127.0.0.1:{port}", pid, port, controller), True
 
     def _connect(
         self,
@@ -174,8 +187,9 @@ class Stack:
         if old and old.mode == EMBEDDED and alive(old.pid):
             if not broker_restarted and ConnectClient(old.endpoint, timeout=5).alive():
                 return old
-            stop(old.pid)  # its broker is gone (in-memory storage): start a fresh worker
-        port = free_port()
+            stop(old.pid)  # its broker restarted: a fresh worker rejoins cleanly
+        # A restarted worker keeps its REST port, so clients holding the URL keep working.
+        port = old.port if old and old.port and not port_open(old.port) else free_port()
         pid = connect.start_worker(
             found.java,
             found.connect_libs,
@@ -183,6 +197,8 @@ class Stack:
             port,
             self.dir / "connect",
             self.logs / "connect.log",
+            exactly_once=self.settings.connect_exactly_once,
+            group=f"{self.settings.connector_name}-connect",
         )
         return Component(EMBEDDED, f"http://127.0.0.1:{port}", pid, port)
 
@@ -202,6 +218,7 @@ class Stack:
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
             topic_prefix=self.settings.topic_prefix,
             payload_encoding=self.settings.payload_encoding,
+            exactly_once=self.settings.connect_exactly_once,
         )
 
     def _register(self, state: StackState, cs: ConnectorSettings | None = None) -> None:
@@ -265,6 +282,8 @@ class Stack:
             comp: Component = getattr(state, name)
             running = alive(comp.pid) if comp.mode == EMBEDDED else None
             report[name] = {**asdict(comp), "running": running}
+        report["broker"]["product"] = self._broker_product(state)
+        report["connect"]["product"] = self._connect_product(state)
         report["database_url"] = state.postgres.endpoint
         report["bootstrap_servers"] = state.broker.endpoint
         report["connect_url"] = state.connect.endpoint
@@ -280,6 +299,28 @@ class Stack:
             report[n]["running"] is not False for n in ("postgres", "broker", "connect")
         )
         return report
+
+    def _broker_product(self, state: StackState) -> dict[str, Any]:
+        """What the broker is: Apache Kafka, with its version when this stack runs it."""
+        version = (
+            "external"
+            if state.broker.mode == EXTERNAL
+            else artifacts.running_version(self.settings.cache_dir, "broker")
+        )
+        return {"name": "Apache Kafka", "version": version}
+
+    def _connect_product(self, state: StackState) -> dict[str, Any]:
+        """Connect's version (from its REST API) and whether it runs exactly-once source."""
+        try:
+            version = ConnectClient(state.connect.endpoint, timeout=5).version()
+        except ConnectError as exc:
+            version = f"unreachable: {exc}"
+        return {
+            "name": "Apache Kafka Connect",
+            "version": version,
+            "exactly_once_source": self.settings.connect_exactly_once,
+            "debezium": artifacts.running_version(self.settings.cache_dir, "connect"),
+        }
 
     def _slot_report(self, state: StackState) -> dict[str, Any]:
         slots: dict[str, Any] = {}
@@ -315,12 +356,14 @@ class Stack:
         self._drop_replication(state)
         if state.broker.mode == EMBEDDED and stop(state.broker.pid):
             self.echo(f"broker     stopped (pid {state.broker.pid})")
-        if state.postgres.mode == EMBEDDED:
-            # SIGINT is Postgres's "fast" shutdown: disconnect clients, checkpoint, exit.
-            if stop(state.postgres.pid, sig=signal.SIGINT, timeout=30):
-                self.echo(f"postgres   stopped (pid {state.postgres.pid})")
-            if not keep_data:
-                shutil.rmtree(self.dir / "pgdata", ignore_errors=True)
+        # SIGINT is Postgres's "fast" shutdown: disconnect clients, checkpoint, exit.
+        if state.postgres.mode == EMBEDDED and stop(
+            state.postgres.pid, sig=signal.SIGINT, timeout=30
+        ):
+            self.echo(f"postgres   stopped (pid {state.postgres.pid})")
+        if not keep_data:
+            shutil.rmtree(self.dir / "pgdata", ignore_errors=True)
+            shutil.rmtree(self.dir / "kafka", ignore_errors=True)
         self.state_file.unlink(missing_ok=True)
 
     def _drop_replication(self, state: StackState) -> None:

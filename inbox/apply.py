@@ -43,6 +43,8 @@ class Inbox:
     engine: Engine
     consumer: str
     handlers: Mapping[str, Handler] | Handler
+    # Offsets of applied event ids kept per partition against re-sent events (at-least-once
+    # producers); 0 keeps none: the watermark alone, exact for exactly-once topics.
     window: int = DEFAULT_WINDOW
     max_attempts: int = 3
     # One savepoint around the batch, falling back to one per record when a handler fails.
@@ -61,7 +63,9 @@ class Inbox:
     def remember(
         self, session: Session, topic: str, partition: int, event_id: str, offset: int
     ) -> None:
-        """Record an applied event id in the partition's dedup window."""
+        """Record an applied event id in the partition's dedup window (none when it is 0)."""
+        if not self.window:
+            return
         session.execute(
             insert(recent_ids).values(
                 consumer=self.consumer,
@@ -110,12 +114,13 @@ class Inbox:
                 .where(*self.match(watermarks, topic, partition))
                 .values(offset=result.watermark, updated_at=func.now())
             )
-            floor = prune_floor(result.watermark, self.window)
-            session.execute(
-                delete(recent_ids).where(
-                    *self.match(recent_ids, topic, partition), recent_ids.c.offset < floor
+            if self.window:
+                floor = prune_floor(result.watermark, self.window)
+                session.execute(
+                    delete(recent_ids).where(
+                        *self.match(recent_ids, topic, partition), recent_ids.c.offset < floor
+                    )
                 )
-            )
         return result
 
     def _run(
@@ -156,7 +161,7 @@ class Inbox:
                 self._park(session, record, envelope, reason, attempts)
             result.counts[action] = result.counts.get(action, 0) + 1
             result.watermark = max(result.watermark, record.offset)
-        if fresh:
+        if fresh and self.window:
             session.execute(insert(recent_ids), fresh)
         return result
 
@@ -202,7 +207,7 @@ class Inbox:
     ) -> frozenset[str]:
         """Which of ``ids`` were applied within the window."""
         wanted = sorted({i for i in ids if i})
-        if not wanted:
+        if not wanted or not self.window:
             return frozenset()
         rows = session.execute(
             select(recent_ids.c.event_id).where(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,12 +21,11 @@ class MigrationError(RuntimeError):
 
 
 def resolve_url(url: str | None) -> str:
-    """The URL given, else OUTBOXKIT_DATABASE_URL from settings; fail with a clear message."""
+    """The URL given, else OUTBOXKIT_DATABASE_URL (plain `alembic` runs have no composition root
+    to pass it down); fail with a clear message."""
     if url:
         return url
-    from outboxkit.settings import Settings
-
-    settings_url = Settings().database_url
+    settings_url = os.environ.get("OUTBOXKIT_DATABASE_URL")
     if not settings_url:
         raise MigrationError(
             "no database URL: set OUTBOXKIT_DATABASE_URL, pass -x url=... to alembic, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -18,7 +19,11 @@ def _stack(args: argparse.Namespace, settings: Settings) -> int:
 
     if args.action == "install":
         found = artifacts.locate(settings.cache_dir, install=True)
-        print(f"stack install: broker {found.tansu}, connect jars {found.connect_libs}")
+        v = found.versions
+        print(
+            f"stack install: Apache Kafka {v.kafka}, Debezium {v.debezium}, Spark Kafka connector "
+            f"{v.spark} in {found.broker_libs.parent}"
+        )
         return 0
     stack = Stack(settings)
     if args.action == "up":
@@ -115,6 +120,7 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
     from spark_consumers.job import load_job
     from spark_consumers.runner import run_jobs
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     console = Console()
     jobs = [load_job(spec) for spec in args.jobs]
 
@@ -134,8 +140,20 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
         trigger_seconds=args.trigger,
         once=args.once,
         on_batch=report,
+        jars=local_spark_jars(settings),
     )
     return 0
+
+
+def local_spark_jars(settings: Settings) -> list[Path]:
+    """Spark's Kafka connector from the stack's cache, when `outboxkit stack install` put it
+    there; empty on a cluster whose classpath (or spark-submit --packages) provides it."""
+    from devstack import artifacts
+
+    try:
+        return artifacts.locate(settings.cache_dir).spark_jars()
+    except artifacts.MissingArtifact:
+        return []
 
 
 def _inbox(args: argparse.Namespace, settings: Settings) -> int:
@@ -146,18 +164,12 @@ def _inbox(args: argparse.Namespace, settings: Settings) -> int:
     from inbox import admin
 
     if args.action == "redrive":
-        from inbox.apply import Inbox
         from spark_consumers.job import load_job
 
         if not args.job:
             raise ValueError("redrive needs --job module:attr (its handlers apply the records)")
         job = load_job(args.job)
-        inbox = Inbox(
-            create_engine(job.database_url),
-            job.consumer,
-            job.handlers,
-            max_attempts=job.max_attempts,
-        )
+        inbox = job.inbox(create_engine(job.database_url))
         result = admin.redrive(inbox, args.topic, args.partition, key=args.key)
         print(
             f"redrive: {result.applied} applied, {result.skipped} already applied, "

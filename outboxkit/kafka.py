@@ -35,16 +35,15 @@ def read_records(
     idle_after_done: float = 0.0,
 ) -> list[KafkaRecord]:
     """Read ``topics`` from offset 0 until ``until(records)`` holds, then ``idle_after_done``
-    seconds more (to catch extras), or raise TimeoutError with what was read.
-
-    The end is found by reading, not by asking for the latest offset: some brokers under-report it.
-    """
+    seconds more (to catch extras), or raise TimeoutError with what was read. Reads
+    committed records only (librdkafka's default isolation level, stated explicitly)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": "outboxkit-reader",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
         }
     )
     records: list[KafkaRecord] = []

@@ -24,6 +24,8 @@ def _job(service: str, topics: tuple[str, ...], handlers: dict) -> Job:  # type:
         database_url=os.environ[f"{service.upper()}_DATABASE_URL"],
         bootstrap_servers=os.environ["SAGA_KAFKA_BOOTSTRAP_SERVERS"],
         max_offsets_per_trigger=int(os.environ.get("SAGA_MAX_OFFSETS_PER_TRIGGER", "5000")),
+        # Debezium on an exactly-once Connect worker (the local stack's default).
+        exactly_once_source=os.environ.get("SAGA_EXACTLY_ONCE_SOURCE", "true") == "true",
     )
 
 

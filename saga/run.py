@@ -116,6 +116,7 @@ class Saga:
                 p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
             ),
             "SAGA_KAFKA_BOOTSTRAP_SERVERS": self.stack.bootstrap_servers(),
+            "SAGA_EXACTLY_ONCE_SOURCE": str(self.stack.settings.connect_exactly_once).lower(),
         }
         for service, url in self.database_urls.items():
             env[f"{service.upper()}_DATABASE_URL"] = url

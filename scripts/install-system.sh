@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the embedded stack needs, only those that are missing.
 set -euo pipefail
-packages=(postgresql-15 openjdk-17-jre-headless libjetty9-java python3-venv)
+packages=(postgresql-15 openjdk-17-jre-headless maven python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 class InboxCollector(Collector):
     """Read at scrape time: watermark, lag (end offset minus next offset) and parked count per
-    consumer. Lag needs Kafka; a broker that under-reports end offsets shows a lower lag."""
+    consumer. Lag needs Kafka: the partition's end offset (transaction markers count as offsets,
+    so a fully applied transactional partition may show a lag of one marker)."""
 
     def __init__(self, engine: Engine, consumers: list[str], bootstrap: str | None) -> None:
         self.engine, self.consumers, self.bootstrap = engine, consumers, bootstrap

@@ -6,7 +6,9 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from inbox.apply import Handler
+from sqlalchemy.engine import Engine
+
+from inbox.apply import DEFAULT_WINDOW, Handler, Inbox
 
 
 @dataclass(frozen=True)
@@ -20,9 +22,31 @@ class Job:
     database_url: str
     bootstrap_servers: str
     max_attempts: int = 3
-    window: int = 50_000
+    # True when every topic is written with exactly-once delivery (Debezium on a Connect worker
+    # with KIP-618 exactly-once source): nothing reaches a read_committed reader twice, so the
+    # (partition, max offset) watermark alone is exact and no event-id window is kept.
+    exactly_once_source: bool = False
+    # Offsets of recent event ids kept per partition against re-sends; None follows the source
+    # (0 for exactly-once topics, else DEFAULT_WINDOW).
+    window: int | None = None
     max_offsets_per_trigger: int = 200_000
     kafka_options: Mapping[str, str] = field(default_factory=dict)
+
+    def dedup_window(self) -> int:
+        """The event-id window this job's inbox keeps (0: watermark only)."""
+        if self.window is not None:
+            return self.window
+        return 0 if self.exactly_once_source else DEFAULT_WINDOW
+
+    def inbox(self, engine: Engine) -> Inbox:
+        """The one way to build this job's inbox."""
+        return Inbox(
+            engine,
+            self.consumer,
+            self.handlers,
+            window=self.dedup_window(),
+            max_attempts=self.max_attempts,
+        )
 
 
 def load_job(spec: str) -> Job:

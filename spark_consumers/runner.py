@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
+import logging
+import re
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -16,20 +17,13 @@ from inbox.tables import watermarks
 from spark_consumers.job import Job
 from spark_consumers.sink import inbox_sink
 
+log = logging.getLogger("outboxkit.consumers")
+
 BatchCallback = Callable[[str, int, list[dict[str, Any]]], None]
 
 
-def builtin_kafka_available(session: Any) -> bool:
-    """True when Spark's own Kafka connector (spark-sql-kafka-0-10) is on the classpath."""
-    try:
-        session._jvm.java.lang.Class.forName("org.apache.spark.sql.kafka010.KafkaSourceProvider")
-        return True
-    except Exception:  # py4j raises its own error type for ClassNotFoundException
-        return False
-
-
-def inbox_positions(job: Job) -> dict[str, int]:
-    """Next offset per "topic:partition" from the inbox watermarks (job without checkpoint)."""
+def inbox_positions(job: Job) -> dict[tuple[str, int], int]:
+    """Next offset per (topic, partition) from the inbox watermarks (job without checkpoint)."""
     engine = create_engine(job.database_url)
     try:
         with engine.connect() as conn:
@@ -40,35 +34,65 @@ def inbox_positions(job: Job) -> dict[str, int]:
             ).all()
     finally:
         engine.dispose()
-    return {f"{t}:{p}": int(o) + 1 for t, p, o in rows}
+    return {(t, int(p)): int(o) + 1 for t, p, o in rows}
+
+
+def existing_partitions(job: Job) -> dict[str, list[int]]:
+    """The partitions of each of the job's topics that exist now (topics may appear later)."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": job.bootstrap_servers, **job.kafka_options})
+    metadata = admin.list_topics(timeout=30)
+    return {
+        topic: sorted(metadata.topics[topic].partitions)
+        for topic in job.topics
+        if topic in metadata.topics and metadata.topics[topic].error is None
+    }
+
+
+def starting_offsets(
+    positions: dict[tuple[str, int], int], partitions: dict[str, list[int]]
+) -> dict[str, dict[str, int]]:
+    """Spark's startingOffsets: the inbox position of every existing partition, else earliest
+    (-2). Spark requires every assigned partition to be named when offsets are given."""
+    return {
+        topic: {str(p): positions.get((topic, p), -2) for p in parts}
+        for topic, parts in partitions.items()
+    }
 
 
 def source_frame(session: Any, job: Job) -> Any:
-    """The job's Kafka stream, from the built-in format if present, else the Python source."""
-    positions = inbox_positions(job)
-    choice = os.environ.get("OUTBOXKIT_KAFKA_SOURCE", "auto")
-    builtin = choice == "builtin" or (choice == "auto" and builtin_kafka_available(session))
-    reader = session.readStream.option("kafka.bootstrap.servers", job.bootstrap_servers)
+    """The job's Kafka stream through Spark's own Kafka connector (spark-sql-kafka-0-10).
+
+    Topics are matched by an exact pattern, so a topic that does not exist yet is picked up when
+    it appears (from its first offset) instead of failing the query. Only committed records are
+    read (read_committed): records of an aborted Kafka transaction never reach a handler. A job
+    without a checkpoint starts from its inbox watermarks, the source of truth for what was
+    applied. failOnDataLoss stays on: offsets that vanished before they were applied (retention,
+    a deleted topic) stop the query loudly rather than being skipped; the gaps that transaction
+    markers leave are not data loss and Spark skips them.
+    """
+    offsets = starting_offsets(inbox_positions(job), existing_partitions(job))
+    pattern = "^(" + "|".join(re.escape(t) for t in job.topics) + ")$"
+    reader = (
+        session.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", job.bootstrap_servers)
+        .option("kafka.isolation.level", "read_committed")
+        .option("subscribePattern", pattern)
+        .option("includeHeaders", "true")
+        .option("failOnDataLoss", "true")
+        .option("maxOffsetsPerTrigger", job.max_offsets_per_trigger)
+        .option("startingOffsets", json.dumps(offsets) if offsets else "earliest")
+    )
     for key, value in job.kafka_options.items():
         reader = reader.option(f"kafka.{key}", value)
-    reader = reader.option("subscribe", ",".join(job.topics))
-    if builtin:
-        nested: dict[str, dict[str, int]] = {}
-        for key, offset in positions.items():
-            topic, _, partition = key.rpartition(":")
-            nested.setdefault(topic, {})[partition] = offset
-        reader = reader.format("kafka").option("maxOffsetsPerTrigger", job.max_offsets_per_trigger)
-        if nested:
-            reader = reader.option("startingOffsets", json.dumps(nested))
-        else:
-            reader = reader.option("startingOffsets", "earliest")
-        return reader.load()
-    return (
-        reader.format("outboxkit_kafka")
-        .option("startingOffsets", json.dumps(positions))
-        .option("maxOffsetsPerTrigger", str(job.max_offsets_per_trigger))
-        .load()
+    log.info(
+        "job %s reads %s with Spark's Kafka connector (read_committed), starting at %s",
+        job.name,
+        ",".join(job.topics),
+        offsets or "earliest",
     )
+    return reader.load()
 
 
 def start_job(
@@ -99,11 +123,12 @@ def run_jobs(
     once: bool = False,
     on_batch: BatchCallback | None = None,
     session: Any = None,
+    jars: Sequence[Path] = (),
 ) -> None:
     """Run jobs in one SparkSession until SIGTERM/SIGINT, or (``once``) until input is applied."""
     from spark_consumers.session import build_session
 
-    session = session or build_session("outboxkit-consumers")
+    session = session or build_session("outboxkit-consumers", jars=jars)
     queries = [
         start_job(
             session, job, checkpoint=checkpoint, trigger_seconds=trigger_seconds, on_batch=on_batch

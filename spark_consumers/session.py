@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 
-def build_session(app_name: str = "outboxkit", master: str | None = None) -> Any:
-    """A SparkSession (local[2] unless ``master`` or OUTBOXKIT_SPARK_MASTER says otherwise)."""
+def build_session(
+    app_name: str = "outboxkit", master: str | None = None, jars: Sequence[Path] = ()
+) -> Any:
+    """A SparkSession (local[2] unless ``master`` or OUTBOXKIT_SPARK_MASTER says otherwise).
+
+    ``jars``: Spark's Kafka connector and its dependencies (the local stack's cache has them);
+    on a cluster they come from spark-submit's ``--packages`` or the cluster's own classpath."""
     # Workers must run this interpreter (the project's venv), or they cannot import our modules.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -25,6 +32,8 @@ def build_session(app_name: str = "outboxkit", master: str | None = None) -> Any
         .config("spark.python.worker.reuse", "true")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
     )
+    if jars:
+        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM binds loopback only
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
@@ -32,7 +41,4 @@ def build_session(app_name: str = "outboxkit", master: str | None = None) -> Any
         )
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
-    from spark_consumers.kafka_source import KafkaDataSource
-
-    session.dataSource.register(KafkaDataSource)
     return session

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from inbox.apply import Inbox
 from outbox.record import KafkaRecord
 from spark_consumers.job import Job
 
@@ -32,17 +32,26 @@ def records_from_arrow(batch: pa.RecordBatch) -> list[KafkaRecord]:
         name: batch.column(name).to_pylist()
         for name in ("topic", "partition", "offset", "key", "value", "headers")
     }
+    # Kafka's timestamp (the event's commit time through CDC), kept as epoch milliseconds.
+    micros = pc.cast(batch.column("timestamp"), pa.int64()).to_pylist()
     return [
         KafkaRecord(
-            topic, partition, offset, key, value, [(h["key"], h["value"]) for h in headers or ()]
+            topic,
+            partition,
+            offset,
+            key,
+            value,
+            [(h["key"], h["value"]) for h in headers or ()],
+            None if ts is None else ts // 1000,
         )
-        for topic, partition, offset, key, value, headers in zip(
+        for topic, partition, offset, key, value, headers, ts in zip(
             cols["topic"],
             cols["partition"],
             cols["offset"],
             cols["key"],
             cols["value"],
             cols["headers"],
+            micros,
             strict=True,
         )
     ]
@@ -55,13 +64,7 @@ def apply_batches(job: Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Re
     for batch in batches:
         for record in records_from_arrow(batch):
             grouped.setdefault((record.topic, record.partition), []).append(record)
-    inbox = Inbox(
-        _engine(job.database_url),
-        job.consumer,
-        job.handlers,
-        window=job.window,
-        max_attempts=job.max_attempts,
-    )
+    inbox = job.inbox(_engine(job.database_url))
     from inbox.decision import Action
 
     rows: dict[str, list[Any]] = {

@@ -57,9 +57,11 @@ def spark(stack: Stack) -> Iterator[object]:
     # Executors import the test jobs by reference: put the repository on their path.
     root = str(Path(__file__).resolve().parents[2])
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    from devstack import artifacts
     from spark_consumers.session import build_session
 
-    session = build_session("outboxkit-tests")
+    jars = artifacts.locate(stack.settings.cache_dir).spark_jars()
+    session = build_session("outboxkit-tests", jars=jars)
     yield session
     session.stop()
 

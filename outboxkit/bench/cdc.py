@@ -8,7 +8,7 @@ cdc: events/s from commit to Kafka through Debezium's outbox EventRouter,
 - raw produce: a confluent-kafka producer sends the same number of records of the same size to
   the same broker (acknowledged, acks=all), the ceiling the broker allows this client.
 
-pipeline: outbox -> Debezium -> Kafka -> Spark (outboxkit_kafka source, inbox sink) -> Postgres,
+pipeline: outbox -> Debezium -> Kafka -> Spark (Kafka connector, inbox sink) -> Postgres,
 events / (last business row committed - resume) for a backlog, next to the Debezium drain alone
 of the same backlog (measured on a topic no query reads), interleaved per repetition. Spark's own
 per-micro-batch durations say where the pipeline's time goes.
@@ -383,7 +383,7 @@ def pipeline(
         f"through the whole pipeline: rate from resume to the last business row committed by "
         f"the inbox sink; next to the Debezium drain alone of the same backlog to a topic no "
         f"query reads. {reps} repetitions interleaved, Spark local[2], trigger {trigger} s, "
-        "outboxkit_kafka source. Ratio = median / Debezium drain.\n"
+        "Spark's Kafka connector (read_committed). Ratio = median / Debezium drain.\n"
         + describe(found)
         + "\n"
         + markdown_table(["path", "min events/s", "median", "max", "ratio"], rows)

@@ -30,7 +30,9 @@ def machine(database_url: str | None = None) -> dict[str, Any]:
     import confluent_kafka
     import sqlalchemy
 
-    from devstack.artifacts import DEBEZIUM_WHEEL
+    from devstack.artifacts import pinned_versions
+
+    pins = pinned_versions()
 
     found: dict[str, Any] = {
         "python": platform.python_version(),
@@ -39,7 +41,8 @@ def machine(database_url: str | None = None) -> dict[str, Any]:
         "sqlalchemy": sqlalchemy.__version__,
         "confluent_kafka": confluent_kafka.version()[0],
         "librdkafka": confluent_kafka.libversion()[0],
-        "debezium": DEBEZIUM_WHEEL.split("==")[1],
+        "debezium": pins.debezium,
+        "kafka": pins.kafka,
     }
     try:
         import pyspark

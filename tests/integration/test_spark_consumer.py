@@ -96,6 +96,62 @@ def test_a_partition_whose_last_broker_batch_holds_many_records_is_read_to_its_e
     assert effect_stats(engine, job.consumer) == (2000, 2000)
 
 
+def _tick(aggregate_type: str, n: int) -> dict:
+    return {
+        "key": f"k{n % 3}".encode(),
+        "value": json.dumps({"n": n}).encode(),
+        "headers": [
+            ("id", str(uuid.uuid4()).encode()),
+            ("eventType", b"Tick"),
+            ("aggregateType", aggregate_type.encode()),
+        ],
+    }
+
+
+def test_records_of_an_aborted_kafka_transaction_never_reach_a_handler(
+    stack, engine, spark, aggregate_type, tmp_path
+):
+    """Committed, aborted, committed, and a transaction left open: the job applies exactly the
+    committed records, and the open one only once it commits."""
+    topic = f"outbox.event.{aggregate_type}"
+    producer = Producer(
+        {"bootstrap.servers": stack.bootstrap_servers(), "transactional.id": f"it-{topic}"}
+    )
+    producer.init_transactions(30)
+    for numbers, commit in ((range(0, 30), True), (range(100, 130), False), (range(30, 60), True)):
+        producer.begin_transaction()
+        for n in numbers:
+            producer.produce(topic, **_tick(aggregate_type, n))
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)  # the records are in the log, then the transaction aborts
+            producer.abort_transaction(30)
+    job = new_job(stack, aggregate_type, exactly_once_source=True)
+    run_once(spark, job, tmp_path / "cp")
+    from sqlalchemy import select
+
+    from tests.jobs import effects
+
+    def applied() -> list[int]:
+        with engine.connect() as conn:
+            query = select(effects.c.n).where(effects.c.consumer == job.consumer)
+            return sorted(conn.execute(query).scalars())
+
+    assert applied() == list(range(60))
+    # An open transaction's records stay invisible until it commits, then arrive once.
+    producer.begin_transaction()
+    for n in range(60, 70):
+        producer.produce(topic, **_tick(aggregate_type, n))
+    producer.flush(30)
+    run_once(spark, job, tmp_path / "cp")
+    assert applied() == list(range(60))
+    producer.commit_transaction(30)
+    run_once(spark, job, tmp_path / "cp")
+    assert applied() == list(range(70))
+    assert effect_stats(engine, job.consumer) == (70, 70)
+
+
 def test_poison_is_parked_same_key_held_others_applied_then_redriven(
     stack, engine, spark, aggregate_type, tmp_path
 ):

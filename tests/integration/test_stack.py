@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
+from pathlib import Path
 
+from confluent_kafka import Producer
 from sqlalchemy import text
 
+from devstack.artifacts import pinned_versions
 from devstack.processes import alive
 from devstack.stack import Stack
+from outboxkit.kafka import read_records
 from outboxkit.settings import Settings
 
 
@@ -41,6 +47,46 @@ def test_status_json_reports_every_component(stack):
         assert report[name]["mode"] == "embedded" and report[name]["running"] is True
     assert report["connectors"][stack.settings.connector_name] == "RUNNING"
     assert report["slots"][stack.settings.slot_name]["active"] is True
+    pins = pinned_versions()
+    assert report["broker"]["product"] == {"name": "Apache Kafka", "version": pins.kafka}
+    connect = report["connect"]["product"]
+    assert connect["version"] == pins.kafka and connect["debezium"] == pins.debezium
+    assert connect["exactly_once_source"] is True
+    # The worker really runs KIP-618: the connector was accepted with exactly-once required.
+    config = stack.connect_client().get_config(stack.settings.connector_name)
+    assert config is not None and config["exactly.once.support"] == "required"
+
+
+def test_broker_keeps_its_data_across_down_keep_data_and_up():
+    # The postgres user must be able to enter the directory: not under pytest's 0700 tmp.
+    base = Path(tempfile.mkdtemp(prefix="outboxkit-kept-"))
+    base.chmod(0o755)
+    suffix = uuid.uuid4().hex[:6]
+    kept = Stack(
+        Settings(
+            stack_dir=base / "stack",
+            connector_name=f"kept-{suffix}",
+            slot_name=f"kept_{suffix}",
+            publication_name=f"kept_{suffix}",
+        ),
+        echo=print,
+    )
+    topic = f"kept-{suffix}"
+    try:
+        kept.up()
+        producer = Producer({"bootstrap.servers": kept.bootstrap_servers()})
+        for n in range(10):
+            producer.produce(topic, key=b"k", value=str(n).encode())
+        assert producer.flush(30) == 0
+        kept.down(keep_data=True)
+        kept.up()
+        records = read_records(
+            kept.bootstrap_servers(), [topic], until=lambda got: len(got) >= 10, timeout=60
+        )
+        assert [r.value for r in records] == [str(n).encode() for n in range(10)]
+    finally:
+        kept.down()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_external_components_are_not_started_and_down_drops_their_slot(stack, engine, tmp_path):

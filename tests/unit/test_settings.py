@@ -14,10 +14,10 @@ def test_environment_overrides_with_prefix(monkeypatch):
     assert s.database_url is None  # unset means embedded
 
 
-def test_defaults_are_embedded_and_delete_mode():
+def test_defaults_are_embedded_with_exactly_once_connect():
     s = Settings(_env_file=None)
     assert (s.database_url, s.connect_url) == (None, None)
-    assert s.outbox_mode == "delete"
+    assert s.connect_exactly_once is True
     assert s.topic_prefix == "outbox.event."
 
 

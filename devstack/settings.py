@@ -1,0 +1,58 @@
+"""Where each stack component lives and how the outbox is relayed (environment ``OUTBOXKIT_``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "outboxkit"
+
+
+class StackSettings(BaseSettings):
+    """Where each component lives (embedded when unset) and how the outbox is relayed."""
+
+    model_config = SettingsConfigDict(env_prefix="OUTBOXKIT_", env_file=".env", extra="ignore")
+
+    # External services. When a URL is set, that component is EXTERNAL and never started.
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL of an external Postgres (postgresql+psycopg://)"
+    )
+    kafka_bootstrap_servers: str | None = Field(
+        default=None, description="bootstrap servers of an external Kafka cluster"
+    )
+    connect_url: str | None = Field(
+        default=None, description="REST URL of an external Kafka Connect cluster"
+    )
+    # Address Connect uses to reach Postgres, when it differs from database_url (containers).
+    connect_database_host: str | None = None
+    connect_database_port: int | None = None
+
+    stack_dir: Path = Path(".outboxkit/stack")
+    cache_dir: Path = Field(default_factory=_default_cache_dir)
+    database_name: str = "outboxkit"
+
+    connector_name: str = "outboxkit-outbox"
+    topic_prefix: str = "outbox.event."
+    server_name: str = "outboxkit"
+    slot_name: str = "outboxkit_outbox"
+    publication_name: str = "outboxkit_outbox"
+    heartbeat_interval_ms: int = 10_000
+    payload_encoding: Literal["text", "expand"] = "text"
+
+    # KIP-618: the embedded Connect worker commits Debezium's records and source offsets in one
+    # Kafka transaction. Describes an external Connect cluster when connect_url is set.
+    connect_exactly_once: bool = True
+
+    @field_validator("slot_name", "publication_name")
+    @classmethod
+    def _postgres_identifier(cls, value: str) -> str:
+        if not value.replace("_", "").isalnum() or not value.islower() or len(value) > 63:
+            raise ValueError(
+                f"{value!r}: use lower-case letters, digits and underscores (at most 63)"
+            )
+        return value
