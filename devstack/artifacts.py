@@ -45,10 +45,6 @@ class Artifacts:
     spark_libs: Path
     versions: Versions
 
-    def spark_jars(self) -> list[Path]:
-        """The jars to put on a Spark session for Spark's Kafka connector."""
-        return sorted(self.spark_libs.glob("*.jar"))
-
 
 def pinned_versions() -> Versions:
     """Read the pinned versions from the parent pom (the one place they are written)."""
@@ -122,6 +118,13 @@ def install_jars(cache: Path) -> Path:
     if not _complete(libs):
         raise MissingArtifact(f"mvn finished but {libs} lacks an expected jar: {EXPECTED}")
     return libs
+
+
+def cached_spark_jars(cache: Path) -> list[Path]:
+    """Spark's Kafka connector from the cache, when `outboxkit stack install` put it there;
+    empty where a cluster's classpath (or spark-submit --packages) provides it instead."""
+    libs = jars_dir(cache)
+    return sorted((libs / "spark").glob("*.jar")) if _complete(libs) else []
 
 
 def running_version(cache: Path, module: str) -> str:

@@ -117,6 +117,7 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
 def _consume(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
 
+    from devstack.artifacts import cached_spark_jars
     from spark_consumers.job import load_job
     from spark_consumers.runner import run_jobs
 
@@ -140,20 +141,9 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
         trigger_seconds=args.trigger,
         once=args.once,
         on_batch=report,
-        jars=local_spark_jars(settings),
+        jars=cached_spark_jars(settings.cache_dir),
     )
     return 0
-
-
-def local_spark_jars(settings: Settings) -> list[Path]:
-    """Spark's Kafka connector from the stack's cache, when `outboxkit stack install` put it
-    there; empty on a cluster whose classpath (or spark-submit --packages) provides it."""
-    from devstack import artifacts
-
-    try:
-        return artifacts.locate(settings.cache_dir).spark_jars()
-    except artifacts.MissingArtifact:
-        return []
 
 
 def _inbox(args: argparse.Namespace, settings: Settings) -> int:

@@ -37,6 +37,33 @@ def stack() -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="session")
+def at_least_once_stack(stack: Stack) -> Iterator[Stack]:
+    """A second Connect worker with exactly-once source off, on the same Postgres and broker,
+    relaying the same outbox table to its own topics (prefix ``alo.``)."""
+    base = Path(tempfile.mkdtemp(prefix="outboxkit-alo-"))
+    tag = uuid.uuid4().hex[:6]
+    settings = Settings(
+        database_url=stack.database_url(),
+        kafka_bootstrap_servers=stack.bootstrap_servers(),
+        connect_exactly_once=False,
+        stack_dir=base / "stack",
+        connector_name=f"it-alo-{tag}",
+        server_name=f"alo_{tag}",
+        slot_name=f"it_alo_{tag}",
+        publication_name=f"it_alo_{tag}",
+        topic_prefix="alo.event.",
+        heartbeat_interval_ms=2000,
+    )
+    other = Stack(settings, echo=lambda line: print(f"[alo stack] {line}"))
+    try:
+        other.up()
+        yield other
+    finally:
+        other.down()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
 def engine(stack: Stack) -> Iterator[Engine]:
     eng = create_engine(stack.database_url(), pool_size=8)
     yield eng
@@ -57,11 +84,10 @@ def spark(stack: Stack) -> Iterator[object]:
     # Executors import the test jobs by reference: put the repository on their path.
     root = str(Path(__file__).resolve().parents[2])
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    from devstack import artifacts
+    from devstack.artifacts import cached_spark_jars
     from spark_consumers.session import build_session
 
-    jars = artifacts.locate(stack.settings.cache_dir).spark_jars()
-    session = build_session("outboxkit-tests", jars=jars)
+    session = build_session("outboxkit-tests", jars=cached_spark_jars(stack.settings.cache_dir))
     yield session
     session.stop()
 

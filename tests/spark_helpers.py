@@ -76,7 +76,7 @@ def effect_stats(engine: Any, consumer: str) -> tuple[int, int]:
 def new_job(stack: Any, aggregate_type: str, **extra: Any) -> Any:
     return make_job(
         f"c-{uuid.uuid4().hex[:8]}",
-        [topic_for(aggregate_type)],
+        [topic_for(aggregate_type, topic_prefix=stack.settings.topic_prefix)],
         stack.database_url(),
         stack.bootstrap_servers(),
         **extra,

@@ -309,6 +309,7 @@ def pipeline(
     session: Any = None,
 ) -> tuple[dict[str, Any], str]:
     """Measure the pipeline; in ``session`` when given (left running), else in its own."""
+    from devstack.artifacts import cached_spark_jars
     from outboxkit.bench.inbox import bench_metadata, effects, record_effect
     from spark_consumers.job import Job
     from spark_consumers.runner import start_job
@@ -338,7 +339,9 @@ def pipeline(
 
         progress.update("pipeline: starting Spark")
         own_session = session is None
-        session = session or build_session("outboxkit-bench")
+        session = session or build_session(
+            "outboxkit-bench", jars=cached_spark_jars(stack.settings.cache_dir)
+        )
         with tempfile.TemporaryDirectory(prefix="outboxkit-bench-") as checkpoint:
             query = start_job(session, job, checkpoint=Path(checkpoint), trigger_seconds=trigger)
             try:

@@ -5,54 +5,20 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import signal
-import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session
 
 import outbox
 from cdc.config import topic_for
-from devstack.stack import Stack
 from outbox.record import header_map
 from outboxkit.kafka import read_records
-from outboxkit.settings import Settings
 
 EVENTS, PER_TRANSACTION = 20_000, 20
-
-
-@pytest.fixture(scope="module")
-def at_least_once_stack(stack: Stack) -> Iterator[Stack]:
-    """A second Connect worker with exactly-once source off, on the same Postgres and broker,
-    relaying the same outbox table to its own topics (prefix ``alo.``)."""
-    base = Path(tempfile.mkdtemp(prefix="outboxkit-alo-"))
-    tag = uuid.uuid4().hex[:6]
-    settings = Settings(
-        database_url=stack.database_url(),
-        kafka_bootstrap_servers=stack.bootstrap_servers(),
-        connect_exactly_once=False,
-        stack_dir=base / "stack",
-        connector_name=f"it-alo-{tag}",
-        server_name=f"alo_{tag}",
-        slot_name=f"it_alo_{tag}",
-        publication_name=f"it_alo_{tag}",
-        topic_prefix="alo.event.",
-        heartbeat_interval_ms=2000,
-    )
-    other = Stack(settings, echo=lambda line: print(f"[alo stack] {line}"))
-    try:
-        other.up()
-        yield other
-    finally:
-        other.down()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def stream_with_kills(stack, engine, aggregate_type: str, kills: int, seed: int) -> Counter:

@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy import func, select
 
 from cdc.config import topic_for
+from inbox.tables import recent_ids, watermarks
 from tests.faults.test_connect_kill import EVENTS, stream_with_kills
 from tests.spark_helpers import effect_stats, new_job, publish, run_once, total, wait_on_kafka
 
@@ -88,15 +90,40 @@ def test_repeated_driver_kills(stack, engine, backlog, tmp_path, round_):
     kill_driver_mid_run(stack, engine, backlog, tmp_path / "cp", seed=round_ + 1)
 
 
-def test_connect_kill_resends_are_absorbed_by_the_inbox(
-    stack, engine, spark, aggregate_type, spark_effects_table, tmp_path
+def test_connect_kill_resends_are_absorbed_by_the_inbox_window(
+    at_least_once_stack, engine, spark, aggregate_type, spark_effects_table, tmp_path
 ):
-    counts = stream_with_kills(stack, engine, aggregate_type, kills=1, seed=time.time_ns())
+    """At-least-once source: the job keeps the event-id window, which skips every re-send."""
+    counts = stream_with_kills(
+        at_least_once_stack, engine, aggregate_type, kills=1, seed=time.time_ns()
+    )
     resent = sum(counts.values()) - len(counts)
-    job = new_job(stack, aggregate_type)
+    job = new_job(at_least_once_stack, aggregate_type)
+    assert job.dedup_window() > 0
     rows = run_once(spark, job, tmp_path / "cp")
     print(f"{resent} events re-sent by Debezium; the inbox skipped {total(rows, 'skipped')}")
     assert effect_stats(engine, job.consumer) == (EVENTS, EVENTS)
     assert total(rows, "applied") == EVENTS
     # A fresh job replays nothing, so every skip is a re-sent duplicate caught by the event ids.
     assert total(rows, "skipped") == resent
+
+
+def test_connect_kill_with_exactly_once_source_needs_no_id_window(
+    stack, engine, spark, aggregate_type, spark_effects_table, tmp_path
+):
+    """Exactly-once source: the job keeps no event ids, only one watermark row per partition,
+    and still applies every event once after a Connect crash."""
+    stream_with_kills(stack, engine, aggregate_type, kills=1, seed=time.time_ns())
+    job = new_job(stack, aggregate_type, exactly_once_source=True)
+    assert job.dedup_window() == 0
+    rows = run_once(spark, job, tmp_path / "cp")
+    assert effect_stats(engine, job.consumer) == (EVENTS, EVENTS)
+    assert total(rows, "applied") == EVENTS and total(rows, "skipped") == 0
+    with engine.connect() as conn:
+        state = {
+            table.name: conn.execute(
+                select(func.count()).select_from(table).where(table.c.consumer == job.consumer)
+            ).scalar_one()
+            for table in (watermarks, recent_ids)
+        }
+    assert state == {watermarks.name: 4, recent_ids.name: 0}
