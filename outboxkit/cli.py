@@ -122,6 +122,7 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
     from spark_consumers.runner import run_jobs
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per JVM call otherwise
     console = Console()
     jobs = [load_job(spec) for spec in args.jobs]
 
