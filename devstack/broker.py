@@ -56,9 +56,13 @@ def server_properties(data: Path, port: int, controller_port: int) -> str:
     return "".join(f"{k}={v}\n" for k, v in settings.items())
 
 
-def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+def cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding, never starting with
+    '-' (Kafka's own rule: the storage tool would read such an id as an option and fail)."""
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not candidate.startswith("-"):
+            return candidate
 
 
 def _classpath(libs: Path) -> str:
@@ -75,8 +79,7 @@ def format_storage(java: Path, libs: Path, props: Path, data: Path, log: Path) -
         _classpath(libs),
         "kafka.tools.StorageTool",
         "format",
-        "-t",
-        _cluster_id(),
+        f"--cluster-id={cluster_id()}",
         "-c",
         str(props),
         "--ignore-formatted",

@@ -27,3 +27,10 @@ def test_pyspark_is_pinned_to_the_spark_kafka_connector_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     spark = [d for d in project["optional-dependencies"]["spark"] if d.startswith("pyspark")]
     assert spark == [f"pyspark=={pinned_versions().spark}"]
+
+
+def test_kraft_cluster_ids_never_look_like_an_option():
+    from devstack.broker import cluster_id
+
+    ids = [cluster_id() for _ in range(2000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
