@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 
-from sqlalchemy import Column, Integer, MetaData, String, Table
+from sqlalchemy import BigInteger, Column, Identity, Integer, MetaData, String, Table
 from sqlalchemy.orm import Session
 
 from outbox.envelope import Envelope
@@ -21,6 +21,8 @@ effects = Table(
     Column("event_id", String, nullable=False),
     Column("key", String, nullable=False),
     Column("n", Integer),
+    # Application order: a heap scan's row order is not insertion order once space is reused.
+    Column("seq", BigInteger, Identity(), primary_key=True),
 )
 
 

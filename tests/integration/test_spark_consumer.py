@@ -182,7 +182,9 @@ def test_poison_is_parked_same_key_held_others_applied_then_redriven(
     with engine.connect() as conn:
         order = (
             conn.execute(
-                select(effects.c.n).where(effects.c.consumer == job.consumer, effects.c.key == "k0")
+                select(effects.c.n)
+                .where(effects.c.consumer == job.consumer, effects.c.key == "k0")
+                .order_by(effects.c.seq)
             )
             .scalars()
             .all()
