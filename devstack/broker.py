@@ -9,19 +9,9 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
-from devstack.processes import StackError, port_open, start, wait_until
+from devstack.processes import StackError, log4j2_properties, port_open, start, wait_until
 
-LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = OUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = WARN
-rootLogger.appenderRef.out.ref = OUT
-logger.server.name = kafka.server.BrokerServer
-logger.server.level = INFO
-"""
+LOG4J2 = log4j2_properties("WARN", {"kafka.server.BrokerServer": "INFO"})
 
 
 def server_properties(data: Path, port: int, controller_port: int) -> str:

@@ -5,21 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from cdc.connect import ConnectClient
-from devstack.processes import start, wait_until
+from devstack.processes import log4j2_properties, start, wait_until
 
-LOG4J2 = """\
-status = warn
-appender.out.type = Console
-appender.out.name = OUT
-appender.out.layout.type = PatternLayout
-appender.out.layout.pattern = [%d] %p %m (%c)%n
-rootLogger.level = INFO
-rootLogger.appenderRef.out.ref = OUT
-logger.clients.name = org.apache.kafka.clients
-logger.clients.level = WARN
-logger.reflections.name = org.reflections
-logger.reflections.level = ERROR
-"""
+LOG4J2 = log4j2_properties("INFO", {"org.apache.kafka.clients": "WARN", "org.reflections": "ERROR"})
 
 
 def worker_properties(

@@ -16,6 +16,22 @@ class StackError(RuntimeError):
     """A stack component failed to start or stop; the message points at its log."""
 
 
+def log4j2_properties(root_level: str, loggers: dict[str, str]) -> str:
+    """A log4j2 properties config for a JVM component: console lines, per-logger levels."""
+    lines = [
+        "status = warn",
+        "appender.out.type = Console",
+        "appender.out.name = OUT",
+        "appender.out.layout.type = PatternLayout",
+        "appender.out.layout.pattern = [%d] %p %m (%c)%n",
+        f"rootLogger.level = {root_level}",
+        "rootLogger.appenderRef.out.ref = OUT",
+    ]
+    for i, (name, level) in enumerate(loggers.items()):
+        lines += [f"logger.l{i}.name = {name}", f"logger.l{i}.level = {level}"]
+    return "\n".join(lines) + "\n"
+
+
 def free_port() -> int:
     """A TCP port free on the loopback interface right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

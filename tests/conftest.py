@@ -3,11 +3,13 @@ or external services named by OUTBOXKIT_* settings."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine
@@ -17,17 +19,16 @@ from devstack.stack import Stack
 from outboxkit.settings import Settings
 
 
-@pytest.fixture(scope="session")
-def stack() -> Iterator[Stack]:
+@contextlib.contextmanager
+def temporary_stack(prefix: str, label: str, **settings: Any) -> Iterator[Stack]:
+    """A stack in its own directory, up for the block, then down (slots dropped) and removed."""
     # The postgres user must be able to enter the directory: not under pytest's 0700 tmp.
-    base = Path(tempfile.mkdtemp(prefix="outboxkit-it-"))
+    base = Path(tempfile.mkdtemp(prefix=prefix))
     base.chmod(0o755)
-    settings = Settings(
-        stack_dir=base / "stack",
-        connector_name=f"it-{uuid.uuid4().hex[:6]}",
-        heartbeat_interval_ms=2000,
+    stack = Stack(
+        Settings(stack_dir=base / "stack", heartbeat_interval_ms=2000, **settings),
+        echo=lambda line: print(f"[{label}] {line}"),
     )
-    stack = Stack(settings, echo=lambda line: print(f"[stack] {line}"))
     try:
         stack.up()
         yield stack
@@ -37,30 +38,31 @@ def stack() -> Iterator[Stack]:
 
 
 @pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    with temporary_stack(
+        "outboxkit-it-", "stack", connector_name=f"it-{uuid.uuid4().hex[:6]}"
+    ) as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="session")
 def at_least_once_stack(stack: Stack) -> Iterator[Stack]:
     """A second Connect worker with exactly-once source off, on the same Postgres and broker,
     relaying the same outbox table to its own topics (prefix ``alo.``)."""
-    base = Path(tempfile.mkdtemp(prefix="outboxkit-alo-"))
     tag = uuid.uuid4().hex[:6]
-    settings = Settings(
+    with temporary_stack(
+        "outboxkit-alo-",
+        "alo stack",
         database_url=stack.database_url(),
         kafka_bootstrap_servers=stack.bootstrap_servers(),
         connect_exactly_once=False,
-        stack_dir=base / "stack",
         connector_name=f"it-alo-{tag}",
         server_name=f"alo_{tag}",
         slot_name=f"it_alo_{tag}",
         publication_name=f"it_alo_{tag}",
         topic_prefix="alo.event.",
-        heartbeat_interval_ms=2000,
-    )
-    other = Stack(settings, echo=lambda line: print(f"[alo stack] {line}"))
-    try:
-        other.up()
+    ) as other:
         yield other
-    finally:
-        other.down()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
