@@ -1,4 +1,5 @@
-"""Inbox tables: watermarks, the bounded window of applied event ids, and parked records."""
+"""Inbox tables: watermarks, the bounded window of applied event ids, parked records, and the
+idempotency keys of HTTP requests."""
 
 from __future__ import annotations
 
@@ -66,4 +67,18 @@ parked = Table(
     Column("last_seen", DateTime(timezone=True), nullable=False, server_default=func.now()),
     UniqueConstraint("consumer", "topic", "partition", "offset", name="uq_inbox_parked_offset"),
     Index("ix_inbox_parked_key", "consumer", "topic", "partition", "key"),
+)
+
+# The idempotent receiver of HTTP requests: one row per (route, Idempotency-Key), holding the
+# first response, written in the request's transaction (see service_template.uow).
+idempotency = Table(
+    "service_idempotency",
+    metadata,
+    Column("scope", String(255), nullable=False),
+    Column("key", String(255), nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("status_code", Integer, nullable=True),
+    Column("response", JSONB, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("scope", "key"),
 )

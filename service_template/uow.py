@@ -12,39 +12,16 @@ from fastapi import Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
-from sqlalchemy import (
-    Column,
-    DateTime,
-    Integer,
-    MetaData,
-    PrimaryKeyConstraint,
-    String,
-    Table,
-    func,
-    select,
-    update,
-)
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 import outbox
+from inbox.tables import idempotency
 from service_template.errors import Problem
 from service_template.logs import trace_id, traceparent
 
-metadata = MetaData()
-idempotency = Table(
-    "service_idempotency",
-    metadata,
-    Column("scope", String(255), nullable=False),
-    Column("key", String(255), nullable=False),
-    Column("fingerprint", String(64), nullable=False),
-    Column("status_code", Integer, nullable=True),
-    Column("response", JSONB, nullable=True),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint("scope", "key"),
-)
 MAX_KEY = 255
 
 

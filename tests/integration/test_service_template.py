@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, func, select
 from saga import orders
 from saga.common import migrations_of
 from service_template import ServiceSettings, create_app
-from service_template.uow import idempotency
+from inbox.tables import idempotency
 
 BODY = {"customer": "vip-ada", "items": [{"sku": "widget", "qty": 2}], "amount": 120}
 
