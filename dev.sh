@@ -4,7 +4,9 @@
 #   ./dev.sh test   install everything missing, then run the test suite (CI runs this)
 #   ./dev.sh bench  install everything missing, then run the benchmarks (bench-results/)
 #   ./dev.sh setup  install only
-# Extra arguments after the verb go to the command (e.g. ./dev.sh test -m "not integration").
+# Extra arguments after the verb go to the command. Tests: ./dev.sh test runs everything but the
+# slow fault campaign (what CI runs); ./dev.sh test --slow is the full campaign;
+# ./dev.sh test -m "not integration" runs the unit tests only.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
+
+from outbox.record import DEFAULT_TOPIC_PREFIX, HEADER_COLUMNS, topic_for
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"
@@ -12,14 +15,11 @@ STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
 TOPIC_NAME_MATCHES = "org.apache.kafka.connect.transforms.predicates.TopicNameMatches"
 
-# Outbox column -> Kafka header name, in addition to the "id" header EventRouter always adds.
-HEADER_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("type", "eventType"),
-    ("aggregatetype", "aggregateType"),
-    ("traceparent", "traceparent"),
-    ("headers", "headers"),
-    ("schema_version", "schemaVersion"),
-)
+# Defaults of the connector settings (the stack's settings start from the same ones).
+DEFAULT_SERVER_NAME = "outboxkit"
+DEFAULT_SLOT_NAME = DEFAULT_PUBLICATION_NAME = "outboxkit_outbox"
+DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000
+DEFAULT_PAYLOAD_ENCODING: Final = "text"
 
 
 class ConnectorConfigError(ValueError):
@@ -36,20 +36,20 @@ class ConnectorSettings:
     database_name: str
     database_user: str
     database_password: str = ""
-    server_name: str = "outboxkit"
-    slot_name: str = "outboxkit_outbox"
-    publication_name: str = "outboxkit_outbox"
+    server_name: str = DEFAULT_SERVER_NAME
+    slot_name: str = DEFAULT_SLOT_NAME
+    publication_name: str = DEFAULT_PUBLICATION_NAME
     outbox_tables: Sequence[str] = ("public.outbox",)
     heartbeat_table: str | None = "public.outbox_heartbeat"
-    heartbeat_interval_ms: int = 10_000
-    topic_prefix: str = "outbox.event."
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX
     snapshot_mode: str = "no_data"
     publication_autocreate: str = "filtered"
     # "text": the value is the payload's JSON text as stored (any JSON, nulls kept, no schema).
     # "expand": EventRouter turns the payload into a Connect struct (for schema-aware converters);
     # it infers a schema per record and falls back to a JSON *string* when it cannot, e.g. for an
     # array mixing numbers and objects, so consumers would see two shapes for one event type.
-    payload_encoding: str = "text"
+    payload_encoding: str = DEFAULT_PAYLOAD_ENCODING
     # KIP-618 on a worker with exactly.once.source.support=enabled: records and source offsets
     # commit in one Kafka transaction per poll. Registration fails on a worker without it.
     exactly_once: bool = True
@@ -147,6 +147,10 @@ def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
     return config
 
 
-def topic_for(aggregate_type: str, *, topic_prefix: str = "outbox.event.") -> str:
-    """The Kafka topic the events of one aggregate type are routed to."""
-    return topic_prefix + aggregate_type
+__all__ = [
+    "ConnectorConfigError",
+    "ConnectorSettings",
+    "build_connector_config",
+    "outbox_topic_pattern",
+    "topic_for",
+]

@@ -8,6 +8,15 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from cdc.config import (
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
+    DEFAULT_PAYLOAD_ENCODING,
+    DEFAULT_PUBLICATION_NAME,
+    DEFAULT_SERVER_NAME,
+    DEFAULT_SLOT_NAME,
+)
+from outbox.record import DEFAULT_TOPIC_PREFIX
+
 
 def _default_cache_dir() -> Path:
     return Path.home() / ".cache" / "outboxkit"
@@ -37,12 +46,12 @@ class StackSettings(BaseSettings):
     database_name: str = "outboxkit"
 
     connector_name: str = "outboxkit-outbox"
-    topic_prefix: str = "outbox.event."
-    server_name: str = "outboxkit"
-    slot_name: str = "outboxkit_outbox"
-    publication_name: str = "outboxkit_outbox"
-    heartbeat_interval_ms: int = 10_000
-    payload_encoding: Literal["text", "expand"] = "text"
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX
+    server_name: str = DEFAULT_SERVER_NAME
+    slot_name: str = DEFAULT_SLOT_NAME
+    publication_name: str = DEFAULT_PUBLICATION_NAME
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    payload_encoding: Literal["text", "expand"] = DEFAULT_PAYLOAD_ENCODING
 
     # KIP-618: the embedded Connect worker commits Debezium's records and source offsets in one
     # Kafka transaction. Describes an external Connect cluster when connect_url is set.

@@ -81,4 +81,5 @@ idempotency = Table(
     Column("response", JSONB, nullable=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     PrimaryKeyConstraint("scope", "key"),
+    Index("ix_service_idempotency_created", "created_at"),
 )

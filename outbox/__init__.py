@@ -2,17 +2,23 @@
 
 from outbox.envelope import Envelope, make_envelope
 from outbox.errors import InvalidEvent, OutboxError
-from outbox.publish import Outbox, publish
+from outbox.publish import Outbox
+from outbox.settings import OutboxSettings
 from outbox.table import metadata, outbox_heartbeat_table, outbox_table
+from outbox.trace import TraceContext
+from outbox.unit import PublishedObserver, UnitOfWork
 
 __all__ = [
     "Envelope",
     "InvalidEvent",
     "Outbox",
     "OutboxError",
+    "OutboxSettings",
+    "PublishedObserver",
+    "TraceContext",
+    "UnitOfWork",
     "make_envelope",
     "metadata",
     "outbox_heartbeat_table",
     "outbox_table",
-    "publish",
 ]

@@ -1,4 +1,7 @@
-"""Publishing: add an outbox row to the caller's transaction (never commit it)."""
+"""Writing an event as an outbox row in the caller's transaction (never committing it).
+
+Applications publish through `outbox.UnitOfWork`, which adds the trace context and remembers
+what was published; `Outbox.publish` is the write underneath."""
 
 from __future__ import annotations
 
@@ -69,26 +72,3 @@ class Outbox:
         if self.mode == "delete":
             session.execute(delete(outbox_table).where(outbox_table.c.id == envelope.event_id))
         return envelope
-
-
-_default = Outbox()
-
-
-def publish(
-    session: Session,
-    *,
-    aggregate_type: str,
-    aggregate_id: str,
-    event_type: str,
-    payload: Any,
-    headers: Mapping[str, str] | None = None,
-) -> Envelope:
-    """Add an event to the caller's transaction using the default (delete-mode) outbox."""
-    return _default.publish(
-        session,
-        aggregate_type=aggregate_type,
-        aggregate_id=aggregate_id,
-        event_type=event_type,
-        payload=payload,
-        headers=headers,
-    )

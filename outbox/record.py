@@ -1,4 +1,14 @@
-"""Decoding a Kafka record written by the outbox connector back into an Envelope (pure)."""
+"""The Kafka record format of outbox events, in one place.
+
+What the outbox connector writes (Debezium's EventRouter with the placement built from
+`HEADER_COLUMNS`): topic ``<topic prefix><aggregate type>``, key = the aggregate id, value = the
+payload's JSON text, and headers ``id``, ``eventType``, ``aggregateType``, ``traceparent``,
+``headers`` (the other headers as one JSON object) and ``schemaVersion``. The record's timestamp
+is the commit time, carried into `Envelope.created_at`.
+
+`encode` builds such a record from an envelope (what the connector would write; tests and
+benchmarks use it), `read` turns a record back into an envelope or says why it cannot.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +22,29 @@ from outbox.envelope import TRACEPARENT, Envelope
 from outbox.errors import OutboxError
 
 Headers = Sequence[tuple[str, bytes | None]]
+
+DEFAULT_TOPIC_PREFIX = "outbox.event."
+
+# Header names. EventRouter always adds "id" (the event id column); the others come from
+# outbox columns placed as headers.
+ID = "id"
+EVENT_TYPE = "eventType"
+AGGREGATE_TYPE = "aggregateType"
+EXTRA_HEADERS = "headers"  # the envelope's other headers as one JSON object (or absent)
+SCHEMA_VERSION = "schemaVersion"
+# Outbox column -> Kafka header name (the connector's additional placement).
+HEADER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("type", EVENT_TYPE),
+    ("aggregatetype", AGGREGATE_TYPE),
+    ("traceparent", TRACEPARENT),
+    ("headers", EXTRA_HEADERS),
+    ("schema_version", SCHEMA_VERSION),
+)
+
+
+def topic_for(aggregate_type: str, *, topic_prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
+    """The Kafka topic the events of one aggregate type are routed to."""
+    return topic_prefix + aggregate_type
 
 
 @dataclass(frozen=True)
@@ -40,51 +73,127 @@ def header_map(headers: Headers | None) -> dict[str, str]:
     return result
 
 
+def encode(
+    envelope: Envelope,
+    *,
+    topic_prefix: str = DEFAULT_TOPIC_PREFIX,
+    partition: int = 0,
+    offset: int = 0,
+    timestamp_ms: int | None = None,
+) -> KafkaRecord:
+    """The record the outbox connector writes for ``envelope`` (at ``partition``/``offset``)."""
+    headers: list[tuple[str, bytes | None]] = [
+        (ID, str(envelope.event_id).encode()),
+        (EVENT_TYPE, envelope.event_type.encode()),
+        (AGGREGATE_TYPE, envelope.aggregate_type.encode()),
+    ]
+    if envelope.traceparent:
+        headers.append((TRACEPARENT, envelope.traceparent.encode()))
+    extra = {k: v for k, v in envelope.headers.items() if k != TRACEPARENT}
+    if extra:
+        headers.append((EXTRA_HEADERS, json.dumps(extra, sort_keys=True).encode()))
+    headers.append((SCHEMA_VERSION, str(envelope.schema_version).encode()))
+    return KafkaRecord(
+        topic=topic_for(envelope.aggregate_type, topic_prefix=topic_prefix),
+        partition=partition,
+        offset=offset,
+        key=envelope.aggregate_id.encode(),
+        value=json.dumps(envelope.payload, ensure_ascii=False, separators=(",", ":")).encode(),
+        headers=headers,
+        timestamp_ms=(
+            int(envelope.created_at.timestamp() * 1000) if timestamp_ms is None else timestamp_ms
+        ),
+    )
+
+
 def _extra_headers(raw: str | None) -> dict[str, str]:
     if raw is None or raw == "null":
         return {}
     try:
         parsed = json.loads(raw)
     except ValueError as exc:
-        raise UndecodableRecord(f"header 'headers' is not JSON: {raw[:80]!r}") from exc
+        raise UndecodableRecord(f"header {EXTRA_HEADERS!r} is not JSON: {raw[:80]!r}") from exc
     if not isinstance(parsed, dict):
-        raise UndecodableRecord(f"header 'headers' is not a JSON object: {raw[:80]!r}")
+        raise UndecodableRecord(f"header {EXTRA_HEADERS!r} is not a JSON object: {raw[:80]!r}")
     return {str(k): str(v) for k, v in parsed.items()}
 
 
-def decode(
-    key: bytes | None, value: bytes | None, headers: Headers | None, timestamp_ms: int | None = None
-) -> Envelope:
-    """The envelope carried by one record; raises UndecodableRecord saying what is missing."""
-    found = header_map(headers)
-    for required in ("id", "eventType", "aggregateType"):
+def decode(record: KafkaRecord) -> Envelope:
+    """The envelope carried by one record; raises UndecodableRecord saying what is wrong."""
+    found = header_map(record.headers)
+    for required in (ID, EVENT_TYPE, AGGREGATE_TYPE):
         if required not in found:
             raise UndecodableRecord(f"header {required!r} is missing")
-    if key is None:
+    if record.key is None:
         raise UndecodableRecord("record has no key (the aggregate id)")
-    if value is None:
+    if record.value is None:
         raise UndecodableRecord("record has no value (the payload)")
     try:
-        event_id = uuid.UUID(found["id"])
+        event_id = uuid.UUID(found[ID])
     except ValueError as exc:
-        raise UndecodableRecord(f"header 'id' is not a UUID: {found['id']!r}") from exc
+        raise UndecodableRecord(f"header {ID!r} is not a UUID: {found[ID]!r}") from exc
     try:
-        payload = json.loads(value)
+        payload = json.loads(record.value)
     except ValueError as exc:
         raise UndecodableRecord(f"value is not JSON: {exc}") from exc
-    extra = _extra_headers(found.get("headers"))
+    try:
+        schema_version = int(found.get(SCHEMA_VERSION, "1"))
+    except ValueError as exc:
+        raise UndecodableRecord(
+            f"header {SCHEMA_VERSION!r} is not an integer: {found[SCHEMA_VERSION][:80]!r}"
+        ) from exc
+    extra = _extra_headers(found.get(EXTRA_HEADERS))
     if TRACEPARENT in found:
         extra[TRACEPARENT] = found[TRACEPARENT]
     created = (
-        datetime.fromtimestamp(timestamp_ms / 1000, UTC) if timestamp_ms else datetime.now(UTC)
+        datetime.fromtimestamp(record.timestamp_ms / 1000, UTC)
+        if record.timestamp_ms
+        else datetime.now(UTC)
     )
     return Envelope(
-        aggregate_type=found["aggregateType"],
-        aggregate_id=key.decode("utf-8", errors="replace"),
-        event_type=found["eventType"],
+        aggregate_type=found[AGGREGATE_TYPE],
+        aggregate_id=record.key.decode("utf-8", errors="replace"),
+        event_type=found[EVENT_TYPE],
         payload=payload,
         headers=extra,
         event_id=event_id,
-        schema_version=int(found.get("schemaVersion", "1")),
+        schema_version=schema_version,
         created_at=created,
     )
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """A record read for the inbox: its envelope, or the problem that keeps it from being one.
+
+    ``key``, ``event_id`` and ``event_type`` are known either way (from the headers as far as
+    they can be read), so an undecodable record can still be parked under its key."""
+
+    record: KafkaRecord
+    envelope: Envelope | None
+    problem: str | None
+
+    @property
+    def key(self) -> str | None:
+        key = self.record.key
+        return None if key is None else key.decode("utf-8", "replace")
+
+    @property
+    def event_id(self) -> str | None:
+        if self.envelope is not None:
+            return str(self.envelope.event_id)
+        return header_map(self.record.headers).get(ID)
+
+    @property
+    def event_type(self) -> str | None:
+        if self.envelope is not None:
+            return self.envelope.event_type
+        return header_map(self.record.headers).get(EVENT_TYPE)
+
+
+def read(record: KafkaRecord) -> Decoded:
+    """`decode` that never raises for a bad record: the problem is returned instead."""
+    try:
+        return Decoded(record, decode(record), None)
+    except UndecodableRecord as exc:
+        return Decoded(record, None, str(exc))

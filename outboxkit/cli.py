@@ -130,9 +130,10 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
         applied = sum(int(str(r["applied"])) for r in rows)
         skipped = sum(int(str(r["skipped"])) for r in rows)
         parked = sum(int(str(r["parked"])) for r in rows)
+        published = sum(int(str(r["published"])) for r in rows)
         console.print(
             f"{name} batch {batch_id}: {applied} applied, {skipped} skipped, "
-            f"{parked} parked over {len(rows)} partition(s)"
+            f"{parked} parked, {published} published over {len(rows)} partition(s)"
         )
 
     console.print(f"consuming {', '.join(j.name for j in jobs)} (checkpoints in {args.checkpoint})")

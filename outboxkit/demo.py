@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from devstack.stack import Stack
+from outboxkit.bench.report import percentile
 from outboxkit.settings import Settings
 
 
@@ -18,7 +19,7 @@ def run_demo(
     settings: Settings, *, orders: int = 300, keep_running: bool = False, seed: int = 7
 ) -> int:
     """Start everything, place ``orders`` orders, wait until each is final, report, stop."""
-    from saga.run import Saga
+    from saga.processes import Saga
 
     console = Console()
     stack = Stack(settings, echo=lambda line: console.print(f"[dim]{line}[/dim]"))
@@ -81,8 +82,9 @@ def _print_report(console: Console, report: Any) -> None:
         table.add_row(status, str(count))
     console.print(table)
     console.print(
-        f"POST -> final state: p50 {report.percentile(0.5):.2f}s, "
-        f"p95 {report.percentile(0.95):.2f}s, p99 {report.percentile(0.99):.2f}s"
+        f"POST -> final state: p50 {percentile(report.latencies, 0.5):.2f}s, "
+        f"p95 {percentile(report.latencies, 0.95):.2f}s, "
+        f"p99 {percentile(report.latencies, 0.99):.2f}s"
     )
     checks = Table(title="invariants across the three databases")
     checks.add_column("check")

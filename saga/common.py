@@ -1,16 +1,27 @@
-"""Plumbing shared by the saga's services: settings per service, migrations, topic names."""
+"""Plumbing shared by the saga's services: settings per service, migrations, consumer jobs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic_settings import SettingsConfigDict
 
+from inbox.apply import Handler
 from migrations.runner import Migrations
 from service_template import ServiceSettings
+from spark_consumers.job import Job
+from spark_consumers.settings import ConsumerSettings
 
 HERE = Path(__file__).resolve().parent
 SERVICES = ("orders", "payments", "shipping")
+
+
+class SagaServiceSettings(ServiceSettings, ConsumerSettings):
+    """A saga service's settings: its HTTP side and its consumer job, from one environment."""
+
+    # Micro-batches small enough to keep a hop short under load.
+    max_offsets_per_trigger: int = 5_000
 
 
 def migrations_of(service: str) -> Migrations:
@@ -18,10 +29,32 @@ def migrations_of(service: str) -> Migrations:
     return Migrations(HERE / "migrations" / service, f"{service}_alembic_version")
 
 
-def settings_of(service: str) -> ServiceSettings:
-    """Settings from ``<SERVICE>_DATABASE_URL`` etc. (e.g. ORDERS_DATABASE_URL)."""
+def settings_of(service: str) -> SagaServiceSettings:
+    """Settings from ``<SERVICE>_DATABASE_URL``, ``<SERVICE>_KAFKA_BOOTSTRAP_SERVERS``,
+    ``<SERVICE>_TOPIC_PREFIX``, ``<SERVICE>_EXACTLY_ONCE_SOURCE``, ``<SERVICE>_OUTBOX__MODE``
+    etc. (e.g. ORDERS_DATABASE_URL)."""
 
-    class Settings(ServiceSettings):
-        model_config = SettingsConfigDict(env_prefix=f"{service.upper()}_", extra="ignore")
+    class Settings(SagaServiceSettings):
+        model_config = SettingsConfigDict(
+            env_prefix=f"{service.upper()}_", env_nested_delimiter="__", extra="ignore"
+        )
 
     return Settings(name=service, consumers=[service])  # type: ignore[call-arg]
+
+
+def job_of(service: str, aggregate_types: tuple[str, ...], handlers: Mapping[str, Handler]) -> Job:
+    """The consumer job of ``service``: the topics of ``aggregate_types`` under the configured
+    prefix, into the service's database, publishing through the service's outbox."""
+    settings = settings_of(service)
+    if not settings.kafka_bootstrap_servers:
+        raise ValueError(f"{service.upper()}_KAFKA_BOOTSTRAP_SERVERS is not set")
+    return Job(
+        name=f"saga_{service}",
+        topics=settings.topics(*aggregate_types),
+        consumer=service,
+        handlers=handlers,
+        database_url=settings.database_url,
+        bootstrap_servers=settings.kafka_bootstrap_servers,
+        outbox=settings.outbox.build(),
+        **settings.job_options(),
+    )

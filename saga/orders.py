@@ -8,11 +8,11 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Header, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Column,
     DateTime,
     Identity,
+    Index,
     Integer,
     MetaData,
     String,
@@ -22,13 +22,14 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of
 from saga.rules import ORDER_ID
-from service_template import Problem, UnitOfWork, create_app, unit_of_work
+from service_template import Problem, UnitOfWork, create_app, idempotent, unit_of_work
 from service_template.app import service_router
 
 metadata = MetaData()
@@ -37,9 +38,9 @@ orders = Table(
     metadata,
     Column("id", String(36), primary_key=True),
     Column("customer", String(64), nullable=False),
-    Column("items", JSON, nullable=False),
+    Column("items", JSONB, nullable=False),
     Column("amount", Integer, nullable=False),
-    Column("status", String(16), nullable=False),
+    Column("status", String(16), nullable=False, index=True),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("final_at", DateTime(timezone=True), nullable=True),
 )
@@ -52,8 +53,9 @@ timeline = Table(
     Column("event_type", String(64), nullable=False),
     Column("service", String(32), nullable=False),
     Column("status_after", String(16), nullable=False),
-    Column("detail", JSON, nullable=True),
+    Column("detail", JSONB, nullable=True),
     Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("ix_order_timeline_order", "order_id"),
 )
 
 
@@ -162,7 +164,7 @@ def place_order(
         )
         return 201, OrderView.model_validate(_view(uow.session, order_id)).model_dump(mode="json")
 
-    return uow.idempotent(request, idempotency_key, body.model_dump(mode="json"), create)
+    return idempotent(uow, request, idempotency_key, body.model_dump(mode="json"), create)
 
 
 @router.get(
@@ -190,10 +192,10 @@ _NEXT = {
 }
 
 
-def on_event(event: Envelope, session: Session) -> None:
+def on_event(event: Envelope, uow: UnitOfWork) -> None:
     """Apply one payment or shipment event to its order (in the inbox's transaction)."""
     order_id = str(event.payload["order_id"])
-    status = session.execute(
+    status = uow.session.execute(
         select(orders.c.status).where(orders.c.id == order_id).with_for_update()
     ).scalar_one_or_none()
     if status is None:
@@ -203,9 +205,9 @@ def on_event(event: Envelope, session: Session) -> None:
         values: dict[str, Any] = {"status": after}
         if after in rules.FINAL:
             values["final_at"] = func.now()
-        session.execute(update(orders).where(orders.c.id == order_id).values(**values))
+        uow.session.execute(update(orders).where(orders.c.id == order_id).values(**values))
     source = "payments" if event.aggregate_type == rules.PAYMENT else "shipping"
-    session.execute(
+    uow.session.execute(
         insert(timeline).values(
             order_id=order_id,
             event_id=str(event.event_id),

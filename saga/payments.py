@@ -21,9 +21,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.orm import Session
 
-import outbox
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of
@@ -47,7 +45,7 @@ payment_log = Table(
     "payment_log",
     metadata,
     Column("id", BigInteger, Identity(), primary_key=True),
-    Column("order_id", String(36), nullable=False),
+    Column("order_id", String(36), nullable=False, index=True),
     Column("action", String(16), nullable=False),
     Column("event_id", String(64), nullable=False),
     Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
@@ -77,26 +75,25 @@ def list_payments(
     return [dict(r) for r in rows.mappings()]
 
 
-def _log(session: Session, order_id: str, action: str, event: Envelope) -> None:
-    session.execute(
+def _log(uow: UnitOfWork, order_id: str, action: str, event: Envelope) -> None:
+    uow.session.execute(
         insert(payment_log).values(order_id=order_id, action=action, event_id=str(event.event_id))
     )
 
 
-def on_order_placed(event: Envelope, session: Session) -> None:
+def on_order_placed(event: Envelope, uow: UnitOfWork) -> None:
     """Capture or decline by the credit-limit rule; tell the others through our outbox."""
     p = event.payload
     order_id, customer, amount = str(p["order_id"]), str(p["customer"]), int(p["amount"])
     captured, reason = rules.payment_decision(customer, amount)
     status = CAPTURED if captured else DECLINED
-    session.execute(
+    uow.session.execute(
         insert(payments).values(
             order_id=order_id, customer=customer, amount=amount, status=status, reason=reason
         )
     )
-    _log(session, order_id, status.lower(), event)
-    outbox.publish(
-        session,
+    _log(uow, order_id, status.lower(), event)
+    uow.publish(
         aggregate_type=rules.PAYMENT,
         aggregate_id=order_id,
         event_type=rules.PAYMENT_CAPTURED if captured else rules.PAYMENT_DECLINED,
@@ -107,21 +104,20 @@ def on_order_placed(event: Envelope, session: Session) -> None:
             "items": p["items"],
             "reason": reason,
         },
-        headers=_trace(event),
     )
 
 
-def on_shipment_failed(event: Envelope, session: Session) -> None:
+def on_shipment_failed(event: Envelope, uow: UnitOfWork) -> None:
     """Compensation: refund the captured payment."""
     order_id = str(event.payload["order_id"])
-    row = session.execute(
+    row = uow.session.execute(
         select(payments.c.status, payments.c.amount)
         .where(payments.c.order_id == order_id)
         .with_for_update()
     ).first()
     if row is None or row.status != CAPTURED:
         raise ValueError(f"refund for order {order_id}: payment is {row and row.status}")
-    session.execute(
+    uow.session.execute(
         update(payments)
         .where(payments.c.order_id == order_id)
         .values(
@@ -130,23 +126,17 @@ def on_shipment_failed(event: Envelope, session: Session) -> None:
             updated_at=func.now(),
         )
     )
-    _log(session, order_id, "refunded", event)
-    outbox.publish(
-        session,
+    _log(uow, order_id, "refunded", event)
+    uow.publish(
         aggregate_type=rules.PAYMENT,
         aggregate_id=order_id,
         event_type=rules.PAYMENT_REFUNDED,
         payload={"order_id": order_id, "amount": row.amount, "reason": event.payload.get("reason")},
-        headers=_trace(event),
     )
 
 
-def ignore(event: Envelope, session: Session) -> None:
+def ignore(event: Envelope, uow: UnitOfWork) -> None:
     """An event this consumer reads but has nothing to do for."""
-
-
-def _trace(event: Envelope) -> dict[str, str]:
-    return {"traceparent": event.traceparent} if event.traceparent else {}
 
 
 HANDLERS = {

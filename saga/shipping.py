@@ -9,6 +9,7 @@ from fastapi import Depends, FastAPI, Query
 from pydantic import BaseModel
 from sqlalchemy import (
     JSON,
+    CheckConstraint,
     Column,
     DateTime,
     Engine,
@@ -23,13 +24,11 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.orm import Session
 
-import outbox
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of
-from saga.payments import _trace, ignore
+from saga.payments import ignore
 from saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
 from service_template.app import service_router
@@ -40,6 +39,7 @@ stock = Table(
     metadata,
     Column("sku", String(32), primary_key=True),
     Column("available", Integer, nullable=False),
+    CheckConstraint("available >= 0", name="ck_stock_not_negative"),
 )
 shipments = Table(
     "shipments",
@@ -84,14 +84,14 @@ def set_stock(engine: Engine, levels: Mapping[str, int]) -> None:
             )
 
 
-def on_payment_captured(event: Envelope, session: Session) -> None:
+def on_payment_captured(event: Envelope, uow: UnitOfWork) -> None:
     """Reserve every item or none (rows locked in SKU order: no deadlock between orders)."""
     p = event.payload
     order_id = str(p["order_id"])
     wanted: dict[str, int] = {}
     for item in p["items"]:
         wanted[item["sku"]] = wanted.get(item["sku"], 0) + int(item["qty"])
-    rows = session.execute(
+    rows = uow.session.execute(
         select(stock.c.sku, stock.c.available)
         .where(stock.c.sku.in_(sorted(wanted)))
         .order_by(stock.c.sku)
@@ -107,20 +107,18 @@ def on_payment_captured(event: Envelope, session: Session) -> None:
         )
     else:
         for sku, qty in wanted.items():
-            session.execute(
+            uow.session.execute(
                 update(stock).where(stock.c.sku == sku).values(available=stock.c.available - qty)
             )
         status, reason, event_type = SCHEDULED, "reserved", rules.SHIPMENT_SCHEDULED
-    session.execute(
+    uow.session.execute(
         insert(shipments).values(order_id=order_id, status=status, reason=reason, items=p["items"])
     )
-    outbox.publish(
-        session,
+    uow.publish(
         aggregate_type=rules.SHIPMENT,
         aggregate_id=order_id,
         event_type=event_type,
         payload={"order_id": order_id, "reason": reason},
-        headers=_trace(event),
     )
 
 

@@ -16,6 +16,9 @@ from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from migrations.runner import FRAMEWORK, Migrations
+from outbox.envelope import TRACEPARENT
+from outbox.publish import Outbox
+from outbox.trace import TraceContext
 from service_template import errors, logs
 from service_template.metrics import Metrics
 from service_template.settings import ServiceSettings
@@ -31,12 +34,13 @@ def service_router(**kwargs: Any) -> APIRouter:
 
 @dataclass
 class ServiceApp:
-    """What the routes and the framework share: settings, engine, metrics, migrations."""
+    """What the routes and the framework share: settings, engine, outbox, metrics, migrations."""
 
     settings: ServiceSettings
     engine: Engine
     metrics: Metrics
     migrations: Sequence[Migrations] = field(default_factory=tuple)
+    outbox: Outbox = field(default_factory=Outbox)
 
     def readiness(self) -> list[str]:
         """Problems that make the service not ready (empty when ready)."""
@@ -70,27 +74,30 @@ def create_app(
     )
     metrics = Metrics(engine, settings.consumers, settings.kafka_bootstrap_servers)
     app = FastAPI(title=title or settings.name, description=description)
-    app.state.service = ServiceApp(settings, engine, metrics, tuple(migrations))
+    app.state.service = ServiceApp(
+        settings, engine, metrics, tuple(migrations), settings.outbox.build()
+    )
     errors.install(app)
 
     @app.middleware("http")
     async def trace_and_measure(
         request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
-        trace = logs.parse_traceparent(request.headers.get("traceparent")) or logs.new_trace_id()
-        token = logs.trace_id.set(trace)
+        # The request's span: a child of the caller's when it sent a traceparent.
+        trace = TraceContext.continuing(request.headers.get(TRACEPARENT))
+        token = logs.current_trace.set(trace)
         started = time.perf_counter()
         try:
             response = await call_next(request)
         finally:
-            logs.trace_id.reset(token)
+            logs.current_trace.reset(token)
         route = request.scope.get("route")
         template = getattr(route, "path", "unmatched")
         elapsed = time.perf_counter() - started
         metrics.requests.labels(request.method, template, str(response.status_code)).inc()
         metrics.latency.labels(request.method, template).observe(elapsed)
-        response.headers["traceparent"] = logs.traceparent(trace)
-        token = logs.trace_id.set(trace)
+        response.headers[TRACEPARENT] = trace.header()
+        token = logs.current_trace.set(trace)
         log.info(
             "%s %s -> %d",
             request.method,
@@ -103,7 +110,7 @@ def create_app(
                 "ms": round(elapsed * 1000, 1),
             },
         )
-        logs.trace_id.reset(token)
+        logs.current_trace.reset(token)
         return response
 
     @app.get("/health", tags=["operations"], summary="the process is alive")

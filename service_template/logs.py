@@ -5,30 +5,15 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import os
-import re
 import sys
 from datetime import UTC, datetime
 
-trace_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("trace_id", default=None)
-_TRACEPARENT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+from outbox.trace import TraceContext
 
-
-def parse_traceparent(value: str | None) -> str | None:
-    """The trace id of a W3C ``traceparent``, or None when absent or malformed."""
-    match = _TRACEPARENT.match(value or "")
-    if not match or match.group(1) == "0" * 32:
-        return None
-    return match.group(1)
-
-
-def new_trace_id() -> str:
-    return os.urandom(16).hex()
-
-
-def traceparent(trace: str) -> str:
-    """A traceparent for a new span of ``trace`` (sampled)."""
-    return f"00-{trace}-{os.urandom(8).hex()}-01"
+# The span of the request being served (set by the app's middleware).
+current_trace: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar(
+    "current_trace", default=None
+)
 
 
 class JsonFormatter(logging.Formatter):
@@ -45,7 +30,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
             "service": self.service,
-            "trace_id": trace_id.get(),
+            "trace_id": trace.trace_id if (trace := current_trace.get()) else None,
         }
         for key in ("method", "path", "status", "ms"):
             if hasattr(record, key):

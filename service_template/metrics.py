@@ -9,10 +9,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
-from inbox.tables import parked, watermarks
+from inbox.recorder import parked_counts, watermark_rows
+from outbox.envelope import Envelope
 
 log = logging.getLogger(__name__)
 
@@ -55,18 +55,8 @@ class InboxCollector(Collector):
         )
         try:
             with self.engine.connect() as conn:
-                query = select(
-                    watermarks.c.consumer,
-                    watermarks.c.topic,
-                    watermarks.c.partition,
-                    watermarks.c.offset,
-                )
-                count = select(parked.c.consumer, func.count()).group_by(parked.c.consumer)
-                if self.consumers:
-                    query = query.where(watermarks.c.consumer.in_(self.consumers))
-                    count = count.where(parked.c.consumer.in_(self.consumers))
-                rows = conn.execute(query).all()
-                parked_counts: dict[str, int] = {c: int(n) for c, n in conn.execute(count).all()}
+                rows = watermark_rows(conn, self.consumers)
+                waiting = parked_counts(conn, self.consumers)
         except Exception as exc:
             log.warning("inbox metrics unavailable: %s", exc)
             return
@@ -76,8 +66,8 @@ class InboxCollector(Collector):
             end = self._end_offset(topic, partition)
             if end is not None:
                 lag.add_metric(key, max(0, end - offset - 1))
-        for consumer in self.consumers or parked_counts:
-            held.add_metric([consumer], parked_counts.get(consumer, 0))
+        for consumer in self.consumers or waiting:
+            held.add_metric([consumer], waiting.get(consumer, 0))
         yield from (mark, lag, held)
 
 
@@ -106,6 +96,7 @@ class Metrics:
         )
         self.registry.register(InboxCollector(engine, consumers, bootstrap))
 
-    def published(self, events: Iterable[tuple[str, str]]) -> None:
-        for aggregate_type, event_type in events:
-            self.outbox.labels(aggregate_type, event_type).inc()
+    def published(self, events: Iterable[Envelope]) -> None:
+        """Count events whose transaction committed (a `PublishedObserver`)."""
+        for event in events:
+            self.outbox.labels(event.aggregate_type, event.event_type).inc()

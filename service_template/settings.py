@@ -5,6 +5,8 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from outbox.settings import OutboxSettings
+
 
 class ServiceSettings(BaseSettings):
     """Where the service's database is, and what its metrics report on.
@@ -12,7 +14,9 @@ class ServiceSettings(BaseSettings):
     A service subclasses it: ``class OrdersSettings(ServiceSettings): model_config =
     SettingsConfigDict(env_prefix="ORDERS_")`` reads ``ORDERS_DATABASE_URL`` and so on."""
 
-    model_config = SettingsConfigDict(env_prefix="SERVICE_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="SERVICE_", env_nested_delimiter="__", extra="ignore"
+    )
 
     name: str = Field(default="service", description="service name, in logs and metrics")
     database_url: str = Field(description="SQLAlchemy URL of the service's own database")
@@ -22,6 +26,10 @@ class ServiceSettings(BaseSettings):
     consumers: list[str] = Field(
         default_factory=list,
         description="inbox consumer names whose lag and parked count to export",
+    )
+    outbox: OutboxSettings = Field(
+        default_factory=OutboxSettings,
+        description="how the service writes events (e.g. ORDERS_OUTBOX__MODE=retain)",
     )
     pool_size: int = 10
     log_level: str = "INFO"

@@ -1,11 +1,14 @@
 """Unit of work per request: one session, one transaction, committed by the framework after the
-route returned a successful response (rolled back otherwise). Routes never commit."""
+route returned a successful response (rolled back otherwise). Routes never commit.
+
+The unit is `outbox.UnitOfWork`, the same one inbox handlers get: the service's outbox, the
+request's span as trace context, the events published so far."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request
@@ -17,88 +20,57 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-import outbox
 from inbox.tables import idempotency
+from outbox.unit import UnitOfWork
 from service_template.errors import Problem
-from service_template.logs import trace_id, traceparent
+from service_template.logs import current_trace
 
 MAX_KEY = 255
 
 
-class UnitOfWork:
-    """The request's session and what it published; see `unit_of_work`."""
+def idempotent(
+    uow: UnitOfWork,
+    request: Request,
+    key: str | None,
+    body: Any,
+    produce: Callable[[], tuple[int, Any]],
+) -> JSONResponse:
+    """Run ``produce`` (returning status and body) once per Idempotency-Key.
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.published: list[tuple[str, str]] = []
-
-    def publish(
-        self,
-        *,
-        aggregate_type: str,
-        aggregate_id: str,
-        event_type: str,
-        payload: Any,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        """`outbox.publish` into this request's transaction, carrying the request's trace."""
-        merged = dict(headers or {})
-        trace = trace_id.get()
-        if trace and "traceparent" not in merged:
-            merged["traceparent"] = traceparent(trace)
-        outbox.publish(
-            self.session,
-            aggregate_type=aggregate_type,
-            aggregate_id=aggregate_id,
-            event_type=event_type,
-            payload=payload,
-            headers=merged,
-        )
-        self.published.append((aggregate_type, event_type))
-
-    def idempotent(
-        self,
-        request: Request,
-        key: str | None,
-        body: Any,
-        produce: Callable[[], tuple[int, Any]],
-    ) -> JSONResponse:
-        """Run ``produce`` (returning status and body) once per Idempotency-Key.
-
-        The key, a fingerprint of the request and the response are stored in this transaction:
-        a retry with the same key and body gets the first response and creates nothing; the same
-        key with another body is a 422. A concurrent retry waits on the key's row lock."""
-        if key is None:
-            status, payload = produce()
-            return JSONResponse(jsonable_encoder(payload), status_code=status)
-        if not key or len(key) > MAX_KEY or not key.isprintable():
-            raise Problem(400, f"Idempotency-Key must be 1 to {MAX_KEY} printable characters")
-        scope = f"{request.method} {request.url.path}"
-        canonical = json.dumps(jsonable_encoder(body), sort_keys=True, separators=(",", ":"))
-        fingerprint = hashlib.sha256(f"{scope}\n{canonical}".encode()).hexdigest()
-        claimed = self.session.execute(
-            pg_insert(idempotency)
-            .values(scope=scope, key=key, fingerprint=fingerprint)
-            .on_conflict_do_nothing()
-            .returning(idempotency.c.key)
-        ).first()
-        if claimed is None:
-            row = self.session.execute(
-                select(idempotency).where(idempotency.c.scope == scope, idempotency.c.key == key)
-            ).one()
-            if row.fingerprint != fingerprint:
-                raise Problem(422, "this Idempotency-Key was used with a different request body")
-            return JSONResponse(
-                row.response, status_code=row.status_code, headers={"Idempotent-Replayed": "true"}
-            )
+    The key, a fingerprint of the request and the response are stored in this transaction:
+    a retry with the same key and body gets the first response and creates nothing; the same
+    key with another body is a 422. A concurrent retry waits on the key's row lock."""
+    if key is None:
         status, payload = produce()
-        encoded = jsonable_encoder(payload)
-        self.session.execute(
-            update(idempotency)
-            .where(idempotency.c.scope == scope, idempotency.c.key == key)
-            .values(status_code=status, response=encoded)
+        return JSONResponse(jsonable_encoder(payload), status_code=status)
+    if not key or len(key) > MAX_KEY or not key.isprintable():
+        raise Problem(400, f"Idempotency-Key must be 1 to {MAX_KEY} printable characters")
+    scope = f"{request.method} {request.url.path}"
+    canonical = json.dumps(jsonable_encoder(body), sort_keys=True, separators=(",", ":"))
+    fingerprint = hashlib.sha256(f"{scope}\n{canonical}".encode()).hexdigest()
+    claimed = uow.session.execute(
+        pg_insert(idempotency)
+        .values(scope=scope, key=key, fingerprint=fingerprint)
+        .on_conflict_do_nothing()
+        .returning(idempotency.c.key)
+    ).first()
+    if claimed is None:
+        row = uow.session.execute(
+            select(idempotency).where(idempotency.c.scope == scope, idempotency.c.key == key)
+        ).one()
+        if row.fingerprint != fingerprint:
+            raise Problem(422, "this Idempotency-Key was used with a different request body")
+        return JSONResponse(
+            row.response, status_code=row.status_code, headers={"Idempotent-Replayed": "true"}
         )
-        return JSONResponse(encoded, status_code=status)
+    status, payload = produce()
+    encoded = jsonable_encoder(payload)
+    uow.session.execute(
+        update(idempotency)
+        .where(idempotency.c.scope == scope, idempotency.c.key == key)
+        .values(status_code=status, response=encoded)
+    )
+    return JSONResponse(encoded, status_code=status)
 
 
 def unit_of_work(request: Request) -> UnitOfWork:
@@ -120,14 +92,14 @@ class UnitOfWorkRoute(APIRoute):
         async def handler(request: Request) -> Response:
             service = request.app.state.service
             session = Session(service.engine)
-            uow = UnitOfWork(session)
+            uow = UnitOfWork(session, service.outbox, current_trace.get())
             request.state.uow = uow
             try:
                 session.begin()
                 response: Response = await original(request)
                 if response.status_code < 400:
                     await run_in_threadpool(session.commit)
-                    service.metrics.published(uow.published)
+                    service.metrics.published(uow.published)  # what committed
                 else:
                     await run_in_threadpool(session.rollback)
                 return response

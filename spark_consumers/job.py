@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 
-from inbox.apply import DEFAULT_WINDOW, Handler, Inbox
+from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, Handler, Inbox
+from outbox.publish import Outbox
+from outbox.unit import PublishedObserver
+
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 
 
 @dataclass(frozen=True)
@@ -21,7 +25,7 @@ class Job:
     handlers: Mapping[str, Handler] | Handler
     database_url: str
     bootstrap_servers: str
-    max_attempts: int = 3
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     # True when every topic is written with exactly-once delivery (Debezium on a Connect worker
     # with KIP-618 exactly-once source): nothing reaches a read_committed reader twice, so the
     # (partition, max offset) watermark alone is exact and no event-id window is kept.
@@ -29,8 +33,10 @@ class Job:
     # Offsets of recent event ids kept per partition against re-sends; None follows the source
     # (0 for exactly-once topics, else DEFAULT_WINDOW).
     window: int | None = None
-    max_offsets_per_trigger: int = 200_000
+    max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     kafka_options: Mapping[str, str] = field(default_factory=dict)
+    # How the handlers' events are written: the consuming service's outbox.
+    outbox: Outbox = field(default_factory=Outbox)
 
     def dedup_window(self) -> int:
         """The event-id window this job's inbox keeps (0: watermark only)."""
@@ -38,7 +44,7 @@ class Job:
             return self.window
         return 0 if self.exactly_once_source else DEFAULT_WINDOW
 
-    def inbox(self, engine: Engine) -> Inbox:
+    def inbox(self, engine: Engine, on_published: PublishedObserver | None = None) -> Inbox:
         """The one way to build this job's inbox."""
         return Inbox(
             engine,
@@ -46,6 +52,8 @@ class Job:
             self.handlers,
             window=self.dedup_window(),
             max_attempts=self.max_attempts,
+            outbox=self.outbox,
+            on_published=on_published,
         )
 
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, select
+from sqlalchemy import create_engine
 
-from inbox.tables import watermarks
+from inbox.recorder import Recorder
 from spark_consumers.job import Job
 from spark_consumers.sink import inbox_sink
 
@@ -27,14 +27,9 @@ def inbox_positions(job: Job) -> dict[tuple[str, int], int]:
     engine = create_engine(job.database_url)
     try:
         with engine.connect() as conn:
-            rows = conn.execute(
-                select(watermarks.c.topic, watermarks.c.partition, watermarks.c.offset).where(
-                    watermarks.c.consumer == job.consumer, watermarks.c.topic.in_(job.topics)
-                )
-            ).all()
+            return Recorder(job.consumer).positions(conn, job.topics)
     finally:
         engine.dispose()
-    return {(t, int(p)): int(o) + 1 for t, p, o in rows}
 
 
 def existing_partitions(job: Job) -> dict[str, list[int]]:

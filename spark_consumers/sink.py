@@ -12,7 +12,8 @@ from outbox.record import KafkaRecord
 from spark_consumers.job import Job
 
 RESULT_SCHEMA = (
-    "topic string, partition int, watermark long, applied long, skipped long, parked long"
+    "topic string, partition int, watermark long, applied long, skipped long, parked long, "
+    "published long"
 )
 _ENGINES: dict[str, Any] = {}
 
@@ -68,7 +69,8 @@ def apply_batches(job: Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Re
     from inbox.decision import Action
 
     rows: dict[str, list[Any]] = {
-        k: [] for k in ("topic", "partition", "watermark", "applied", "skipped", "parked")
+        k: []
+        for k in ("topic", "partition", "watermark", "applied", "skipped", "parked", "published")
     }
     for (topic, partition), records in sorted(grouped.items()):
         result = inbox.apply_partition(records)
@@ -80,6 +82,7 @@ def apply_batches(job: Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Re
             result.count(Action.SKIP_REPLAY) + result.count(Action.SKIP_DUPLICATE)
         )
         rows["parked"].append(result.count(Action.PARK) + result.count(Action.HOLD))
+        rows["published"].append(sum(result.published.values()))
     yield pa.RecordBatch.from_pydict(
         rows,
         schema=pa.schema(
@@ -90,6 +93,7 @@ def apply_batches(job: Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Re
                 ("applied", pa.int64()),
                 ("skipped", pa.int64()),
                 ("parked", pa.int64()),
+                ("published", pa.int64()),
             ]
         ),
     )

@@ -1,5 +1,10 @@
 """One real stack per test session (shared by integration, fault and end-to-end tests): embedded,
-or external services named by OUTBOXKIT_* settings."""
+or external services named by OUTBOXKIT_* settings.
+
+Markers are given here, centrally, from where a test lives and which fixtures it reaches:
+``integration`` (needs the stack), ``spark`` (starts Spark), ``e2e``, ``faults``; ``slow`` is
+set by the tests themselves. Slow campaigns are deselected unless pytest runs with ``--slow``,
+whatever ``-m`` selects: ``-m "not integration"`` is the unit tests only."""
 
 from __future__ import annotations
 
@@ -17,6 +22,62 @@ from sqlalchemy.engine import Engine
 
 from devstack.stack import Stack
 from outboxkit.settings import Settings
+
+# Fixtures that start the real stack; a test reaching either (directly or through another
+# fixture: ``item.fixturenames`` is the closure) needs Postgres, Kafka and Connect.
+STACK_FIXTURES = frozenset({"stack", "at_least_once_stack"})
+# Fixtures that start Spark, and modules whose tests start an ``outboxkit consume`` driver.
+SPARK_FIXTURES = frozenset({"spark", "saga", "alo_saga"})
+SPARK_MODULES = ("tests/faults/test_spark_faults.py",)
+# Directories whose every test needs the stack, and the marker each one adds.
+STACK_DIRS = {"tests/integration/": (), "tests/e2e/": ("e2e",), "tests/faults/": ("faults",)}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--slow",
+        action="store_true",
+        default=False,
+        help="also run the tests marked slow (the full fault campaign); without it they are "
+        "deselected whatever -m selects",
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if config.getoption("--slow"):
+        return "slow tests: included (--slow)"
+    return "slow tests: deselected (run them with --slow)"
+
+
+def _relative(item: pytest.Item) -> str:
+    """The item's file relative to the repository (``tests/...``), else its absolute path."""
+    root = Path(__file__).resolve().parents[1]
+    path = item.path.resolve()
+    return (path.relative_to(root) if path.is_relative_to(root) else path).as_posix()
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m is evaluated: it must see these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        path = _relative(item)
+        names = set(getattr(item, "fixturenames", ()))
+        markers: list[str] = []
+        for directory, extra in STACK_DIRS.items():
+            if path.startswith(directory):
+                markers += ["integration", *extra]
+        if names & STACK_FIXTURES:
+            markers.append("integration")
+        if names & SPARK_FIXTURES or path in SPARK_MODULES:
+            markers.append("spark")
+        for name in dict.fromkeys(markers):
+            if item.get_closest_marker(name) is None:
+                item.add_marker(name)
+    if config.getoption("--slow"):
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
 
 
 @contextlib.contextmanager

@@ -8,9 +8,9 @@ import functools
 import os
 
 from sqlalchemy import BigInteger, Column, Identity, Integer, MetaData, String, Table
-from sqlalchemy.orm import Session
 
 from outbox.envelope import Envelope
+from outbox.unit import UnitOfWork
 from spark_consumers.job import Job
 
 metadata = MetaData()
@@ -27,12 +27,12 @@ effects = Table(
 
 
 def record_effect(
-    consumer: str, envelope: Envelope, session: Session, *, allow_poison: bool = False
+    consumer: str, envelope: Envelope, uow: UnitOfWork, *, allow_poison: bool = False
 ) -> None:
     """The business effect: one row per applied event (a duplicate would show as a repeat)."""
     if envelope.payload.get("poison") and not allow_poison:
         raise ValueError(f"poison event for {envelope.aggregate_id}")
-    session.execute(
+    uow.session.execute(
         effects.insert().values(
             consumer=consumer,
             event_id=str(envelope.event_id),

@@ -13,9 +13,9 @@ from sqlalchemy.orm import Session
 import outbox
 from cdc.config import topic_for
 from outbox.record import header_map
-from outboxkit.kafka import read_records
 from spark_consumers.runner import run_jobs
 from tests.jobs import effects, make_job
+from tests.kafka import read_records
 
 
 def publish(
@@ -37,8 +37,7 @@ def publish(
             with Session(engine) as session, session.begin():
                 for n in numbers[i : i + per_tx]:
                     payload = {"n": n, "poison": bool(poison and poison.get(n))}
-                    outbox.publish(
-                        session,
+                    outbox.UnitOfWork(session).publish(
                         aggregate_type=aggregate_type,
                         aggregate_id=f"k{n % keys}",
                         event_type="Tick",

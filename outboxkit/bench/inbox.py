@@ -11,9 +11,7 @@ business row) in one transaction per partition batch, against the same Postgres.
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,15 +31,15 @@ from sqlalchemy import (
     func,
     insert,
     text,
-    update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from inbox.apply import Handler, Inbox
-from inbox.tables import watermarks
+from inbox.recorder import Recorder
 from outbox.envelope import Envelope
-from outbox.record import KafkaRecord, decode
+from outbox.record import KafkaRecord, decode, encode
+from outbox.unit import UnitOfWork
 from outboxkit.bench.report import (
     Progress,
     bar_plot,
@@ -52,7 +50,7 @@ from outboxkit.bench.report import (
     spread,
 )
 
-TOPIC = "outbox.event.bench"
+AGGREGATE_TYPE = "bench"
 PARTITIONS = 4
 
 bench_metadata = MetaData()
@@ -85,61 +83,57 @@ STATE_TABLES = {
 def make_records(partition: int, start: int, count: int) -> list[KafkaRecord]:
     """``count`` outbox-style records of one partition from offset ``start``."""
     return [
-        KafkaRecord(
-            topic=TOPIC,
+        encode(
+            Envelope(
+                aggregate_type=AGGREGATE_TYPE,
+                aggregate_id=f"k{offset % 64}",
+                event_type="Tick",
+                payload={"n": offset, "note": "benchmark"},
+            ),
             partition=partition,
             offset=offset,
-            key=f"k{offset % 64}".encode(),
-            value=json.dumps({"n": offset, "note": "benchmark"}).encode(),
-            headers=[
-                ("id", str(uuid.uuid4()).encode()),
-                ("eventType", b"Tick"),
-                ("aggregateType", b"bench"),
-            ],
             timestamp_ms=1_700_000_000_000 + offset,
         )
         for offset in range(start, start + count)
     ]
 
 
-def record_effect(envelope: Envelope, session: Session) -> None:
+def record_effect(envelope: Envelope, uow: UnitOfWork) -> None:
     """The business write every variant performs once per applied record."""
-    session.execute(
+    uow.session.execute(
         insert(effects).values(event_id=str(envelope.event_id), n=envelope.payload["n"])
     )
 
 
-def no_effect(envelope: Envelope, session: Session) -> None:
+def no_effect(envelope: Envelope, uow: UnitOfWork) -> None:
     """For state-size runs: only the dedup machinery works."""
 
 
 def _envelope(record: KafkaRecord) -> Envelope:
-    return decode(record.key, record.value, record.headers, record.timestamp_ms)
+    return decode(record)
 
 
 def unguarded(
     engine: Engine, records: Sequence[KafkaRecord], handler: Handler = record_effect
 ) -> None:
     with Session(engine) as session, session.begin():
+        uow = UnitOfWork(session)
         for record in records:
-            handler(_envelope(record), session)
+            handler(_envelope(record), uow)
 
 
 def watermark_only(
     engine: Engine, records: Sequence[KafkaRecord], handler: Handler = record_effect
 ) -> None:
-    inbox = Inbox(engine, "bench-watermark", handler)
+    recorder = Recorder("bench-watermark")
     topic, partition = records[0].topic, records[0].partition
     with Session(engine) as session, session.begin():
-        mark = inbox.lock_watermark(session, topic, partition)
+        uow = UnitOfWork(session)
+        mark = recorder.lock(session, topic, partition)
         for record in records:
             if record.offset > mark:
-                handler(_envelope(record), session)
-        session.execute(
-            update(watermarks)
-            .where(*inbox.match(watermarks, topic, partition))
-            .values(offset=max(mark, records[-1].offset))
-        )
+                handler(_envelope(record), uow)
+        recorder.advance(session, topic, partition, max(mark, records[-1].offset))
 
 
 def full_inbox(
@@ -173,9 +167,10 @@ def message_id_inbox(
                 .returning(processed.c.message_id)
             ).scalars()
         )
+        uow = UnitOfWork(session)
         for envelope in envelopes:
             if str(envelope.event_id) in claimed:
-                handler(envelope, session)
+                handler(envelope, uow)
 
 
 VARIANTS: dict[str, Callable[[Engine, Sequence[KafkaRecord], Handler], None]] = {

@@ -24,6 +24,14 @@ def spread(samples: Sequence[float]) -> dict[str, float]:
     }
 
 
+def percentile(samples: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``samples`` by rank; NaN when there are none."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def machine(database_url: str | None = None) -> dict[str, Any]:
     """What the figures were measured on: machine, Python and library versions, and the
     Postgres server version when ``database_url`` is given."""

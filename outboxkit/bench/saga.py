@@ -27,10 +27,13 @@ from outboxkit.bench.report import (
     histogram_plot,
     machine,
     markdown_table,
+    percentile,
     spread,
     spread_cells,
 )
-from saga.run import Placed, Report, Saga, percentile
+from saga.invariants import Report
+from saga.load import Placed
+from saga.processes import Saga
 
 
 def steady_rate(placed: list[Any], latencies: list[float]) -> float:

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 import outbox
 from cdc.config import topic_for
 from outbox.record import header_map
-from outboxkit.kafka import read_records
+from tests.kafka import read_records
 
 EVENTS, PER_TRANSACTION = 20_000, 20
 
@@ -33,8 +33,7 @@ def stream_with_kills(stack, engine, aggregate_type: str, kills: int, seed: int)
             for start in range(0, EVENTS, PER_TRANSACTION):
                 with Session(engine) as session, session.begin():
                     for n in range(start, start + PER_TRANSACTION):
-                        outbox.publish(
-                            session,
+                        outbox.UnitOfWork(session).publish(
                             aggregate_type=aggregate_type,
                             aggregate_id=f"agg-{n % 64}",
                             event_type="Tick",

@@ -39,10 +39,10 @@ def record(topic, offset, key, n, event_id=None, event_type="Tick", value=None, 
 
 
 def recorder(consumer, fail_keys=()):
-    def handle(envelope, session):
+    def handle(envelope, uow):
         if envelope.aggregate_id in fail_keys:
             raise RuntimeError(f"cannot handle {envelope.aggregate_id}")
-        session.execute(
+        uow.session.execute(
             effects.insert().values(
                 consumer=consumer,
                 event_id=str(envelope.event_id),

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 import outbox
 from cdc.config import topic_for
-from outboxkit.kafka import read_records
+from tests.kafka import read_records
 
 WRITERS, AGGREGATES, EVENTS = 4, 50, 2000
 
@@ -23,8 +23,7 @@ def test_per_aggregate_order_is_preserved_across_concurrent_writers(stack, engin
         for seq in range(EVENTS // AGGREGATES):
             for a in mine:
                 with Session(engine) as session, session.begin():
-                    outbox.publish(
-                        session,
+                    outbox.UnitOfWork(session).publish(
                         aggregate_type=aggregate_type,
                         aggregate_id=f"agg-{a}",
                         event_type="Step",

@@ -14,7 +14,7 @@ import outbox
 from cdc.config import topic_for
 from devstack.stack import Stack
 from outbox.record import decode, header_map
-from outboxkit.kafka import read_records
+from tests.kafka import read_records
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 business = MetaData()
@@ -49,8 +49,7 @@ def test_committed_event_arrives_once_with_key_value_and_headers(stack, engine, 
     }
     with Session(engine) as session, session.begin():
         session.execute(orders.insert().values(id=order_id, amount=10))
-        sent = outbox.publish(
-            session,
+        sent = outbox.UnitOfWork(session).publish(
             aggregate_type=aggregate_type,
             aggregate_id=order_id,
             event_type="OrderPlaced",
@@ -67,15 +66,14 @@ def test_committed_event_arrives_once_with_key_value_and_headers(stack, engine, 
     assert hdrs["eventType"] == "OrderPlaced"
     assert hdrs["aggregateType"] == aggregate_type
     assert hdrs["traceparent"] == TP
-    envelope = decode(record.key, record.value, record.headers, record.timestamp_ms)
+    envelope = decode(record)
     assert envelope.headers == {"tenant": "acme", "traceparent": TP}
     assert envelope.event_id == sent.event_id
 
 
 def test_rollback_sends_nothing_and_two_publishes_send_two(stack, engine, aggregate_type):
     with Session(engine) as session, session.begin():
-        outbox.publish(
-            session,
+        outbox.UnitOfWork(session).publish(
             aggregate_type=aggregate_type,
             aggregate_id="rolled",
             event_type="X",
@@ -84,8 +82,7 @@ def test_rollback_sends_nothing_and_two_publishes_send_two(stack, engine, aggreg
         session.rollback()
     with Session(engine) as session, session.begin():
         for n in range(2):
-            outbox.publish(
-                session,
+            outbox.UnitOfWork(session).publish(
                 aggregate_type=aggregate_type,
                 aggregate_id="twice",
                 event_type="X",
@@ -104,8 +101,7 @@ def test_invalid_event_fails_before_commit_and_loses_the_business_row(engine, ag
         session.begin(),
     ):
         session.execute(orders.insert().values(id=order_id, amount=1))
-        outbox.publish(
-            session,
+        outbox.UnitOfWork(session).publish(
             aggregate_type=aggregate_type,
             aggregate_id=order_id,
             event_type="X",
@@ -123,8 +119,7 @@ def test_delete_mode_leaves_no_row_and_retain_mode_is_cleaned_up(stack, engine, 
     with engine.connect() as conn:
         before = count(conn)
     with Session(engine) as session, session.begin():
-        outbox.publish(
-            session,
+        outbox.UnitOfWork(session).publish(
             aggregate_type=aggregate_type,
             aggregate_id="d",
             event_type="X",

@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, func, select
 
+from inbox.tables import idempotency
 from saga import orders
 from saga.common import migrations_of
 from service_template import ServiceSettings, create_app
-from inbox.tables import idempotency
 
 BODY = {"customer": "vip-ada", "items": [{"sku": "widget", "qty": 2}], "amount": 120}
 

@@ -170,7 +170,7 @@ def test_poison_is_parked_same_key_held_others_applied_then_redriven(
     fixed = Inbox(
         engine,
         job.consumer,
-        lambda env, session: record_effect(job.consumer, env, session, allow_poison=True),
+        lambda env, uow: record_effect(job.consumer, env, uow, allow_poison=True),
     )
     result = admin.redrive(fixed, poison["topic"], poison["partition"])
     assert (result.applied, result.still_parked) == (10, 0)

@@ -17,8 +17,8 @@ from sqlalchemy import text
 from devstack.artifacts import pinned_versions
 from devstack.processes import alive
 from devstack.stack import Stack
-from outboxkit.kafka import read_records
 from outboxkit.settings import Settings
+from tests.kafka import read_records
 
 
 def test_up_again_is_safe_and_keeps_the_same_processes(stack):

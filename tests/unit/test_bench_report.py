@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
 
 from outboxkit.bench.profile import group_of
-from outboxkit.bench.report import markdown_table, ratio, spread
+from outboxkit.bench.report import markdown_table, percentile, ratio, spread
 from outboxkit.bench.saga import percentiles, steady_rate
 
 
@@ -36,6 +37,13 @@ def test_steady_rate_ignores_fill_and_drain() -> None:
 def test_percentiles() -> None:
     p = percentiles([float(i) for i in range(1, 101)])
     assert (p["p50"], p["p95"], p["p99"], p["max"]) == (51.0, 96.0, 100.0, 100.0)
+
+
+def test_percentile_by_rank() -> None:
+    assert percentile([3.0, 1.0, 2.0], 0.0) == 1.0
+    assert percentile([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert percentile([3.0, 1.0, 2.0], 1.0) == 3.0  # q = 1 is the largest, not past the end
+    assert math.isnan(percentile([], 0.5))
 
 
 def test_profile_groups() -> None:

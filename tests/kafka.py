@@ -1,4 +1,4 @@
-"""A small Kafka reader for demos and tests: read topics from the start until enough arrived."""
+"""A small Kafka reader for the tests: read topics from the start until enough arrived."""
 
 from __future__ import annotations
 

@@ -1,0 +1,27 @@
+"""The outbox's settings, composed into a service's settings (e.g. ``ORDERS_OUTBOX__MODE``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from outbox.envelope import DEFAULT_MAX_PAYLOAD_BYTES
+from outbox.publish import Outbox
+
+
+class OutboxSettings(BaseModel):
+    """How a service writes its events."""
+
+    mode: Literal["delete", "retain"] = Field(
+        default="delete",
+        description="delete: insert and delete in one transaction (no cleanup); "
+        "retain: keep rows (run `outboxkit outbox cleanup`)",
+    )
+    max_payload_bytes: int = Field(
+        default=DEFAULT_MAX_PAYLOAD_BYTES, gt=0, description="largest payload JSON accepted"
+    )
+
+    def build(self) -> Outbox:
+        """The `Outbox` these settings describe."""
+        return Outbox(mode=self.mode, max_payload_bytes=self.max_payload_bytes)

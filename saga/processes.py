@@ -1,0 +1,220 @@
+"""The saga's processes on a stack: service databases, migrations and connectors, topics and
+stock; the three services and the Spark jobs' driver, started and stopped by PID. Load and
+invariant checks live in `saga.load` and `saga.invariants`; `Saga` delegates to them."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Engine
+
+from cdc.config import topic_for
+from devstack.processes import alive, free_port, start, stop, tail, wait_until
+from devstack.stack import Stack
+from saga import invariants, load, rules, shipping
+from saga.common import SERVICES, migrations_of
+from saga.invariants import Report
+from saga.jobs import ALL as JOBS
+from saga.load import Placed
+
+ROOT = Path(__file__).resolve().parents[1]
+SKUS = {"widget": 10_000, "gadget": 10_000, "gizmo": 25}  # gizmo runs out: stock-outs
+PARTITIONS = 4
+
+
+@dataclass
+class Saga:
+    """The saga's processes on ``stack`` (already up); everything stopped by PID in `stop`.
+
+    Each service's database is named ``database_prefix + service`` on the stack's Postgres
+    (a prefix keeps two sagas sharing one Postgres apart)."""
+
+    stack: Stack
+    workdir: Path
+    echo: Callable[[str], None] = print
+    database_prefix: str = ""
+    urls: dict[str, str] = field(default_factory=dict)
+    database_urls: dict[str, str] = field(default_factory=dict)
+    pids: dict[str, int] = field(default_factory=dict)
+    engines: dict[str, Engine] = field(default_factory=dict)
+
+    # -- set-up ----------------------------------------------------------------------------
+    def prepare(self, stock: dict[str, int] | None = None) -> None:
+        """Each service's database, migrations and connector; topics; stock levels."""
+        for service in SERVICES:
+            url = self.stack.add_service(f"{self.database_prefix}{service}")
+            migrations_of(service).upgrade(url)
+            self.database_urls[service] = url
+            self.engines[service] = create_engine(url, pool_size=4)
+        admin = AdminClient({"bootstrap.servers": self.stack.bootstrap_servers()})
+        prefix = self.stack.settings.topic_prefix
+        wanted = [
+            topic_for(t, topic_prefix=prefix) for t in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT)
+        ]
+        existing = set(admin.list_topics(timeout=10).topics)
+        missing = [NewTopic(t, PARTITIONS, 1) for t in wanted if t not in existing]
+        for _name, done in admin.create_topics(missing).items() if missing else []:
+            try:
+                done.result(30)
+            except Exception as exc:  # created concurrently by the connector: fine
+                if "exist" not in str(exc).lower():
+                    raise
+        shipping.set_stock(self.engines["shipping"], stock or SKUS)
+
+    def env(self) -> dict[str, str]:
+        """The child processes' environment: per service, its database, Kafka, the stack's
+        topic prefix and whether its Connect worker is exactly-once (``ORDERS_*`` etc.)."""
+        env = {
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
+            ),
+        }
+        settings = self.stack.settings
+        for service, url in self.database_urls.items():
+            upper = service.upper()
+            env[f"{upper}_DATABASE_URL"] = url
+            env[f"{upper}_KAFKA_BOOTSTRAP_SERVERS"] = self.stack.bootstrap_servers()
+            env[f"{upper}_TOPIC_PREFIX"] = settings.topic_prefix
+            env[f"{upper}_EXACTLY_ONCE_SOURCE"] = str(settings.connect_exactly_once).lower()
+        return env
+
+    def start_services(self) -> None:
+        for service in SERVICES:
+            port = free_port()
+            log = self.workdir / f"{service}.log"
+            pid = start(
+                service,
+                [sys.executable, "-m", "saga.serve", service, "--port", str(port)],
+                log=log,
+                env=self.env(),
+                cwd=ROOT,
+            )
+            self.pids[service] = pid
+            self.urls[service] = f"http://127.0.0.1:{port}"
+        for service in SERVICES:
+            wait_until(
+                f"{service} service",
+                functools.partial(self._ready, service),
+                timeout=60,
+                pid=self.pids[service],
+                log=self.workdir / f"{service}.log",
+            )
+            self.echo(f"{service:9} {self.urls[service]} ready (pid {self.pids[service]})")
+
+    def _ready(self, service: str) -> bool:
+        try:
+            return httpx.get(f"{self.urls[service]}/ready", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def start_consumers(self, trigger: float = 0.5) -> int:
+        """The three Spark jobs in one driver process (its own process group)."""
+        log = self.workdir / "consumers.log"
+        pid = start(
+            "consumers",
+            [
+                sys.executable,
+                "-m",
+                "outboxkit.cli",
+                "consume",
+                *JOBS,
+                "--trigger",
+                str(trigger),
+                "--checkpoint",
+                str(self.workdir / "checkpoints"),
+            ],
+            log=log,
+            env=self.env(),
+            cwd=ROOT,
+        )
+        self.pids["consumers"] = pid
+        self.echo(f"consumers saga_payments, saga_shipping, saga_orders (pid {pid})")
+        return pid
+
+    def kill_consumers(self) -> None:
+        """kill -9 of the driver and everything it started (JVM, Python workers)."""
+        pid = self.pids.pop("consumers")
+        os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        for name, pid in list(self.pids.items()):
+            if stop(pid, timeout=30):
+                self.echo(f"{name:9} stopped (pid {pid})")
+            if name == "consumers":
+                with contextlib.suppress(ProcessLookupError):  # the JVM is in its group
+                    os.killpg(pid, signal.SIGKILL)
+        self.pids.clear()
+        for engine in self.engines.values():
+            engine.dispose()
+
+    # -- load and checks (saga.load, saga.invariants) ---------------------------------------
+    def place_orders(
+        self,
+        count: int,
+        *,
+        seed: int = 7,
+        concurrency: int = 8,
+        retry_share: float = 0.1,
+        rate: float | None = None,
+    ) -> list[Placed]:
+        """`load.place_orders` on this saga's orders service."""
+        return load.place_orders(
+            self.urls["orders"],
+            count,
+            seed=seed,
+            concurrency=concurrency,
+            retry_share=retry_share,
+            rate=rate,
+        )
+
+    def warm_up(self, timeout: float = 300) -> Placed:
+        """`load.warm_up`; when the order does not finish, the error shows the logs' tails."""
+        try:
+            return load.warm_up(self.urls["orders"], self.engines["orders"], timeout=timeout)
+        except TimeoutError as exc:
+            raise RuntimeError(f"{exc}:\n{self.logs_tail()}") from exc
+
+    def not_final(self, placed: list[Placed]) -> list[str]:
+        """`load.not_final` on this saga's orders database."""
+        return load.not_final(self.engines["orders"], placed)
+
+    def wait_final(
+        self,
+        placed: list[Placed],
+        *,
+        timeout: float = 600,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[str]:
+        """`load.wait_final` on this saga's orders database."""
+        return load.wait_final(self.engines["orders"], placed, timeout=timeout, progress=progress)
+
+    def report(self, placed: list[Placed], *, warm: list[Placed] | None = None) -> Report:
+        """`invariants.check` across this saga's three databases."""
+        return invariants.check(self.engines, placed, warm=warm)
+
+    # -- inspection ------------------------------------------------------------------------
+    def timeline(self, order_id: str) -> dict[str, Any]:
+        view: dict[str, Any] = httpx.get(
+            f"{self.urls['orders']}/orders/{order_id}", timeout=10
+        ).json()
+        return view
+
+    def logs_tail(self) -> str:
+        return "\n".join(
+            f"--- {name}\n{tail(self.workdir / f'{name}.log')}" for name in (*SERVICES, "consumers")
+        )

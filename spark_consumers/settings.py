@@ -1,0 +1,47 @@
+"""What a service's consumer jobs read and how, composed into the service's settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+from inbox.apply import DEFAULT_MAX_ATTEMPTS
+from outbox.record import DEFAULT_TOPIC_PREFIX, topic_for
+from spark_consumers.job import DEFAULT_MAX_OFFSETS_PER_TRIGGER
+
+
+class ConsumerSettings(BaseSettings):
+    """Consumer settings of a service (mix into its settings class, which sets the env prefix)."""
+
+    topic_prefix: str = Field(
+        default=DEFAULT_TOPIC_PREFIX,
+        description="the connector's topic prefix: events of aggregate type T are on prefix+T",
+    )
+    exactly_once_source: bool = Field(
+        default=False,
+        description="true when the topics are written by an exactly-once Connect worker "
+        "(KIP-618): the watermark alone deduplicates, no event-id window is kept",
+    )
+    dedup_window: int | None = Field(
+        default=None,
+        ge=0,
+        description="offsets per partition of applied event ids kept against re-sends "
+        "(unset: 0 for exactly-once sources, else the inbox's default)",
+    )
+    max_offsets_per_trigger: int = Field(default=DEFAULT_MAX_OFFSETS_PER_TRIGGER, gt=0)
+    max_handler_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1)
+
+    def topics(self, *aggregate_types: str) -> tuple[str, ...]:
+        """The topics carrying the events of ``aggregate_types``."""
+        return tuple(topic_for(t, topic_prefix=self.topic_prefix) for t in aggregate_types)
+
+    def job_options(self) -> dict[str, Any]:
+        """The `Job` fields these settings decide."""
+        return {
+            "exactly_once_source": self.exactly_once_source,
+            "window": self.dedup_window,
+            "max_offsets_per_trigger": self.max_offsets_per_trigger,
+            "max_attempts": self.max_handler_attempts,
+        }
