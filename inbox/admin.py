@@ -7,8 +7,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from inbox.apply import Inbox
+from inbox.apply import HandlerOutcome, Inbox
 from inbox.recorder import list_parked, parked_headers, rewind, status
+from outbox.envelope import Envelope
 from outbox.record import KafkaRecord, read
 
 __all__ = ["RedriveResult", "list_parked", "redrive", "rewind", "status"]
@@ -32,7 +33,7 @@ def redrive(inbox: Inbox, topic: str, partition: int, key: str | None = None) ->
     """
     applied = skipped = still = 0
     recorder = inbox.recorder
-    published = []
+    published: list[Envelope] = []
     with Session(inbox.engine) as session, session.begin():
         recorder.lock(session, topic, partition)
         rows = recorder.parked_rows(session, topic, partition, key)
@@ -46,16 +47,16 @@ def redrive(inbox: Inbox, topic: str, partition: int, key: str | None = None) ->
                 recorder.unpark(session, row.id)
                 skipped += 1
                 continue
-            error, events = _redrive_one(inbox, session, topic, row)
-            if error is None:
+            outcome = _redrive_one(inbox, session, topic, row)
+            if outcome.ok:
                 recorder.unpark(session, row.id)
                 if row.event_id:
                     recorder.remember(session, topic, partition, [(row.event_id, row.offset)])
                     seen.add(row.event_id)
-                published.extend(events)
+                published.extend(outcome.published)
                 applied += 1
             else:
-                recorder.still_failing(session, row.id, error)
+                recorder.still_failing(session, row.id, str(outcome.error))
                 blocked.add(row.key)
                 still += 1
     if published and inbox.on_published is not None:
@@ -63,7 +64,7 @@ def redrive(inbox: Inbox, topic: str, partition: int, key: str | None = None) ->
     return RedriveResult(applied=applied, skipped=skipped, still_parked=still)
 
 
-def _redrive_one(inbox: Inbox, session: Session, topic: str, row: Any) -> tuple[str | None, Any]:
+def _redrive_one(inbox: Inbox, session: Session, topic: str, row: Any) -> HandlerOutcome:
     record = KafkaRecord(
         topic,
         row.partition,
@@ -74,8 +75,7 @@ def _redrive_one(inbox: Inbox, session: Session, topic: str, row: Any) -> tuple[
     )
     decoded = read(record)
     if decoded.envelope is None:
-        return f"undecodable: {decoded.problem}", ()
+        return HandlerOutcome(0, f"undecodable: {decoded.problem}")
     if not inbox.handles(decoded.envelope.event_type):
-        return f"unknown event type {decoded.envelope.event_type!r}", ()
-    outcome = inbox.apply_one(session, decoded.envelope)
-    return outcome.error, outcome.published
+        return HandlerOutcome(0, f"unknown event type {decoded.envelope.event_type!r}")
+    return inbox.apply_one(session, decoded.envelope)

@@ -35,12 +35,16 @@ class BatchResult:
     partition: int
     watermark: int
     counts: dict[Action, int] = field(default_factory=dict)
-    # Events the handlers published, by (aggregate type, event type); committed with the batch.
-    published: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # Events the handlers published, committed with the batch.
+    published: list[Envelope] = field(default_factory=list)
 
     def count(self, action: Action) -> int:
         """How many records got ``action``."""
         return self.counts.get(action, 0)
+
+    def published_by_type(self) -> Counter[tuple[str, str]]:
+        """How many events the handlers published, by (aggregate type, event type)."""
+        return Counter((e.aggregate_type, e.event_type) for e in self.published)
 
 
 @dataclass(frozen=True)
@@ -101,7 +105,6 @@ class Inbox:
             raise ValueError("apply_partition takes the records of ONE topic partition")
         recorder = self.recorder
         decoded = sorted((read(r) for r in records), key=lambda d: d.record.offset)
-        published: list[Envelope] = []
         with Session(self.engine) as session, session.begin():
             mark = recorder.lock(session, topic, partition)
             view = PartitionView(
@@ -119,16 +122,14 @@ class Inbox:
                     # Handlers almost never fail, and a savepoint per record costs two round
                     # trips each: try the whole batch under one savepoint first.
                     with session.begin_nested():
-                        result = self._run(session, view, decoded, published, self._apply_once)
+                        result = self._run(session, view, decoded, recorder, self._apply_once)
                 except Exception as exc:  # a handler failed: redo record by record, retrying
                     log.info("%s[%d]: per-record apply after %r", topic, partition, exc)
-                    published.clear()
             if result is None:
-                result = self._run(session, view, decoded, published, self.apply_one)
+                result = self._run(session, view, decoded, recorder, self.apply_one)
             recorder.advance(session, topic, partition, result.watermark)
-        result.published.update((e.aggregate_type, e.event_type) for e in published)
-        if published and self.on_published is not None:
-            self.on_published(published)
+        if result.published and self.on_published is not None:
+            self.on_published(result.published)
         return result
 
     def _run(
@@ -136,7 +137,7 @@ class Inbox:
         session: Session,
         view: PartitionView,
         decoded: Sequence[Decoded],
-        published: list[Envelope],
+        recorder: Recorder,
         apply: Callable[[Session, Envelope], HandlerOutcome],
     ) -> BatchResult:
         """Decide and apply ``decoded`` (in offset order) with ``apply``: `_apply_once` lets a
@@ -146,7 +147,6 @@ class Inbox:
         result = BatchResult(first.topic, first.partition, view.watermark)
         applied: list[tuple[str, int]] = []
         decider = Decider(view, known_types=self._known_types())
-        recorder = self.recorder
         for item in decoded:
             incoming = _incoming(item)
             decision = decider.decide(incoming)
@@ -155,11 +155,11 @@ class Inbox:
                 assert item.envelope is not None  # decided APPLY: it decoded
                 outcome = apply(session, item.envelope)
                 attempts = outcome.attempts
-                if outcome.error is None:
+                if outcome.ok:
                     applied.append((str(item.envelope.event_id), item.record.offset))
-                    published.extend(outcome.published)
+                    result.published.extend(outcome.published)
                 else:
-                    action, reason = Action.PARK, outcome.error
+                    action, reason = Action.PARK, str(outcome.error)
                     decider.parked(incoming)  # later records of this key wait behind it
             if action in (Action.PARK, Action.HOLD):
                 recorder.park(session, item, reason, attempts)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from outbox.envelope import TRACEPARENT, Envelope
+from outbox.envelope import TRACEPARENT, Envelope, encode_payload
 from outbox.errors import OutboxError
 
 Headers = Sequence[tuple[str, bytes | None]]
@@ -98,7 +98,7 @@ def encode(
         partition=partition,
         offset=offset,
         key=envelope.aggregate_id.encode(),
-        value=json.dumps(envelope.payload, ensure_ascii=False, separators=(",", ":")).encode(),
+        value=encode_payload(envelope.payload).encode(),
         headers=headers,
         timestamp_ms=(
             int(envelope.created_at.timestamp() * 1000) if timestamp_ms is None else timestamp_ms
@@ -172,28 +172,17 @@ class Decoded:
     record: KafkaRecord
     envelope: Envelope | None
     problem: str | None
-
-    @property
-    def key(self) -> str | None:
-        key = self.record.key
-        return None if key is None else key.decode("utf-8", "replace")
-
-    @property
-    def event_id(self) -> str | None:
-        if self.envelope is not None:
-            return str(self.envelope.event_id)
-        return header_map(self.record.headers).get(ID)
-
-    @property
-    def event_type(self) -> str | None:
-        if self.envelope is not None:
-            return self.envelope.event_type
-        return header_map(self.record.headers).get(EVENT_TYPE)
+    key: str | None
+    event_id: str | None
+    event_type: str | None
 
 
 def read(record: KafkaRecord) -> Decoded:
     """`decode` that never raises for a bad record: the problem is returned instead."""
+    key = None if record.key is None else record.key.decode("utf-8", "replace")
     try:
-        return Decoded(record, decode(record), None)
+        envelope = decode(record)
     except UndecodableRecord as exc:
-        return Decoded(record, None, str(exc))
+        found = header_map(record.headers)
+        return Decoded(record, None, str(exc), key, found.get(ID), found.get(EVENT_TYPE))
+    return Decoded(record, envelope, None, key, str(envelope.event_id), envelope.event_type)

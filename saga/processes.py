@@ -20,9 +20,9 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
-from cdc.config import topic_for
 from devstack.processes import alive, free_port, start, stop, tail, wait_until
 from devstack.stack import Stack
+from outbox.record import topic_for
 from saga import invariants, load, rules, shipping
 from saga.common import SERVICES, migrations_of
 from saga.invariants import Report
@@ -188,10 +188,6 @@ class Saga:
             return load.warm_up(self.urls["orders"], self.engines["orders"], timeout=timeout)
         except TimeoutError as exc:
             raise RuntimeError(f"{exc}:\n{self.logs_tail()}") from exc
-
-    def not_final(self, placed: list[Placed]) -> list[str]:
-        """`load.not_final` on this saga's orders database."""
-        return load.not_final(self.engines["orders"], placed)
 
     def wait_final(
         self,

@@ -91,7 +91,7 @@ def test_route_and_handler_publish_the_same_way(apps):
         on_published=payments_app.state.service.metrics.published,
     )
     result = inbox.apply_partition([encode(placed, offset=0)])
-    assert result.published == {(rules.PAYMENT, rules.PAYMENT_CAPTURED): 1}
+    assert result.published_by_type() == {(rules.PAYMENT, rules.PAYMENT_CAPTURED): 1}
     (captured_row,) = outbox_rows(payments_engine)
 
     # Same headers: a traceparent of a new span of the same trace on both, nothing else.
@@ -110,7 +110,7 @@ def test_route_and_handler_publish_the_same_way(apps):
 
     # Applying the same record again is a replay: nothing published, nothing counted.
     again = inbox.apply_partition([encode(placed, offset=0)])
-    assert again.published == {} and len(outbox_rows(payments_engine)) == 1
+    assert again.published_by_type() == {} and len(outbox_rows(payments_engine)) == 1
     assert published_count(payments_app, rules.PAYMENT, rules.PAYMENT_CAPTURED) == 1
 
 
@@ -158,6 +158,6 @@ def test_a_rolled_back_handler_publishes_and_counts_nothing(stack):
     )
     event = Envelope("order", "k", "Any", {})
     result = inbox.apply_partition([encode(event, offset=5)])
-    assert result.published == {} and counted == []
+    assert result.published_by_type() == {} and counted == []
     assert outbox_rows(engine) == []  # the savepoint took the row with it; the record is parked
     engine.dispose()
