@@ -40,7 +40,10 @@ class ServiceApp:
     engine: Engine
     metrics: Metrics
     migrations: Sequence[Migrations] = field(default_factory=tuple)
-    outbox: Outbox = field(default_factory=Outbox)
+    outbox: Outbox = field(init=False)  # the one the settings describe
+
+    def __post_init__(self) -> None:
+        self.outbox = self.settings.outbox.build()
 
     def readiness(self) -> list[str]:
         """Problems that make the service not ready (empty when ready)."""
@@ -74,9 +77,7 @@ def create_app(
     )
     metrics = Metrics(engine, settings.consumers, settings.kafka_bootstrap_servers)
     app = FastAPI(title=title or settings.name, description=description)
-    app.state.service = ServiceApp(
-        settings, engine, metrics, tuple(migrations), settings.outbox.build()
-    )
+    app.state.service = ServiceApp(settings, engine, metrics, tuple(migrations))
     errors.install(app)
 
     @app.middleware("http")
