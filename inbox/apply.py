@@ -6,6 +6,8 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+from typing import cast
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
@@ -15,13 +17,59 @@ from inbox.recorder import Recorder
 from outbox.envelope import Envelope
 from outbox.publish import Outbox
 from outbox.record import Decoded, KafkaRecord, read
-from outbox.trace import TraceContext
 from outbox.unit import PublishedObserver, UnitOfWork
 
 # A handler applies one event in the inbox's transaction through the unit of work it is given:
 # business writes on ``uow.session``, follow-up events with ``uow.publish``.
 Handler = Callable[[Envelope, UnitOfWork], None]
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BatchHandler:
+    """Applies a partition's slice set-wise: ``apply(events, uow)`` gets every event the inbox
+    decided to apply, in offset order, and the unit of work of the partition's transaction.
+
+    It writes with a few set-wise statements (``executemany``, multi-row VALUES, COPY) instead
+    of one per event, and publishes the next events with ``uow.publish_many`` (``caused_by``
+    carries each consumed event's trace on). It must keep per-key order itself: events of one
+    key arrive in the order they were published. When it raises, the inbox rolls the slice back
+    and applies the events one by one (``apply([event], uow)``), so the failing event is retried,
+    then parked, and only its key waits."""
+
+    apply: Callable[[Sequence[Envelope], UnitOfWork], None]
+    # The event types it applies (others are parked as unknown); None: every type.
+    event_types: frozenset[str] | None = None
+
+    def handles(self, event_type: str) -> bool:
+        """True when ``event_type`` is applied by this handler."""
+        return self.event_types is None or event_type in self.event_types
+
+
+Handlers = Mapping[str, Handler] | Handler | BatchHandler
+
+
+def as_batch(handlers: Handlers) -> BatchHandler:
+    """The one-event API as a batch handler: each event through its handler, in offset order,
+    with a unit of work whose span continues the event's trace."""
+    if isinstance(handlers, BatchHandler):
+        return handlers
+    if callable(handlers):
+        single = handlers
+
+        def each(events: Sequence[Envelope], uow: UnitOfWork) -> None:
+            for event in events:
+                single(event, uow.for_event(event))
+
+        return BatchHandler(each)
+    by_type = dict(handlers)
+
+    def each_by_type(events: Sequence[Envelope], uow: UnitOfWork) -> None:
+        for event in events:
+            by_type[event.event_type](event, uow.for_event(event))
+
+    return BatchHandler(each_by_type, frozenset(by_type))
+
 
 DEFAULT_MAX_ATTEMPTS = 3  # runs of a failing handler before its record is parked
 DEFAULT_WINDOW = 50_000  # offsets per partition; Debezium re-sends measured in the hundreds
@@ -60,18 +108,36 @@ class HandlerOutcome:
         return self.error is None
 
 
+@dataclass
+class _Slice:
+    """What applying one partition's records decided, before the bookkeeping is written."""
+
+    result: BatchResult
+    applied: list[tuple[str, int]] = field(default_factory=list)  # (event id, offset)
+    parked: list[tuple[Decoded, str, int]] = field(default_factory=list)  # record, why, attempts
+
+    def count(self, item: Decoded, action: Action, reason: str = "", attempts: int = 1) -> None:
+        result = self.result
+        result.counts[action] = result.counts.get(action, 0) + 1
+        result.watermark = max(result.watermark, item.record.offset)
+        if action is Action.APPLY and item.event_id is not None:
+            self.applied.append((item.event_id, item.record.offset))
+        elif action in (Action.PARK, Action.HOLD):
+            self.parked.append((item, reason, attempts))
+
+
 @dataclass(frozen=True)
 class Inbox:
     """Applies records for one consumer through its handlers, exactly once per event."""
 
     engine: Engine
     consumer: str
-    handlers: Mapping[str, Handler] | Handler
-    # Offsets of applied event ids kept per partition against re-sent events (at-least-once
+    handlers: Handlers
+    # Offsets of applied event ids kept per partition against re-sends (at-least-once
     # producers); 0 keeps none: the watermark alone, exact for exactly-once topics.
     window: int = DEFAULT_WINDOW
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    # One savepoint around the batch, falling back to one per record when a handler fails.
+    # One savepoint around the slice, falling back to one per record when a handler fails.
     # False: a savepoint per record from the start (two more round trips per record).
     optimistic: bool = True
     # How the handlers' events are written (the consuming service's outbox).
@@ -84,20 +150,21 @@ class Inbox:
         """This consumer's inbox rows."""
         return Recorder(self.consumer, self.window)
 
-    def _handler_for(self, event_type: str) -> Handler:
-        if callable(self.handlers):
-            return self.handlers
-        return self.handlers[event_type]
+    @cached_property
+    def batch(self) -> BatchHandler:
+        """The handlers as one batch handler (the one-event API wrapped)."""
+        return as_batch(self.handlers)
 
     def handles(self, event_type: str) -> bool:
         """True when a handler exists for ``event_type``."""
-        return callable(self.handlers) or event_type in self.handlers
-
-    def _known_types(self) -> frozenset[str] | None:
-        return None if callable(self.handlers) else frozenset(self.handlers)
+        return self.batch.handles(event_type)
 
     def apply_partition(self, records: Sequence[KafkaRecord]) -> BatchResult:
-        """Decide and apply one partition's records, advance its watermark, commit."""
+        """Decide and apply one partition's records, advance its watermark, commit.
+
+        The bookkeeping takes a constant number of statements whatever the slice's size: lock
+        and read the watermark, the window's ids and the parked keys of the slice, then write the
+        applied ids, the parked records and the new watermark in one statement each."""
         if not records:
             raise ValueError("apply_partition needs at least one record")
         topic, partition = records[0].topic, records[0].partition
@@ -116,75 +183,72 @@ class Inbox:
                     session, topic, partition, (d.key for d in decoded)
                 ),
             )
-            result = None
-            if self.optimistic:
-                try:
-                    # Handlers almost never fail, and a savepoint per record costs two round
-                    # trips each: try the whole batch under one savepoint first.
-                    with session.begin_nested():
-                        result = self._run(session, view, decoded, recorder, self._apply_once)
-                except Exception as exc:  # a handler failed: redo record by record, retrying
-                    log.info("%s[%d]: per-record apply after %r", topic, partition, exc)
-            if result is None:
-                result = self._run(session, view, decoded, recorder, self.apply_one)
-            recorder.advance(session, topic, partition, result.watermark)
+            done = self._apply_slice(session, view, decoded) if self.optimistic else None
+            if done is None:
+                done = self._apply_each(session, view, decoded)
+            recorder.park(session, done.parked)
+            recorder.remember(session, topic, partition, done.applied)
+            recorder.advance(session, topic, partition, done.result.watermark)
+        result = done.result
         if result.published and self.on_published is not None:
             self.on_published(result.published)
         return result
 
-    def _run(
-        self,
-        session: Session,
-        view: PartitionView,
-        decoded: Sequence[Decoded],
-        recorder: Recorder,
-        apply: Callable[[Session, Envelope], HandlerOutcome],
-    ) -> BatchResult:
-        """Decide and apply ``decoded`` (in offset order) with ``apply``: `_apply_once` lets a
-        handler error propagate, `apply_one` retries in a savepoint and reports the failure,
-        which parks the record."""
+    def _apply_slice(
+        self, session: Session, view: PartitionView, decoded: Sequence[Decoded]
+    ) -> _Slice | None:
+        """Every record decided up front, the ones to apply through the batch handler at once
+        under one savepoint; None when the handler raised (nothing of it is kept)."""
         first = decoded[0].record
-        result = BatchResult(first.topic, first.partition, view.watermark)
-        applied: list[tuple[str, int]] = []
-        decider = Decider(view, known_types=self._known_types())
+        done = _Slice(BatchResult(first.topic, first.partition, view.watermark))
+        decider = Decider(view, known_types=self.batch.event_types)
+        decisions = [(item, decider.decide(_incoming(item))) for item in decoded]
+        events = [item.envelope for item, d in decisions if d.action is Action.APPLY]
+        uow = UnitOfWork(session, self.outbox)
+        try:
+            with session.begin_nested():
+                if events:
+                    self.batch.apply(cast(list[Envelope], events), uow)
+        except Exception as exc:  # a handler failed: redo record by record, retrying
+            log.info("%s[%d]: per-record apply after %r", first.topic, first.partition, exc)
+            return None
+        for item, decision in decisions:
+            done.count(item, decision.action, decision.reason)
+        done.result.published.extend(uow.published)
+        return done
+
+    def _apply_each(
+        self, session: Session, view: PartitionView, decoded: Sequence[Decoded]
+    ) -> _Slice:
+        """Decide and apply record by record, each in its own savepoint with retries: a record
+        whose handler keeps failing is parked, and the later records of its key behind it."""
+        first = decoded[0].record
+        done = _Slice(BatchResult(first.topic, first.partition, view.watermark))
+        decider = Decider(view, known_types=self.batch.event_types)
         for item in decoded:
             incoming = _incoming(item)
             decision = decider.decide(incoming)
             action, reason, attempts = decision.action, decision.reason, 1
             if action is Action.APPLY:
                 assert item.envelope is not None  # decided APPLY: it decoded
-                outcome = apply(session, item.envelope)
+                outcome = self.apply_one(session, item.envelope)
                 attempts = outcome.attempts
                 if outcome.ok:
-                    applied.append((str(item.envelope.event_id), item.record.offset))
-                    result.published.extend(outcome.published)
+                    done.result.published.extend(outcome.published)
                 else:
                     action, reason = Action.PARK, str(outcome.error)
                     decider.parked(incoming)  # later records of this key wait behind it
-            if action in (Action.PARK, Action.HOLD):
-                recorder.park(session, item, reason, attempts)
-            result.counts[action] = result.counts.get(action, 0) + 1
-            result.watermark = max(result.watermark, item.record.offset)
-        recorder.remember(session, first.topic, first.partition, applied)
-        return result
-
-    def _unit(self, session: Session, envelope: Envelope) -> UnitOfWork:
-        """The unit of work of applying ``envelope``: its span continues the event's trace."""
-        return UnitOfWork(session, self.outbox, TraceContext.continuing(envelope.traceparent))
-
-    def _apply_once(self, session: Session, envelope: Envelope) -> HandlerOutcome:
-        uow = self._unit(session, envelope)
-        self._handler_for(envelope.event_type)(envelope, uow)
-        return HandlerOutcome(1, None, tuple(uow.published))
+            done.count(item, action, reason, attempts)
+        return done
 
     def apply_one(self, session: Session, envelope: Envelope) -> HandlerOutcome:
-        """Run the handler in a savepoint, retrying up to ``max_attempts`` times."""
+        """Run the handler for one event in a savepoint, retrying up to ``max_attempts`` times."""
         error = ""
         for attempt in range(1, self.max_attempts + 1):
-            uow = self._unit(session, envelope)
+            uow = UnitOfWork(session, self.outbox)
             try:
                 with session.begin_nested():
-                    self._handler_for(envelope.event_type)(envelope, uow)
+                    self.batch.apply([envelope], uow)
                 return HandlerOutcome(attempt, None, tuple(uow.published))
             except Exception as exc:  # a failing handler is retried, then parked; never lost
                 error = f"handler failed: {type(exc).__name__}: {exc}"

@@ -51,19 +51,18 @@ class Recorder:
         """The partition's watermark (-1 before the first record), row-locked until commit.
 
         The lock serialises every instance of this consumer on this partition: a second instance
-        waits here, then sees the advanced watermark and skips what was applied."""
-        session.execute(
-            pg_insert(watermarks)
-            .values(consumer=self.consumer, topic=topic, partition=partition, offset=-1)
-            .on_conflict_do_nothing()
-        )
-        return int(
+        waits here, then sees the advanced watermark and skips what was applied. One round trip
+        once the row exists (every batch but the partition's first)."""
+        locked = select(watermarks.c.offset).where(*self.match(watermarks, topic, partition))
+        mark = session.execute(locked.with_for_update()).scalar_one_or_none()
+        if mark is None:
             session.execute(
-                select(watermarks.c.offset)
-                .where(*self.match(watermarks, topic, partition))
-                .with_for_update()
-            ).scalar_one()
-        )
+                pg_insert(watermarks)
+                .values(consumer=self.consumer, topic=topic, partition=partition, offset=-1)
+                .on_conflict_do_nothing()
+            )
+            mark = session.execute(locked.with_for_update()).scalar_one()
+        return int(mark)
 
     def advance(self, session: Session, topic: str, partition: int, offset: int) -> None:
         """Set the (locked) watermark and forget the window's ids below the new floor."""
@@ -132,24 +131,30 @@ class Recorder:
         )
         return frozenset(r[0] for r in rows)
 
-    def park(self, session: Session, decoded: Decoded, reason: str, attempts: int) -> None:
-        """Keep a record that was not applied, with why (once per offset)."""
-        record = decoded.record
+    def park(self, session: Session, records: Sequence[tuple[Decoded, str, int]]) -> None:
+        """Keep records that were not applied, each with why and after how many attempts, in one
+        statement (once per offset)."""
+        if not records:
+            return
+        rows = [
+            {
+                "consumer": self.consumer,
+                "topic": decoded.record.topic,
+                "partition": decoded.record.partition,
+                "offset": decoded.record.offset,
+                "key": decoded.key,
+                "event_id": decoded.event_id,
+                "event_type": decoded.event_type,
+                "headers": header_map(decoded.record.headers),
+                "payload": decoded.record.value,
+                "error": reason,
+                "attempts": attempts,
+            }
+            for decoded, reason, attempts in records
+        ]
         session.execute(
             pg_insert(parked)
-            .values(
-                consumer=self.consumer,
-                topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-                key=decoded.key,
-                event_id=decoded.event_id,
-                event_type=decoded.event_type,
-                headers=header_map(record.headers),
-                payload=record.value,
-                error=reason,
-                attempts=attempts,
-            )
+            .values(rows)
             .on_conflict_do_nothing(constraint="uq_inbox_parked_offset")
         )
 

@@ -2,7 +2,7 @@
 
 from outbox.envelope import Envelope, make_envelope
 from outbox.errors import InvalidEvent, OutboxError
-from outbox.publish import Outbox
+from outbox.publish import NewEvent, Outbox
 from outbox.settings import OutboxSettings
 from outbox.table import metadata, outbox_heartbeat_table, outbox_table
 from outbox.trace import TraceContext
@@ -11,6 +11,7 @@ from outbox.unit import PublishedObserver, UnitOfWork
 __all__ = [
     "Envelope",
     "InvalidEvent",
+    "NewEvent",
     "Outbox",
     "OutboxError",
     "OutboxSettings",

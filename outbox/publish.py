@@ -5,7 +5,7 @@ what was published; `Outbox.publish` is the write underneath."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,19 @@ from sqlalchemy.orm import Session
 from outbox.envelope import DEFAULT_MAX_PAYLOAD_BYTES, TRACEPARENT, Envelope, make_envelope
 from outbox.errors import InvalidEvent
 from outbox.table import outbox_table
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to publish, before validation gives it an id and a time."""
+
+    aggregate_type: str
+    aggregate_id: str
+    event_type: str
+    payload: Any
+    headers: Mapping[str, str] | None = None
+    # The consumed event this one follows from: its trace is continued (see UnitOfWork).
+    caused_by: Envelope | None = None
 
 
 @dataclass(frozen=True)
@@ -45,30 +58,48 @@ class Outbox:
         headers: Mapping[str, str] | None = None,
     ) -> Envelope:
         """Validate the event and add it to ``session``'s transaction; the caller commits."""
+        event = NewEvent(aggregate_type, aggregate_id, event_type, payload, headers)
+        return self.publish_many(session, [event])[0]
+
+    def publish_many(self, session: Session, events: Sequence[NewEvent]) -> list[Envelope]:
+        """Validate every event, then write them in one INSERT (and, in delete mode, one DELETE)
+        in ``session``'s transaction; nothing is written when one is invalid."""
         if not isinstance(session, Session):
             raise InvalidEvent(f"publish needs a SQLAlchemy Session, got {type(session).__name__}")
-        envelope, payload_json = make_envelope(
-            aggregate_type=aggregate_type,
-            aggregate_id=aggregate_id,
-            event_type=event_type,
-            payload=payload,
-            headers=headers,
-            max_payload_bytes=self.max_payload_bytes,
-        )
-        extra = {k: v for k, v in envelope.headers.items() if k != TRACEPARENT}
-        session.execute(
-            insert(outbox_table).values(
-                id=envelope.event_id,
-                aggregatetype=envelope.aggregate_type,
-                aggregateid=envelope.aggregate_id,
-                type=envelope.event_type,
-                payload=cast(literal(payload_json, Text), JSONB),  # encoded once, by validation
-                traceparent=envelope.traceparent,
-                headers=extra or None,
-                schema_version=envelope.schema_version,
-                created_at=envelope.created_at,
+        rows, envelopes = [], []
+        for event in events:
+            envelope, payload_json = make_envelope(
+                aggregate_type=event.aggregate_type,
+                aggregate_id=event.aggregate_id,
+                event_type=event.event_type,
+                payload=event.payload,
+                headers=event.headers,
+                max_payload_bytes=self.max_payload_bytes,
             )
-        )
+            envelopes.append(envelope)
+            rows.append(_row(envelope, payload_json))
+        if not rows:
+            return envelopes
+        session.execute(_INSERT.values(rows))
         if self.mode == "delete":
-            session.execute(delete(outbox_table).where(outbox_table.c.id == envelope.event_id))
-        return envelope
+            ids = [e.event_id for e in envelopes]
+            session.execute(delete(outbox_table).where(outbox_table.c.id.in_(ids)))
+        return envelopes
+
+
+def _row(envelope: Envelope, payload_json: str) -> dict[str, Any]:
+    extra = {k: v for k, v in envelope.headers.items() if k != TRACEPARENT}
+    return {
+        "id": envelope.event_id,
+        "aggregatetype": envelope.aggregate_type,
+        "aggregateid": envelope.aggregate_id,
+        "type": envelope.event_type,
+        "payload": cast(literal(payload_json, Text), JSONB),  # encoded once, by validation
+        "traceparent": envelope.traceparent,
+        "headers": extra or None,
+        "schema_version": envelope.schema_version,
+        "created_at": envelope.created_at,
+    }
+
+
+_INSERT = insert(outbox_table)

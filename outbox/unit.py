@@ -5,12 +5,13 @@ the same way (same validation, headers and trace) wherever it comes from."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from outbox.envelope import TRACEPARENT, Envelope
-from outbox.publish import Outbox
+from outbox.publish import NewEvent, Outbox
 from outbox.trace import TraceContext
 
 # Told, after the unit's transaction committed, which events it published (e.g. metrics).
@@ -29,11 +30,19 @@ class UnitOfWork:
         session: Session,
         outbox: Outbox | None = None,
         trace: TraceContext | None = None,
+        published: list[Envelope] | None = None,
     ) -> None:
         self.session = session
         self.outbox = outbox or Outbox()
         self.trace = trace
-        self.published: list[Envelope] = []
+        self.published: list[Envelope] = [] if published is None else published
+
+    def for_event(self, event: Envelope) -> UnitOfWork:
+        """The unit of applying ``event`` inside this one: same transaction and ``published``
+        list, its span a child of the ``traceparent`` the event carried (a new trace when none)."""
+        return UnitOfWork(
+            self.session, self.outbox, TraceContext.continuing(event.traceparent), self.published
+        )
 
     def publish(
         self,
@@ -43,19 +52,33 @@ class UnitOfWork:
         event_type: str,
         payload: Any,
         headers: Mapping[str, str] | None = None,
+        caused_by: Envelope | None = None,
     ) -> Envelope:
         """Validate the event and add it to this unit's transaction (InvalidEvent when it
-        cannot travel)."""
-        merged = dict(headers or {})
-        if self.trace is not None and TRACEPARENT not in merged:
-            merged[TRACEPARENT] = self.trace.child().header()
-        envelope = self.outbox.publish(
-            self.session,
-            aggregate_type=aggregate_type,
-            aggregate_id=aggregate_id,
-            event_type=event_type,
-            payload=payload,
-            headers=merged,
-        )
-        self.published.append(envelope)
-        return envelope
+        cannot travel). ``caused_by``: the consumed event it follows from (batch handlers), whose
+        trace it continues."""
+        return self.publish_many(
+            [NewEvent(aggregate_type, aggregate_id, event_type, payload, headers, caused_by)]
+        )[0]
+
+    def publish_many(self, events: Sequence[NewEvent]) -> list[Envelope]:
+        """Validate every event, then add them all to this unit's transaction in one statement
+        (nothing is written when one is invalid)."""
+        with_trace = [
+            replace(e, headers=self._traced(e)) if e.caused_by or self.trace else e for e in events
+        ]
+        envelopes = self.outbox.publish_many(self.session, with_trace)
+        self.published.extend(envelopes)
+        return envelopes
+
+    def _traced(self, event: NewEvent) -> dict[str, str]:
+        merged = dict(event.headers or {})
+        if TRACEPARENT not in merged:
+            span = (
+                TraceContext.continuing(event.caused_by.traceparent)
+                if event.caused_by is not None
+                else self.trace
+            )
+            assert span is not None  # only called with a cause or a trace
+            merged[TRACEPARENT] = span.child().header()
+        return merged
