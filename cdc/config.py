@@ -19,6 +19,10 @@ TOPIC_NAME_MATCHES = "org.apache.kafka.connect.transforms.predicates.TopicNameMa
 DEFAULT_SERVER_NAME = "outboxkit"
 DEFAULT_SLOT_NAME = DEFAULT_PUBLICATION_NAME = "outboxkit_outbox"
 DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000
+# How long Debezium waits for more changes before handing a batch to Connect. Debezium's own
+# default, 500 ms, is most of a hop's latency on a quiet stream (commit -> Kafka p50 0.51 s vs
+# 0.05 s at 50 ms); a busy stream fills max.batch.size before the wait ends either way.
+DEFAULT_POLL_INTERVAL_MS = 50
 DEFAULT_PAYLOAD_ENCODING: Final = "text"
 
 
@@ -42,6 +46,7 @@ class ConnectorSettings:
     outbox_tables: Sequence[str] = ("public.outbox",)
     heartbeat_table: str | None = "public.outbox_heartbeat"
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS
     topic_prefix: str = DEFAULT_TOPIC_PREFIX
     snapshot_mode: str = "no_data"
     publication_autocreate: str = "filtered"
@@ -72,6 +77,8 @@ def _check(settings: ConnectorSettings) -> None:
         )
     if settings.heartbeat_interval_ms < 0:
         raise ConnectorConfigError("heartbeat_interval_ms must be >= 0 (0 disables heartbeats)")
+    if settings.poll_interval_ms < 1:
+        raise ConnectorConfigError("poll_interval_ms must be >= 1")
     if not re.fullmatch(r"[A-Za-z0-9._-]*", settings.topic_prefix):
         raise ConnectorConfigError(f"topic prefix {settings.topic_prefix!r} is not a legal topic")
 
@@ -104,6 +111,7 @@ def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
         "publication.autocreate.mode": settings.publication_autocreate,
         "table.include.list": ",".join(captured),
         "snapshot.mode": settings.snapshot_mode,
+        "poll.interval.ms": str(settings.poll_interval_ms),
         # Only inserts matter: delete-mode rows are removed in the same transaction, and the
         # heartbeat row is only ever updated (its WAL still moves the slot's position on).
         "skipped.operations": "u,d,t",

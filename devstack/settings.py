@@ -11,6 +11,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from cdc.config import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_PAYLOAD_ENCODING,
+    DEFAULT_POLL_INTERVAL_MS,
     DEFAULT_PUBLICATION_NAME,
     DEFAULT_SERVER_NAME,
     DEFAULT_SLOT_NAME,
@@ -51,6 +52,9 @@ class StackSettings(BaseSettings):
     slot_name: str = DEFAULT_SLOT_NAME
     publication_name: str = DEFAULT_PUBLICATION_NAME
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    poll_interval_ms: int = Field(
+        default=DEFAULT_POLL_INTERVAL_MS, ge=1, description="Debezium's poll.interval.ms"
+    )
     payload_encoding: Literal["text", "expand"] = DEFAULT_PAYLOAD_ENCODING
 
     # KIP-618: the embedded Connect worker commits Debezium's records and source offsets in one

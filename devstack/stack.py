@@ -216,6 +216,7 @@ class Stack:
             slot_name=self.settings.slot_name,
             publication_name=self.settings.publication_name,
             heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
+            poll_interval_ms=self.settings.poll_interval_ms,
             topic_prefix=self.settings.topic_prefix,
             payload_encoding=self.settings.payload_encoding,
             exactly_once=self.settings.connect_exactly_once,

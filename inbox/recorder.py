@@ -4,6 +4,7 @@ read and write the inbox tables through here."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,12 +14,16 @@ from sqlalchemy import (
     Connection,
     Table,
     and_,
+    bindparam,
+    column,
     delete,
     func,
     insert,
     select,
+    true,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine, Row
 from sqlalchemy.orm import Session
@@ -28,6 +33,7 @@ from inbox.tables import parked, recent_ids, watermarks
 from outbox.record import Decoded, header_map
 
 Executor = Session | Connection
+EVENT_ID = UUID(as_uuid=False)  # an event id as the window holds it, read and bound as str
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,11 @@ class Recorder:
         return int(mark)
 
     def advance(self, session: Session, topic: str, partition: int, offset: int) -> None:
-        """Set the (locked) watermark and forget the window's ids below the new floor."""
+        """Set the (locked) watermark and forget the window's slices below the new floor.
+
+        A slice is forgotten whole once its last offset falls below the floor; one straddling
+        the floor stays whole, so the window may keep up to a slice more than ``window``
+        offsets (never fewer)."""
         session.execute(
             update(watermarks)
             .where(*self.match(watermarks, topic, partition))
@@ -75,7 +85,7 @@ class Recorder:
             session.execute(
                 delete(recent_ids).where(
                     *self.match(recent_ids, topic, partition),
-                    recent_ids.c.offset < prune_floor(offset, self.window),
+                    recent_ids.c.last_offset < prune_floor(offset, self.window),
                 )
             )
 
@@ -89,31 +99,52 @@ class Recorder:
         return {(t, int(p)): int(o) + 1 for t, p, o in rows}
 
     # -- window of recent event ids ------------------------------------------------------------
+    # Callers hold the partition's watermark lock (`lock`): it serialises every reader and
+    # writer of the window, which is what keeps an id from being applied twice (see tables.py).
     def recent(
         self, session: Session, topic: str, partition: int, ids: Iterable[str | None]
     ) -> frozenset[str]:
-        """Which of ``ids`` were applied within the window."""
-        wanted = sorted({i for i in ids if i})
+        """Which of ``ids`` were applied within the window, in one statement: the partition's
+        slices unnested, joined with the wanted ids (one array parameter, a hash join)."""
+        # Only ids in canonical UUID form were ever remembered (applied records decoded).
+        wanted = sorted({i for i in ids if i and _is_uuid(i)})
         if not wanted or not self.window:
             return frozenset()
+        unnest_held = func.unnest(recent_ids.c.event_ids).table_valued(column("event_id", EVENT_ID))
+        held = unnest_held.render_derived("held").lateral()
+        unnest_asked = func.unnest(bindparam("wanted", wanted, type_=ARRAY(EVENT_ID)))
+        asked = unnest_asked.table_valued(column("event_id", EVENT_ID)).render_derived("asked")
         rows = session.execute(
-            select(recent_ids.c.event_id).where(
-                *self.match(recent_ids, topic, partition), recent_ids.c.event_id.in_(wanted)
-            )
+            select(asked.c.event_id)
+            .select_from(recent_ids)
+            .join(held, true())
+            .join(asked, asked.c.event_id == held.c.event_id)
+            .where(*self.match(recent_ids, topic, partition))
         )
         return frozenset(r[0] for r in rows)
 
     def remember(
         self, session: Session, topic: str, partition: int, applied: Sequence[tuple[str, int]]
     ) -> None:
-        """Record applied (event id, offset) pairs in the window (nothing when it is 0). The
-        primary key is the last line against a duplicate effect: a second insert aborts."""
+        """Record a slice's applied (event id, offset) pairs as one window row (nothing when the
+        window is 0 or nothing was applied). An id twice in one slice aborts the transaction:
+        the decision let a duplicate effect through (so does an id that is not a UUID)."""
         if not self.window or not applied:
             return
-        scope = {"consumer": self.consumer, "topic": topic, "partition": partition}
+        pairs = sorted(applied, key=lambda pair: pair[1])
+        event_ids = [event_id for event_id, _ in pairs]
+        if len(set(event_ids)) != len(event_ids):
+            raise ValueError(f"{topic}[{partition}]: an event id applied twice in one slice")
         session.execute(
-            insert(recent_ids),
-            [{**scope, "event_id": event_id, "offset": offset} for event_id, offset in applied],
+            insert(recent_ids).values(
+                consumer=self.consumer,
+                topic=topic,
+                partition=partition,
+                first_offset=pairs[0][1],
+                last_offset=pairs[-1][1],
+                event_ids=event_ids,
+                offsets=[offset for _, offset in pairs],
+            )
         )
 
     # -- parked records ------------------------------------------------------------------------
@@ -184,10 +215,11 @@ class Recorder:
 
 # -- reading and moving every consumer's rows (operators, metrics) --------------------------------
 def status(engine: Engine, consumer: str | None = None) -> list[dict[str, Any]]:
-    """One row per (consumer, topic, partition): watermark, window size, parked count."""
+    """One row per (consumer, topic, partition): watermark, window size (ids), parked count."""
     keys = ("consumer", "topic", "partition")
+    ids = func.sum(func.cardinality(recent_ids.c.event_ids))
     window = (
-        select(*(recent_ids.c[k] for k in keys), func.count().label("window"))
+        select(*(recent_ids.c[k] for k in keys), ids.label("window"))
         .group_by(*(recent_ids.c[k] for k in keys))
         .subquery()
     )
@@ -249,7 +281,8 @@ def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: in
     """Move a watermark back to ``offset`` explicitly (events above it will be applied again).
 
     The window's ids above ``offset`` are forgotten too, or the replay would be skipped as
-    re-sends. Returns the previous watermark."""
+    re-sends: slices above it are deleted, a slice straddling it keeps its ids up to
+    ``offset``. Returns the previous watermark."""
     recorder = Recorder(consumer)
     with Session(engine) as session, session.begin():
         previous = session.execute(
@@ -264,12 +297,38 @@ def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: in
             .where(*recorder.match(watermarks, topic, partition))
             .values(offset=offset, updated_at=func.now())
         )
+        _forget_above(session, recorder.match(recent_ids, topic, partition), offset)
+    return int(previous)
+
+
+def _forget_above(session: Session, scope: Sequence[ColumnElement[bool]], offset: int) -> None:
+    """Delete the window's slices above ``offset`` and trim one straddling it to the ids at or
+    below it (one partition's rows, under its watermark lock)."""
+    session.execute(delete(recent_ids).where(*scope, recent_ids.c.first_offset > offset))
+    straddling = session.execute(
+        select(recent_ids.c.first_offset, recent_ids.c.event_ids, recent_ids.c.offsets).where(
+            *scope, recent_ids.c.last_offset > offset
+        )
+    ).all()
+    for first, event_ids, offsets in straddling:  # first <= offset: at least one id stays
+        kept = [(e, o) for e, o in zip(event_ids, offsets, strict=True) if o <= offset]
         session.execute(
-            delete(recent_ids).where(
-                *recorder.match(recent_ids, topic, partition), recent_ids.c.offset > offset
+            update(recent_ids)
+            .where(*scope, recent_ids.c.first_offset == first)
+            .values(
+                last_offset=max(o for _, o in kept),
+                event_ids=[e for e, _ in kept],
+                offsets=[o for _, o in kept],
             )
         )
-    return int(previous)
+
+
+def _is_uuid(text: str) -> bool:
+    """True when ``text`` is a UUID in canonical form (as `str(uuid.UUID(...))` writes it)."""
+    try:
+        return str(uuid.UUID(text)) == text
+    except ValueError:
+        return False
 
 
 def parked_headers(row: Any) -> list[tuple[str, bytes]]:

@@ -18,7 +18,7 @@ from sqlalchemy import (
     UniqueConstraint,
     func,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 metadata = MetaData()
 
@@ -34,18 +34,33 @@ watermarks = Table(
     PrimaryKeyConstraint("consumer", "topic", "partition"),
 )
 
-# Event ids applied within the last `window` offsets of each partition. The primary key is the
-# last line against a duplicate effect: a second insert of the same id aborts the transaction.
+# Event ids applied within the last `window` offsets of each partition, one row per applied
+# slice: its (event id, offset) pairs as parallel arrays in offset order, keyed by its first
+# offset. A handful of rows per partition (window / slice size), so the state stays small
+# whatever the message count. The ids are UUIDs (`outbox.record.decode` refuses a record whose
+# id is not one, and only applied records are remembered), kept as uuid: 16 bytes an id instead
+# of 40 as text. That matters because the arrays live in TOAST and pruning deletes a slice per
+# batch: until autovacuum visits (eager settings from migration 0005, but at most once per
+# naptime) the table holds every id inserted since, so bytes per id set its size on disk.
+#
+# Nothing in the table refuses a second copy of an id (ids inside arrays have no unique index).
+# The invariant that replaces the old primary key on the id: every reader and writer of a
+# partition's window (the apply loop, redrive, rewind) holds the partition's watermark row lock
+# (`Recorder.lock`, SELECT ... FOR UPDATE) for its whole transaction. Holders are serialised, so
+# the ids a transaction reads are all the ids committed before it, and what it decides to apply
+# (and remembers) cannot have been applied by a concurrent instance. Anything that touches these
+# rows without that lock can apply an event twice.
 recent_ids = Table(
     "inbox_recent",
     metadata,
     Column("consumer", String(255), nullable=False),
     Column("topic", String(255), nullable=False),
     Column("partition", Integer, nullable=False),
-    Column("event_id", String(64), nullable=False),
-    Column("offset", BigInteger, nullable=False),
-    PrimaryKeyConstraint("consumer", "topic", "partition", "event_id"),
-    Index("ix_inbox_recent_offset", "consumer", "topic", "partition", "offset"),
+    Column("first_offset", BigInteger, nullable=False),
+    Column("last_offset", BigInteger, nullable=False),
+    Column("event_ids", ARRAY(UUID(as_uuid=False)), nullable=False),
+    Column("offsets", ARRAY(BigInteger), nullable=False),
+    PrimaryKeyConstraint("consumer", "topic", "partition", "first_offset"),
 )
 
 parked = Table(

@@ -144,6 +144,7 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
         once=args.once,
         on_batch=report,
         jars=cached_spark_jars(settings.cache_dir),
+        shared=not args.query_per_job,
     )
     return 0
 
@@ -232,6 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
     consume.add_argument("--trigger", type=float, default=1.0, help="seconds between batches")
     consume.add_argument("--checkpoint", default=".outboxkit/checkpoints")
     consume.add_argument("--once", action="store_true", help="apply what is there, then stop")
+    consume.add_argument(
+        "--query-per-job",
+        action="store_true",
+        help="one streaming query per job (default: one per Kafka cluster, each topic read once)",
+    )
     consume.set_defaults(run=_consume)
 
     inbox = sub.add_parser("inbox", help="inbox state: status, parked, redrive, rewind")

@@ -1,14 +1,18 @@
-"""Plumbing shared by the saga's services: settings per service, migrations, consumer jobs."""
+"""Plumbing shared by the saga's services: settings per service, migrations, consumer jobs and
+the replies their handlers publish."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic_settings import SettingsConfigDict
 
-from inbox.apply import Handler
+from inbox.apply import BatchHandler
 from migrations.runner import Migrations
+from outbox.publish import NewEvent
+from outbox.unit import UnitOfWork
+from saga.rules import Reply
 from service_template import ServiceSettings
 from spark_consumers.job import Job
 from spark_consumers.settings import ConsumerSettings
@@ -42,7 +46,7 @@ def settings_of(service: str) -> SagaServiceSettings:
     return Settings(name=service, consumers=[service])  # type: ignore[call-arg]
 
 
-def job_of(service: str, aggregate_types: tuple[str, ...], handlers: Mapping[str, Handler]) -> Job:
+def job_of(service: str, aggregate_types: tuple[str, ...], handlers: BatchHandler) -> Job:
     """The consumer job of ``service``: the topics of ``aggregate_types`` under the configured
     prefix, into the service's database, publishing through the service's outbox."""
     settings = settings_of(service)
@@ -52,9 +56,20 @@ def job_of(service: str, aggregate_types: tuple[str, ...], handlers: Mapping[str
         name=f"saga_{service}",
         topics=settings.topics(*aggregate_types),
         consumer=service,
+        # Job.handlers is typed without BatchHandler, which Inbox takes (inbox.apply.Handlers).
         handlers=handlers,
         database_url=settings.database_url,
         bootstrap_servers=settings.kafka_bootstrap_servers,
         outbox=settings.outbox.build(),
         **settings.job_options(),
+    )
+
+
+def publish_replies(uow: UnitOfWork, replies: Sequence[Reply]) -> None:
+    """Publish a step's replies in one statement, each continuing the trace of its cause."""
+    uow.publish_many(
+        [
+            NewEvent(r.aggregate_type, r.order_id, r.event_type, r.payload, caused_by=r.cause)
+            for r in replies
+        ]
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Path, Request
@@ -17,14 +18,19 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    Update,
+    case,
+    column,
     func,
     insert,
     select,
     update,
+    values,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from inbox.apply import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of
@@ -181,45 +187,47 @@ def get_order(order_id: Annotated[str, Path(pattern=ORDER_ID)], uow: UoW) -> Any
 
 # -- consumer: payment and shipment events move the order ----------------------------------
 
-_NEXT = {
-    rules.PAYMENT_CAPTURED: {rules.PENDING: rules.PAID},
-    rules.PAYMENT_DECLINED: {rules.PENDING: rules.CANCELLED},
-    # Shipment and payment events travel on different topics: a ShipmentScheduled may be
-    # applied before the PaymentCaptured that caused it. Ranks only go forward.
-    rules.SHIPMENT_SCHEDULED: {rules.PENDING: rules.SHIPPED, rules.PAID: rules.SHIPPED},
-    rules.SHIPMENT_FAILED: {},  # the refund that follows cancels the order
-    rules.PAYMENT_REFUNDED: {rules.PENDING: rules.CANCELLED, rules.PAID: rules.CANCELLED},
-}
+
+def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
+    """Apply a partition's payment and shipment events to their orders: lock the orders, fold
+    the events in offset order, write the moves and the timeline in one statement each."""
+    ids = sorted({rules.order_of(e) for e in events})
+    rows = uow.session.execute(
+        select(orders.c.id, orders.c.status)
+        .where(orders.c.id.in_(ids))
+        .order_by(orders.c.id)  # rows locked in id order: no deadlock between partitions
+        .with_for_update()
+    ).all()
+    moves = rules.follow_orders({r.id: r.status for r in rows}, events)
+    if moves.statuses:
+        uow.session.execute(_move(moves.statuses))
+    if moves.timeline:
+        uow.session.execute(insert(timeline).values([_entry(e, s) for e, s in moves.timeline]))
 
 
-def on_event(event: Envelope, uow: UnitOfWork) -> None:
-    """Apply one payment or shipment event to its order (in the inbox's transaction)."""
-    order_id = str(event.payload["order_id"])
-    status = uow.session.execute(
-        select(orders.c.status).where(orders.c.id == order_id).with_for_update()
-    ).scalar_one_or_none()
-    if status is None:
-        raise ValueError(f"{event.event_type} for unknown order {order_id}")
-    after = _NEXT[event.event_type].get(status, status)
-    if after != status:
-        values: dict[str, Any] = {"status": after}
-        if after in rules.FINAL:
-            values["final_at"] = func.now()
-        uow.session.execute(update(orders).where(orders.c.id == order_id).values(**values))
-    source = "payments" if event.aggregate_type == rules.PAYMENT else "shipping"
-    uow.session.execute(
-        insert(timeline).values(
-            order_id=order_id,
-            event_id=str(event.event_id),
-            event_type=event.event_type,
-            service=source,
-            status_after=after,
-            detail={"reason": event.payload.get("reason")},
-        )
+def _move(statuses: Mapping[str, str]) -> Update:
+    moved = values(column("id", String), column("status", String), name="moved")
+    moved = moved.data(list(statuses.items()))
+    final_at = case((moved.c.status.in_(rules.FINAL), func.now()), else_=orders.c.final_at)
+    return (
+        update(orders)
+        .where(orders.c.id == moved.c.id)
+        .values(status=moved.c.status, final_at=final_at)
     )
 
 
-HANDLERS = dict.fromkeys(_NEXT, on_event)
+def _entry(event: Envelope, status_after: str) -> dict[str, Any]:
+    return {
+        "order_id": rules.order_of(event),
+        "event_id": str(event.event_id),
+        "event_type": event.event_type,
+        "service": "payments" if event.aggregate_type == rules.PAYMENT else "shipping",
+        "status_after": status_after,
+        "detail": {"reason": event.payload.get("reason")},
+    }
+
+
+HANDLERS = BatchHandler(apply_slice, frozenset(rules.ORDER_MOVES))
 
 
 def app() -> FastAPI:

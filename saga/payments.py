@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query
@@ -16,15 +18,19 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    Update,
+    column,
     func,
     insert,
     select,
     update,
+    values,
 )
 
+from inbox.apply import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
-from saga.common import migrations_of, settings_of
+from saga.common import migrations_of, publish_replies, settings_of
 from saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
 from service_template.app import service_router
@@ -50,7 +56,7 @@ payment_log = Table(
     Column("event_id", String(64), nullable=False),
     Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
-CAPTURED, DECLINED, REFUNDED = "CAPTURED", "DECLINED", "REFUNDED"
+CAPTURED, DECLINED, REFUNDED = rules.CAPTURED, rules.DECLINED, rules.REFUNDED  # statuses
 
 
 class PaymentView(BaseModel):
@@ -75,75 +81,59 @@ def list_payments(
     return [dict(r) for r in rows.mappings()]
 
 
-def _log(uow: UnitOfWork, order_id: str, action: str, event: Envelope) -> None:
-    uow.session.execute(
-        insert(payment_log).values(order_id=order_id, action=action, event_id=str(event.event_id))
-    )
+def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
+    """Apply a partition's order and shipment events to the payments: lock the payments the
+    refunds read, fold the events in offset order, write each kind of change in one statement."""
+    refunds = {rules.order_of(e) for e in events if e.event_type == rules.SHIPMENT_FAILED}
+    done = rules.settle_payments(_locked(uow, refunds) if refunds else {}, events)
+    if done.created:
+        rows = [asdict(p) for p in done.created.values()]
+        uow.session.execute(insert(payments).values(rows))
+    if done.changed:
+        uow.session.execute(_change(done.changed.values()))
+    if done.log:
+        log = [{"order_id": o, "action": a, "event_id": str(e.event_id)} for o, a, e in done.log]
+        uow.session.execute(insert(payment_log).values(log))
+    publish_replies(uow, done.replies)
 
 
-def on_order_placed(event: Envelope, uow: UnitOfWork) -> None:
-    """Capture or decline by the credit-limit rule; tell the others through our outbox."""
-    p = event.payload
-    order_id, customer, amount = str(p["order_id"]), str(p["customer"]), int(p["amount"])
-    captured, reason = rules.payment_decision(customer, amount)
-    status = CAPTURED if captured else DECLINED
-    uow.session.execute(
-        insert(payments).values(
-            order_id=order_id, customer=customer, amount=amount, status=status, reason=reason
+def _locked(uow: UnitOfWork, order_ids: Iterable[str]) -> dict[str, rules.Payment]:
+    rows = uow.session.execute(
+        select(
+            payments.c.order_id,
+            payments.c.customer,
+            payments.c.amount,
+            payments.c.status,
+            payments.c.reason,
         )
-    )
-    _log(uow, order_id, status.lower(), event)
-    uow.publish(
-        aggregate_type=rules.PAYMENT,
-        aggregate_id=order_id,
-        event_type=rules.PAYMENT_CAPTURED if captured else rules.PAYMENT_DECLINED,
-        payload={
-            "order_id": order_id,
-            "customer": customer,
-            "amount": amount,
-            "items": p["items"],
-            "reason": reason,
-        },
-    )
-
-
-def on_shipment_failed(event: Envelope, uow: UnitOfWork) -> None:
-    """Compensation: refund the captured payment."""
-    order_id = str(event.payload["order_id"])
-    row = uow.session.execute(
-        select(payments.c.status, payments.c.amount)
-        .where(payments.c.order_id == order_id)
+        .where(payments.c.order_id.in_(sorted(order_ids)))
+        .order_by(payments.c.order_id)
         .with_for_update()
-    ).first()
-    if row is None or row.status != CAPTURED:
-        raise ValueError(f"refund for order {order_id}: payment is {row and row.status}")
-    uow.session.execute(
+    ).all()
+    return {
+        r.order_id: rules.Payment(r.order_id, r.customer, r.amount, r.status, r.reason)
+        for r in rows
+    }
+
+
+def _change(changed: Iterable[rules.Payment]) -> Update:
+    refunded = values(
+        column("order_id", String),
+        column("status", String),
+        column("reason", Text),
+        name="refunded",
+    ).data([(p.order_id, p.status, p.reason) for p in changed])
+    return (
         update(payments)
-        .where(payments.c.order_id == order_id)
-        .values(
-            status=REFUNDED,
-            reason=f"refunded: {event.payload.get('reason')}",
-            updated_at=func.now(),
-        )
-    )
-    _log(uow, order_id, "refunded", event)
-    uow.publish(
-        aggregate_type=rules.PAYMENT,
-        aggregate_id=order_id,
-        event_type=rules.PAYMENT_REFUNDED,
-        payload={"order_id": order_id, "amount": row.amount, "reason": event.payload.get("reason")},
+        .where(payments.c.order_id == refunded.c.order_id)
+        .values(status=refunded.c.status, reason=refunded.c.reason, updated_at=func.now())
     )
 
 
-def ignore(event: Envelope, uow: UnitOfWork) -> None:
-    """An event this consumer reads but has nothing to do for."""
-
-
-HANDLERS = {
-    rules.ORDER_PLACED: on_order_placed,
-    rules.SHIPMENT_FAILED: on_shipment_failed,
-    rules.SHIPMENT_SCHEDULED: ignore,
-}
+HANDLERS = BatchHandler(
+    apply_slice,
+    frozenset({rules.ORDER_PLACED, rules.SHIPMENT_FAILED, rules.SHIPMENT_SCHEDULED}),
+)
 
 
 def app() -> FastAPI:

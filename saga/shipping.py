@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query
@@ -18,17 +19,20 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    Update,
+    column,
     func,
     insert,
     select,
     update,
+    values,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from inbox.apply import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
-from saga.common import migrations_of, settings_of
-from saga.payments import ignore
+from saga.common import migrations_of, publish_replies, settings_of
 from saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
 from service_template.app import service_router
@@ -50,7 +54,7 @@ shipments = Table(
     Column("items", JSON, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
-SCHEDULED, FAILED = "SCHEDULED", "FAILED"
+SCHEDULED, FAILED = rules.SCHEDULED, rules.FAILED  # shipment statuses
 
 
 class ShipmentView(BaseModel):
@@ -84,49 +88,44 @@ def set_stock(engine: Engine, levels: Mapping[str, int]) -> None:
             )
 
 
-def on_payment_captured(event: Envelope, uow: UnitOfWork) -> None:
-    """Reserve every item or none (rows locked in SKU order: no deadlock between orders)."""
-    p = event.payload
-    order_id = str(p["order_id"])
-    wanted: dict[str, int] = {}
-    for item in p["items"]:
-        wanted[item["sku"]] = wanted.get(item["sku"], 0) + int(item["qty"])
+def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
+    """Apply a partition's payment events: lock the stock of every SKU they want, reserve in
+    offset order against the stock as it goes, write the stock and the shipments at once."""
+    skus = rules.skus_wanted(events)
+    done = rules.reserve_stock(_locked(uow, skus) if skus else {}, events)
+    if done.taken:
+        uow.session.execute(_take(done.taken))
+    if done.shipments:
+        rows = [asdict(s) for s in done.shipments]
+        uow.session.execute(insert(shipments).values(rows))
+    publish_replies(uow, done.replies)
+
+
+def _locked(uow: UnitOfWork, skus: Sequence[str]) -> dict[str, int]:
+    """The stock of ``skus``, rows locked in SKU order (no deadlock between partitions)."""
     rows = uow.session.execute(
         select(stock.c.sku, stock.c.available)
-        .where(stock.c.sku.in_(sorted(wanted)))
+        .where(stock.c.sku.in_(skus))
         .order_by(stock.c.sku)
         .with_for_update()
     ).all()
-    available = {sku: qty for sku, qty in rows}
-    short = [sku for sku, qty in sorted(wanted.items()) if available.get(sku, 0) < qty]
-    if short:
-        status, reason, event_type = (
-            FAILED,
-            f"out of stock: {', '.join(short)}",
-            rules.SHIPMENT_FAILED,
-        )
-    else:
-        for sku, qty in wanted.items():
-            uow.session.execute(
-                update(stock).where(stock.c.sku == sku).values(available=stock.c.available - qty)
-            )
-        status, reason, event_type = SCHEDULED, "reserved", rules.SHIPMENT_SCHEDULED
-    uow.session.execute(
-        insert(shipments).values(order_id=order_id, status=status, reason=reason, items=p["items"])
-    )
-    uow.publish(
-        aggregate_type=rules.SHIPMENT,
-        aggregate_id=order_id,
-        event_type=event_type,
-        payload={"order_id": order_id, "reason": reason},
+    return {sku: available for sku, available in rows}
+
+
+def _take(taken: Mapping[str, int]) -> Update:
+    reserved = values(column("sku", String), column("qty", Integer), name="reserved")
+    reserved = reserved.data(sorted(taken.items()))
+    return (
+        update(stock)
+        .where(stock.c.sku == reserved.c.sku)
+        .values(available=stock.c.available - reserved.c.qty)
     )
 
 
-HANDLERS = {
-    rules.PAYMENT_CAPTURED: on_payment_captured,
-    rules.PAYMENT_DECLINED: ignore,
-    rules.PAYMENT_REFUNDED: ignore,
-}
+HANDLERS = BatchHandler(
+    apply_slice,
+    frozenset({rules.PAYMENT_CAPTURED, rules.PAYMENT_DECLINED, rules.PAYMENT_REFUNDED}),
+)
 
 
 def app() -> FastAPI:

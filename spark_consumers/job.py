@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 
-from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, Handler, Inbox
+from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, Handlers, Inbox
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
 
@@ -22,7 +22,7 @@ class Job:
     name: str
     topics: tuple[str, ...]
     consumer: str
-    handlers: Mapping[str, Handler] | Handler
+    handlers: Handlers  # per event type, one callable, or a BatchHandler
     database_url: str
     bootstrap_servers: str
     max_attempts: int = DEFAULT_MAX_ATTEMPTS

@@ -15,9 +15,16 @@ from sqlalchemy import create_engine
 
 from inbox.recorder import Recorder
 from spark_consumers.job import Job
+from spark_consumers.progress import ProgressLog
 from spark_consumers.sink import inbox_sink
 
 log = logging.getLogger("outboxkit.consumers")
+
+# A task reads a planned, existing offset range: the broker never has to wait for data. With
+# read_committed the range ends on a transaction marker, and the consumer cannot re-fetch at the
+# marker while its prefetch of the range's end sits on the broker for fetch.max.wait.ms (500 ms
+# by default): that wait was most of a small batch's read time (0.2-0.4 s for a few records).
+FETCH_MAX_WAIT_MS = "10"
 
 BatchCallback = Callable[[str, int, list[dict[str, Any]]], None]
 
@@ -32,62 +39,116 @@ def inbox_positions(job: Job) -> dict[tuple[str, int], int]:
         engine.dispose()
 
 
-def existing_partitions(job: Job) -> dict[str, list[int]]:
-    """The partitions of each of the job's topics that exist now (topics may appear later)."""
+def existing_partitions(jobs: Sequence[Job]) -> dict[str, list[int]]:
+    """The partitions of each of the jobs' topics that exist now (topics may appear later)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": job.bootstrap_servers, **job.kafka_options})
+    first = jobs[0]
+    admin = AdminClient({"bootstrap.servers": first.bootstrap_servers, **first.kafka_options})
     metadata = admin.list_topics(timeout=30)
     return {
         topic: sorted(metadata.topics[topic].partitions)
-        for topic in job.topics
+        for topic in topics_of(jobs)
         if topic in metadata.topics and metadata.topics[topic].error is None
     }
 
 
+def topics_of(jobs: Sequence[Job]) -> tuple[str, ...]:
+    """Every topic some job reads, each once, in a stable order."""
+    return tuple(sorted({t for job in jobs for t in job.topics}))
+
+
 def starting_offsets(
-    positions: dict[tuple[str, int], int], partitions: dict[str, list[int]]
+    positions: Sequence[tuple[Job, dict[tuple[str, int], int]]],
+    partitions: dict[str, list[int]],
 ) -> dict[str, dict[str, int]]:
-    """Spark's startingOffsets: the inbox position of every existing partition, else earliest
-    (-2). Spark requires every assigned partition to be named when offsets are given."""
-    return {
-        topic: {str(p): positions.get((topic, p), -2) for p in parts}
-        for topic, parts in partitions.items()
-    }
+    """Spark's startingOffsets: per existing partition, the lowest inbox position of the jobs
+    reading it (earliest, -2, where one has none); jobs that were further on skip the replay
+    by their watermark. Spark requires every assigned partition to be named."""
+    offsets: dict[str, dict[str, int]] = {}
+    for topic, parts in partitions.items():
+        readers = [known for job, known in positions if topic in job.topics]
+        # -2 (earliest) is below every position: one job without a watermark reads it all.
+        offsets[topic] = {
+            str(p): min(known.get((topic, p), -2) for known in readers) for p in parts
+        }
+    return offsets
 
 
-def source_frame(session: Any, job: Job) -> Any:
-    """The job's Kafka stream through Spark's own Kafka connector (spark-sql-kafka-0-10).
+def source_key(job: Job) -> tuple[Any, ...]:
+    """Jobs with the same key can share one query (same brokers and client options)."""
+    return (job.bootstrap_servers, tuple(sorted(job.kafka_options.items())))
+
+
+def query_groups(jobs: Sequence[Job], shared: bool) -> list[tuple[Job, ...]]:
+    """The jobs each query runs: all jobs of one source together when ``shared``, else one
+    query per job."""
+    if not shared:
+        return [(job,) for job in jobs]
+    groups: dict[tuple[Any, ...], list[Job]] = {}
+    for job in jobs:
+        groups.setdefault(source_key(job), []).append(job)
+    return [tuple(group) for group in groups.values()]
+
+
+def source_frame(session: Any, jobs: Sequence[Job]) -> Any:
+    """The jobs' Kafka stream through Spark's own Kafka connector (spark-sql-kafka-0-10): each
+    topic read once, whichever jobs read it.
 
     Topics are matched by an exact pattern, so a topic that does not exist yet is picked up when
     it appears (from its first offset) instead of failing the query. Only committed records are
-    read (read_committed): records of an aborted Kafka transaction never reach a handler. A job
-    without a checkpoint starts from its inbox watermarks, the source of truth for what was
+    read (read_committed): records of an aborted Kafka transaction never reach a handler. A query
+    without a checkpoint starts from its jobs' inbox watermarks, the source of truth for what was
     applied. failOnDataLoss stays on: offsets that vanished before they were applied (retention,
     a deleted topic) stop the query loudly rather than being skipped; the gaps that transaction
     markers leave are not data loss and Spark skips them.
     """
-    offsets = starting_offsets(inbox_positions(job), existing_partitions(job))
-    pattern = "^(" + "|".join(re.escape(t) for t in job.topics) + ")$"
+    first = jobs[0]
+    positions = [(job, inbox_positions(job)) for job in jobs]
+    offsets = starting_offsets(positions, existing_partitions(jobs))
+    topics = topics_of(jobs)
+    pattern = "^(" + "|".join(re.escape(t) for t in topics) + ")$"
     reader = (
         session.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", job.bootstrap_servers)
+        .option("kafka.bootstrap.servers", first.bootstrap_servers)
         .option("kafka.isolation.level", "read_committed")
         .option("subscribePattern", pattern)
         .option("includeHeaders", "true")
         .option("failOnDataLoss", "true")
-        .option("maxOffsetsPerTrigger", job.max_offsets_per_trigger)
+        .option("maxOffsetsPerTrigger", min(j.max_offsets_per_trigger for j in jobs))
+        .option("kafka.fetch.max.wait.ms", FETCH_MAX_WAIT_MS)
         .option("startingOffsets", json.dumps(offsets) if offsets else "earliest")
     )
-    for key, value in job.kafka_options.items():
+    for key, value in first.kafka_options.items():
         reader = reader.option(f"kafka.{key}", value)
     log.info(
-        "job %s reads %s with Spark's Kafka connector (read_committed), starting at %s",
-        job.name,
-        ",".join(job.topics),
+        "jobs %s read %s with Spark's Kafka connector (read_committed), starting at %s",
+        ",".join(j.name for j in jobs),
+        ",".join(topics),
         offsets or "earliest",
     )
     return reader.load()
+
+
+def start_query(
+    session: Any,
+    jobs: Sequence[Job],
+    *,
+    checkpoint: Path,
+    trigger_seconds: float = 1.0,
+    on_batch: BatchCallback | None = None,
+) -> Any:
+    """Start one streaming query applying every micro-batch through each of ``jobs``' inboxes
+    (checkpoint under ``checkpoint``/<job names joined by '+'>)."""
+    name = "+".join(job.name for job in jobs)
+    return (
+        source_frame(session, jobs)
+        .writeStream.queryName(name)
+        .foreachBatch(inbox_sink(jobs, on_batch))
+        .option("checkpointLocation", str(checkpoint / name))
+        .trigger(processingTime=f"{trigger_seconds} seconds")
+        .start()
+    )
 
 
 def start_job(
@@ -98,15 +159,9 @@ def start_job(
     trigger_seconds: float = 1.0,
     on_batch: BatchCallback | None = None,
 ) -> Any:
-    """Start one job's streaming query."""
-    callback = None if on_batch is None else (lambda bid, rows: on_batch(job.name, bid, rows))
-    return (
-        source_frame(session, job)
-        .writeStream.queryName(job.name)
-        .foreachBatch(inbox_sink(job, callback))
-        .option("checkpointLocation", str(checkpoint / job.name))
-        .trigger(processingTime=f"{trigger_seconds} seconds")
-        .start()
+    """Start one job's own streaming query."""
+    return start_query(
+        session, [job], checkpoint=checkpoint, trigger_seconds=trigger_seconds, on_batch=on_batch
     )
 
 
@@ -119,16 +174,28 @@ def run_jobs(
     on_batch: BatchCallback | None = None,
     session: Any = None,
     jars: Sequence[Path] = (),
+    shared: bool = True,
 ) -> None:
-    """Run jobs in one SparkSession until SIGTERM/SIGINT, or (``once``) until input is applied."""
+    """Run jobs in one SparkSession until SIGTERM/SIGINT, or (``once``) until input is applied.
+
+    ``shared``: jobs reading the same Kafka cluster run in ONE query that reads each topic once
+    and applies each partition's slice for every job reading it (each in its own inbox
+    transaction). A micro-batch's fixed cost (planning, offset log, commit log, one Spark job) is
+    paid once per trigger instead of once per job: on a small driver that cost, not the inbox,
+    bounds latency. False: one query per job (isolated checkpoints and failures)."""
     from spark_consumers.session import build_session
 
     session = session or build_session("outboxkit-consumers", jars=jars)
+    session.streams.addListener(ProgressLog())
     queries = [
-        start_job(
-            session, job, checkpoint=checkpoint, trigger_seconds=trigger_seconds, on_batch=on_batch
+        start_query(
+            session,
+            group,
+            checkpoint=checkpoint,
+            trigger_seconds=trigger_seconds,
+            on_batch=on_batch,
         )
-        for job in jobs
+        for group in query_groups(jobs, shared)
     ]
     stopping = threading.Event()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -12,8 +12,8 @@ from outbox.record import KafkaRecord
 from spark_consumers.job import Job
 
 RESULT_SCHEMA = (
-    "topic string, partition int, watermark long, applied long, skipped long, parked long, "
-    "published long"
+    "job string, topic string, partition int, watermark long, applied long, skipped long, "
+    "parked long, published long"
 )
 _ENGINES: dict[str, Any] = {}
 
@@ -58,53 +58,63 @@ def records_from_arrow(batch: pa.RecordBatch) -> list[KafkaRecord]:
     ]
 
 
-def apply_batches(job: Job, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+RESULT_FIELDS = [
+    ("job", pa.string()),
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("watermark", pa.int64()),
+    ("applied", pa.int64()),
+    ("skipped", pa.int64()),
+    ("parked", pa.int64()),
+    ("published", pa.int64()),
+]
+
+
+def apply_batches(
+    jobs: Sequence[Job], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: group this Spark partition's records by Kafka partition and apply each
-    group in its own inbox transaction; yield one result row per Kafka partition."""
+    group, for every job reading its topic, in that job's own inbox transaction; yield one
+    result row per (job, Kafka partition)."""
     grouped: dict[tuple[str, int], list[KafkaRecord]] = {}
     for batch in batches:
         for record in records_from_arrow(batch):
             grouped.setdefault((record.topic, record.partition), []).append(record)
-    inbox = job.inbox(_engine(job.database_url))
     from inbox.decision import Action
 
-    rows: dict[str, list[Any]] = {
-        k: []
-        for k in ("topic", "partition", "watermark", "applied", "skipped", "parked", "published")
-    }
+    rows: dict[str, list[Any]] = {name: [] for name, _ in RESULT_FIELDS}
     for (topic, partition), records in sorted(grouped.items()):
-        result = inbox.apply_partition(records)
-        rows["topic"].append(topic)
-        rows["partition"].append(partition)
-        rows["watermark"].append(result.watermark)
-        rows["applied"].append(result.count(Action.APPLY))
-        rows["skipped"].append(
-            result.count(Action.SKIP_REPLAY) + result.count(Action.SKIP_DUPLICATE)
-        )
-        rows["parked"].append(result.count(Action.PARK) + result.count(Action.HOLD))
-        rows["published"].append(len(result.published))
-    yield pa.RecordBatch.from_pydict(
-        rows,
-        schema=pa.schema(
-            [
-                ("topic", pa.string()),
-                ("partition", pa.int32()),
-                ("watermark", pa.int64()),
-                ("applied", pa.int64()),
-                ("skipped", pa.int64()),
-                ("parked", pa.int64()),
-                ("published", pa.int64()),
-            ]
-        ),
-    )
+        for job in jobs:
+            if topic not in job.topics:
+                continue
+            result = job.inbox(_engine(job.database_url)).apply_partition(records)
+            rows["job"].append(job.name)
+            rows["topic"].append(topic)
+            rows["partition"].append(partition)
+            rows["watermark"].append(result.watermark)
+            rows["applied"].append(result.count(Action.APPLY))
+            rows["skipped"].append(
+                result.count(Action.SKIP_REPLAY) + result.count(Action.SKIP_DUPLICATE)
+            )
+            rows["parked"].append(result.count(Action.PARK) + result.count(Action.HOLD))
+            rows["published"].append(len(result.published))
+    yield pa.RecordBatch.from_pydict(rows, schema=pa.schema(RESULT_FIELDS))
 
 
-def inbox_sink(job: Job, on_batch: Any = None) -> Any:
-    """A foreachBatch function applying each micro-batch through the job's inbox."""
+def inbox_sink(jobs: Sequence[Job], on_batch: Any = None) -> Any:
+    """A foreachBatch function applying each micro-batch through the jobs' inboxes; tells
+    ``on_batch(job_name, batch_id, rows)`` per job what it did."""
+    jobs = tuple(jobs)
 
     def sink(frame: Any, batch_id: int) -> None:
-        results = frame.mapInArrow(lambda it: apply_batches(job, it), RESULT_SCHEMA).collect()
+        slots = frame.sparkSession.sparkContext.defaultParallelism
+        results = (
+            frame.coalesce(slots)
+            .mapInArrow(lambda it: apply_batches(jobs, it), RESULT_SCHEMA)
+            .collect()
+        )
         if on_batch is not None:
-            on_batch(batch_id, [r.asDict() for r in results])
+            for job in jobs:
+                on_batch(job.name, batch_id, [r.asDict() for r in results if r.job == job.name])
 
     return sink

@@ -7,12 +7,26 @@ import threading
 import uuid
 
 import pytest
-from sqlalchemy import Column, Integer, MetaData, String, Table, func, select
+from sqlalchemy import (
+    Column,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    func,
+    select,
+    text,
+)
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
+from inbox import admin
 from inbox.apply import Inbox
 from inbox.decision import Action
+from inbox.recorder import Recorder
 from inbox.tables import parked, recent_ids, watermarks
+from migrations import runner
 from outbox.record import KafkaRecord
 
 effects_md = MetaData()
@@ -160,26 +174,106 @@ def test_two_instances_on_one_partition_apply_each_event_once(engine, consumer):
     assert len(counts) == 300 and set(counts.values()) == {1}
 
 
-def test_a_duplicate_id_slipping_past_the_decision_aborts_the_transaction(engine, consumer):
-    inbox = Inbox(engine, consumer, recorder(consumer))
-    eid = str(uuid.uuid4())
-    inbox.apply_partition([record("t5", 0, "a", 0, event_id=eid)])
-    # Should a decision ever miss a recorded id, the primary key refuses the second apply.
-    with (
-        pytest.raises(Exception, match="inbox_recent"),
-        Session(engine) as session,
-        session.begin(),
-    ):
-        session.execute(
-            recent_ids.insert().values(
-                consumer=consumer, topic="t5", partition=0, event_id=eid, offset=9
+def window_rows(engine, consumer, topic):
+    """(first offset, last offset, event ids, offsets) of the partition's window, in order."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(
+                recent_ids.c.first_offset,
+                recent_ids.c.last_offset,
+                recent_ids.c.event_ids,
+                recent_ids.c.offsets,
             )
-        )
+            .where(recent_ids.c.consumer == consumer, recent_ids.c.topic == topic)
+            .order_by(recent_ids.c.first_offset)
+        ).all()
+    return [tuple(r) for r in rows]
+
+
+def ids_of(records):
+    return [dict(r.headers)["id"].decode() for r in records]
+
+
+def test_resent_ids_are_skipped_within_a_slice_and_in_a_later_one(engine, consumer):
+    inbox = Inbox(engine, consumer, recorder(consumer), window=100)
+    a, b, c, d = (str(uuid.uuid4()) for _ in range(4))
+    first = inbox.apply_partition(
+        [
+            record("t5", 0, "a", 0, event_id=a),
+            record("t5", 1, "b", 1, event_id=b),
+            record("t5", 2, "a", 2, event_id=a),  # re-sent within the slice
+            record("t5", 3, "c", 3, event_id=c),
+        ]
+    )
+    assert first.count(Action.APPLY) == 3 and first.count(Action.SKIP_DUPLICATE) == 1
+    later = inbox.apply_partition(
+        [
+            record("t5", 4, "b", 4, event_id=b),  # re-sent in a later slice
+            record("t5", 5, "d", 5, event_id=d),
+            record("t5", 6, "c", 6, event_id=c),
+        ]
+    )
+    assert later.count(Action.APPLY) == 1 and later.count(Action.SKIP_DUPLICATE) == 2
+    assert effect_counts(engine, consumer) == dict.fromkeys([a, b, c, d], 1)
+    # One row per slice: the applied ids and their offsets, in offset order.
+    assert window_rows(engine, consumer, "t5") == [(0, 3, [a, b, c], [0, 1, 3]), (5, 5, [d], [5])]
+
+
+def test_an_id_twice_in_one_slice_is_refused_by_the_recorder(engine, consumer):
+    # The decision skips a re-send within a slice; should it ever let one through, the
+    # bookkeeping aborts the transaction rather than commit a duplicate effect.
+    eid = str(uuid.uuid4())
+    with pytest.raises(ValueError, match="applied twice"), Session(engine) as session:
+        Recorder(consumer, window=10).remember(session, "t5", 0, [(eid, 1), (eid, 2)])
+
+
+def test_ids_below_the_window_are_forgotten_and_its_rows_stay_bounded(engine, consumer):
+    inbox = Inbox(engine, consumer, recorder(consumer), window=10)
+    batch = [record("t8", o, f"k{o % 3}", o) for o in range(60)]
+    ids = ids_of(batch)
+    for start in range(0, 60, 3):  # 20 slices of 3 offsets
+        inbox.apply_partition(batch[start : start + 3])
+        assert len(window_rows(engine, consumer, "t8")) <= 4  # 10 offsets: 4 slices at most
+    # Watermark 59, floor 50: the slice 48-50 straddles the floor and stays whole.
+    assert [r[0] for r in window_rows(engine, consumer, "t8")] == [48, 51, 54, 57]
+    assert admin.status(engine, consumer)[0]["window"] == 12
+    resent = inbox.apply_partition(
+        [
+            record("t8", 60, "k0", 0, event_id=ids[40]),  # below the window: forgotten
+            record("t8", 61, "k0", 0, event_id=ids[48]),  # in the straddling slice
+            record("t8", 62, "k0", 0, event_id=ids[55]),
+        ]
+    )
+    assert resent.count(Action.APPLY) == 1 and resent.count(Action.SKIP_DUPLICATE) == 2
+    assert effect_counts(engine, consumer)[ids[40]] == 2  # the window's limit, as documented
+
+
+def test_rewind_into_a_slice_forgets_exactly_the_ids_above_it(engine, consumer):
+    inbox = Inbox(engine, consumer, recorder(consumer), window=100)
+    batch = [record("t9", o, f"k{o % 2}", o) for o in range(15)]
+    ids = ids_of(batch)
+    for start in (0, 5, 10):
+        inbox.apply_partition(batch[start : start + 5])
+    assert admin.rewind(engine, consumer, "t9", 0, 6) == 14
+    assert window_rows(engine, consumer, "t9") == [
+        (0, 4, ids[0:5], [0, 1, 2, 3, 4]),
+        (5, 6, ids[5:7], [5, 6]),  # trimmed; the slice 10-14 is gone
+    ]
+    assert admin.status(engine, consumer)[0]["window"] == 7
+    # The replay applies the events above the offset once more, and only those.
+    again = inbox.apply_partition(batch)
+    assert again.count(Action.SKIP_REPLAY) == 7 and again.count(Action.APPLY) == 8
+    assert inbox.apply_partition(batch).count(Action.SKIP_REPLAY) == 15
+    assert effect_counts(engine, consumer) == {
+        **dict.fromkeys(ids[:7], 1),
+        **dict.fromkeys(ids[7:], 2),
+    }
+    # The replayed ids are remembered again: a later re-send is skipped.
+    resend = record("t9", 15, "k1", 9, event_id=ids[9])
+    assert inbox.apply_partition([resend]).count(Action.SKIP_DUPLICATE) == 1
 
 
 def test_redrive_applies_parked_records_in_key_order_once_the_handler_is_fixed(engine, consumer):
-    from inbox import admin
-
     failing = {"bad"}
     inbox = Inbox(engine, consumer, recorder(consumer, fail_keys=failing), max_attempts=1)
     batch = [
@@ -213,8 +307,6 @@ def test_redrive_applies_parked_records_in_key_order_once_the_handler_is_fixed(e
 
 
 def test_rewind_replays_explicitly(engine, consumer):
-    from inbox import admin
-
     inbox = Inbox(engine, consumer, recorder(consumer))
     batch = [record("t7", o, "k", o) for o in range(10)]
     inbox.apply_partition(batch)
@@ -223,3 +315,70 @@ def test_rewind_replays_explicitly(engine, consumer):
     assert again.count(Action.SKIP_REPLAY) == 5 and again.count(Action.APPLY) == 5
     with pytest.raises(ValueError, match="no watermark"):
         admin.rewind(engine, consumer, "nope", 0, 1)
+
+
+@pytest.fixture
+def empty_database(stack):
+    url = make_url(stack.database_url())
+    name = f"win_{uuid.uuid4().hex[:8]}"
+    server = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with server.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield url.set(database=name).render_as_string(hide_password=False)
+    with server.connect() as conn:
+        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    server.dispose()
+
+
+def reloptions(conn, toast=False):
+    relation = "t.reloptions FROM pg_class c JOIN pg_class t ON t.oid = c.reltoastrelid"
+    query = f"SELECT {relation if toast else 'c.reloptions FROM pg_class c'}"
+    return set(conn.execute(text(f"{query} WHERE c.relname = 'inbox_recent'")).scalar_one() or ())
+
+
+def test_migration_carries_the_per_id_window_over_to_slices_and_back(empty_database):
+    e1, e2, e3, e4, e5 = sorted(str(uuid.uuid4()) for _ in range(5))
+    per_id = [
+        ("c1", "t", 0, e2, 12),
+        ("c1", "t", 0, e1, 10),
+        ("c1", "t", 0, e3, 15),
+        ("c1", "t", 1, e4, 3),
+        ("c2", "t", 0, e5, 7),
+    ]
+    runner.upgrade(empty_database, "0004_inbox_vacuum")
+    engine = create_engine(empty_database)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    'INSERT INTO inbox_recent (consumer, topic, "partition", event_id, "offset")'
+                    " VALUES (:c, :t, :p, :e, :o)"
+                ),
+                [dict(zip("ctpeo", row, strict=True)) for row in [*per_id, ("c1", "t", 0, "x", 1)]],
+            )
+        runner.upgrade(empty_database)
+        with engine.connect() as conn:
+            slices = conn.execute(select(recent_ids).order_by(*recent_ids.primary_key)).all()
+            assert "autovacuum_vacuum_threshold=200" in reloptions(conn)
+            assert "autovacuum_vacuum_threshold=500" in reloptions(conn, toast=True)
+        assert [tuple(r) for r in slices] == [  # ordered by offset; "x" is no UUID: dropped
+            ("c1", "t", 0, 10, 15, [e1, e2, e3], [10, 12, 15]),
+            ("c1", "t", 1, 3, 3, [e4], [3]),
+            ("c2", "t", 0, 7, 7, [e5], [7]),
+        ]
+        with Session(engine) as session:
+            found = Recorder("c1", window=100).recent(session, "t", 0, [e1, e3, e4, "x"])
+        assert found == {e1, e3}
+        runner.downgrade(empty_database, "0004_inbox_vacuum")
+        with engine.connect() as conn:
+            back = conn.execute(
+                text('SELECT consumer, topic, "partition", event_id, "offset" FROM inbox_recent')
+            ).all()
+            assert reloptions(conn) == {
+                "autovacuum_vacuum_scale_factor=0.0",
+                "autovacuum_vacuum_threshold=10000",
+                "autovacuum_vacuum_cost_delay=0",
+            }
+        assert sorted(tuple(r) for r in back) == sorted(per_id)
+    finally:
+        engine.dispose()
