@@ -78,12 +78,12 @@ class Outbox:
             )
             envelopes.append(envelope)
             rows.append(_row(envelope, payload_json))
-        if not rows:
-            return envelopes
-        session.execute(_INSERT.values(rows))
-        if self.mode == "delete":
-            ids = [e.event_id for e in envelopes]
-            session.execute(delete(outbox_table).where(outbox_table.c.id.in_(ids)))
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            chunk = rows[start : start + ROWS_PER_STATEMENT]
+            session.execute(_INSERT.values(chunk))
+            if self.mode == "delete":
+                ids = [row["id"] for row in chunk]
+                session.execute(delete(outbox_table).where(outbox_table.c.id.in_(ids)))
         return envelopes
 
 
@@ -103,3 +103,5 @@ def _row(envelope: Envelope, payload_json: str) -> dict[str, Any]:
 
 
 _INSERT = insert(outbox_table)
+# Postgres takes at most 65,535 bind parameters per statement (9 per outbox row).
+ROWS_PER_STATEMENT = 1000

@@ -84,7 +84,13 @@ def _run_scenarios(
             data, markdown = cdc.pipeline(stack, out, events=args.events, reps=reps)
         else:
             data, markdown = saga.run(
-                stack, out, orders=args.orders, reps=reps, rates=args.rates, duration=args.duration
+                stack,
+                out,
+                reps=min(reps, 2),
+                rates=args.rates,
+                duration=args.duration,
+                steps=args.steps,
+                step_seconds=args.step_seconds,
             )
         console.print(Markdown(markdown))
         for path in report.write(out, scenario, data, markdown):
@@ -100,8 +106,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="benchmarks: figures and ratios printed and written (JSON, markdown, PNG)",
         description="Scenarios: outbox (write overhead), cdc (commit -> Kafka vs raw produce), "
         "inbox (sink rows/s and dedup-state size), pipeline (outbox -> Spark inbox vs Debezium "
-        "drain), saga (orders/s at saturation, latency at fixed rates), profile (where the inbox "
-        "sink's time goes). Default: all.",
+        "drain), saga (latency at fixed rates, capacity under a step load), profile (where "
+        "the inbox sink's time goes). Default: all.",
     )
     bench.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=", ".join(SCENARIOS))
     bench.add_argument(
@@ -121,7 +127,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=[10_000, 100_000, 1_000_000],
         help="comma-separated event counts at which to report the inbox dedup-state size",
     )
-    bench.add_argument("--orders", type=int, default=300, help="orders per saturation run")
+    bench.add_argument(
+        "--steps",
+        type=lambda s: tuple(float(x) for x in s.split(",")),
+        default=(25.0, 50.0, 100.0, 200.0, 400.0),
+        help="comma-separated saga step-load rates, orders/s (stops at the first not held)",
+    )
+    bench.add_argument("--step-seconds", type=float, default=60.0, help="seconds per step")
     bench.add_argument(
         "--rates",
         type=lambda s: tuple(float(x) for x in s.split(",")),

@@ -1,12 +1,14 @@
-"""Inbox sink benchmark: rows/s and dedup-state size of four ways to apply Kafka records.
+"""Inbox sink benchmark: rows/s and dedup-state size of four ways to apply Kafka records, each
+with the one-event handler API and with a batch handler.
 
 - unguarded: the handler runs for every record, nothing is deduplicated (the ceiling);
 - watermark: the (partition, max offset) row alone, locked per batch (replays only);
 - inbox: this framework's Inbox (watermark + bounded window of recent event ids + parking);
-- message-id: the classic inbox, one row per processed message id, checked per record.
+- message-id: the classic inbox, one row per processed message id, claimed per batch.
 
-Every variant applies the same synthetic records (decoded into envelopes, the handler inserts one
-business row) in one transaction per partition batch, against the same Postgres.
+Every variant applies the same synthetic records (decoded into envelopes; the handler inserts one
+business row per event: one INSERT each, or one executemany per slice) in one transaction per
+partition batch, against the same Postgres.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from inbox.apply import Handler, Inbox
+from inbox.apply import BatchHandler, Handlers, Inbox, as_batch
 from inbox.recorder import Recorder
 from outbox.envelope import Envelope
 from outbox.record import KafkaRecord, decode, encode
@@ -70,15 +72,6 @@ processed = Table(
     PrimaryKeyConstraint("consumer", "message_id"),
 )
 
-# Dedup-state tables of each variant, for the size report.
-STATE_TABLES = {
-    "unguarded": (),
-    "watermark": ("inbox_watermark",),
-    "inbox": ("inbox_watermark", "inbox_recent"),
-    "inbox, savepoint per record": ("inbox_watermark", "inbox_recent"),
-    "message-id": ("bench_processed_message",),
-}
-
 
 def make_records(partition: int, start: int, count: int) -> list[KafkaRecord]:
     """``count`` outbox-style records of one partition from offset ``start``."""
@@ -99,10 +92,20 @@ def make_records(partition: int, start: int, count: int) -> list[KafkaRecord]:
 
 
 def record_effect(envelope: Envelope, uow: UnitOfWork) -> None:
-    """The business write every variant performs once per applied record."""
+    """The business write every variant performs once per applied record (one-event API)."""
     uow.session.execute(
         insert(effects).values(event_id=str(envelope.event_id), n=envelope.payload["n"])
     )
+
+
+def _record_effects(events: Sequence[Envelope], uow: UnitOfWork) -> None:
+    uow.session.execute(
+        insert(effects), [{"event_id": str(e.event_id), "n": e.payload["n"]} for e in events]
+    )
+
+
+# The same business write for a whole slice in one executemany (the batch-handler API).
+record_effects = BatchHandler(_record_effects)
 
 
 def no_effect(envelope: Envelope, uow: UnitOfWork) -> None:
@@ -113,44 +116,26 @@ def _envelope(record: KafkaRecord) -> Envelope:
     return decode(record)
 
 
-def unguarded(
-    engine: Engine, records: Sequence[KafkaRecord], handler: Handler = record_effect
-) -> None:
+def unguarded(engine: Engine, records: Sequence[KafkaRecord], handler: Handlers) -> None:
     with Session(engine) as session, session.begin():
-        uow = UnitOfWork(session)
-        for record in records:
-            handler(_envelope(record), uow)
+        as_batch(handler).apply([_envelope(r) for r in records], UnitOfWork(session))
 
 
-def watermark_only(
-    engine: Engine, records: Sequence[KafkaRecord], handler: Handler = record_effect
-) -> None:
+def watermark_only(engine: Engine, records: Sequence[KafkaRecord], handler: Handlers) -> None:
     recorder = Recorder("bench-watermark")
     topic, partition = records[0].topic, records[0].partition
     with Session(engine) as session, session.begin():
-        uow = UnitOfWork(session)
         mark = recorder.lock(session, topic, partition)
-        for record in records:
-            if record.offset > mark:
-                handler(_envelope(record), uow)
+        fresh = [_envelope(r) for r in records if r.offset > mark]
+        as_batch(handler).apply(fresh, UnitOfWork(session))
         recorder.advance(session, topic, partition, max(mark, records[-1].offset))
 
 
-def full_inbox(
-    engine: Engine, records: Sequence[KafkaRecord], handler: Handler = record_effect
-) -> None:
+def full_inbox(engine: Engine, records: Sequence[KafkaRecord], handler: Handlers) -> None:
     Inbox(engine, "bench-inbox", handler).apply_partition(records)
 
 
-def inbox_per_record_savepoints(
-    engine: Engine, records: Sequence[KafkaRecord], handler: Handler = record_effect
-) -> None:
-    Inbox(engine, "bench-inbox", handler, optimistic=False).apply_partition(records)
-
-
-def message_id_inbox(
-    engine: Engine, records: Sequence[KafkaRecord], handler: Handler = record_effect
-) -> None:
+def message_id_inbox(engine: Engine, records: Sequence[KafkaRecord], handler: Handlers) -> None:
     # The classic inbox, batched: claim every id of the batch in one statement, apply the new.
     envelopes = [_envelope(r) for r in records]
     with Session(engine) as session, session.begin():
@@ -167,19 +152,35 @@ def message_id_inbox(
                 .returning(processed.c.message_id)
             ).scalars()
         )
-        uow = UnitOfWork(session)
-        for envelope in envelopes:
-            if str(envelope.event_id) in claimed:
-                handler(envelope, uow)
+        fresh = [e for e in envelopes if str(e.event_id) in claimed]
+        as_batch(handler).apply(fresh, UnitOfWork(session))
 
 
-VARIANTS: dict[str, Callable[[Engine, Sequence[KafkaRecord], Handler], None]] = {
-    "unguarded": unguarded,
-    "watermark": watermark_only,
-    "inbox": full_inbox,
-    "inbox, savepoint per record": inbox_per_record_savepoints,
-    "message-id": message_id_inbox,
+Sink = Callable[[Engine, Sequence[KafkaRecord], Handlers], None]
+# Each variant: how records are deduplicated, and which handler API writes the effect.
+VARIANTS: dict[str, tuple[Sink, Handlers]] = {
+    "unguarded, per-event handler": (unguarded, record_effect),
+    "inbox, per-event handler": (full_inbox, record_effect),
+    "message-id, per-event handler": (message_id_inbox, record_effect),
+    "unguarded, batch handler": (unguarded, record_effects),
+    "watermark, batch handler": (watermark_only, record_effects),
+    "inbox, batch handler": (full_inbox, record_effects),
+    "message-id, batch handler": (message_id_inbox, record_effects),
 }
+BASELINE = "unguarded, batch handler"
+COMPARED = (
+    ("inbox, batch handler", "inbox, per-event handler"),
+    ("inbox, batch handler", "message-id, batch handler"),
+)
+# Dedup state of each way to deduplicate, for the size report (grown without business writes).
+STATE_TABLES = {
+    "watermark": ("inbox_watermark",),
+    "inbox": ("inbox_watermark", "inbox_recent"),
+    "message-id": ("bench_processed_message",),
+}
+# Entries, not rows: the window keeps one row per applied slice holding its ids.
+COUNT = {"inbox_recent": "SELECT coalesce(sum(cardinality(event_ids)), 0) FROM inbox_recent"}
+GROWN = {"watermark": watermark_only, "inbox": full_inbox, "message-id": message_id_inbox}
 
 
 def reset(engine: Engine) -> None:
@@ -218,11 +219,11 @@ def run_variant(
 ) -> Throughput:
     """Apply ``events`` records with one variant on empty tables; checks every row landed."""
     reset(engine)
-    sink = VARIANTS[variant]
+    sink, handler = VARIANTS[variant]
     work = list(batches(events, batch_size))  # generated before the clock starts
     started = time.perf_counter()
     for batch in work:
-        sink(engine, batch, record_effect)
+        sink(engine, batch, handler)
         advance(len(batch))
     elapsed = time.perf_counter() - started
     with engine.connect() as conn:
@@ -237,7 +238,8 @@ def state_size(engine: Engine, variant: str) -> dict[str, int]:
     tables = STATE_TABLES[variant]
     with engine.connect() as conn:
         rows = sum(
-            int(conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one()) for t in tables
+            int(conn.execute(text(COUNT.get(t, f"SELECT count(*) FROM {t}"))).scalar_one())
+            for t in tables
         )
         size = sum(
             int(conn.execute(text(f"SELECT pg_total_relation_size('{t}')")).scalar_one())
@@ -256,7 +258,7 @@ def grow(
     """Apply up to max(checkpoints) events without the business write; dedup-state size at
     each checkpoint."""
     reset(engine)
-    sink, sizes, done = VARIANTS[variant], {}, 0
+    sink, sizes, done = GROWN[variant], {}, 0
     wanted = sorted(checkpoints)
     for batch in batches(wanted[-1], batch_size):
         sink(engine, batch, no_effect)
@@ -275,6 +277,10 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+def _median(samples: list[float]) -> float:
+    return float(spread(samples)["median"])
+
+
 def summarise(
     throughput: dict[str, list[float]],
     sizes: dict[str, dict[int, dict[str, int]]],
@@ -282,14 +288,18 @@ def summarise(
     found: dict[str, Any],
 ) -> tuple[dict[str, Any], str]:
     """JSON-ready figures and the markdown report."""
-    rows = ratio_rows(throughput, "unguarded")
+    rows = ratio_rows(throughput, BASELINE)
     md = [
         "### Inbox sink: rows/s into Postgres\n",
         f"{params['events']:,} events over {PARTITIONS} partitions, {params['batch']} records per "
-        f"partition transaction, {params['reps']} repetitions; ratio = median / unguarded.\n",
+        f"partition transaction, {params['reps']} repetitions; ratio = median / {BASELINE}.\n",
         describe(found),
         markdown_table(["variant", "min rows/s", "median rows/s", "max rows/s", "ratio"], rows),
-        "\n### Dedup state after N events (rows, table + index bytes)\n",
+        *(
+            f"- {a} / {b}: {_median(throughput[a]) / _median(throughput[b]):.2f}\n"
+            for a, b in COMPARED
+        ),
+        "\n### Dedup state after N events (entries = rows, or ids in the window; all bytes)\n",
     ]
     checkpoints = sorted(next(iter(sizes.values())))
     size_rows = [
@@ -332,7 +342,7 @@ def run(
     engine = prepare_database(url)
     throughput: dict[str, list[float]] = {v: [] for v in VARIANTS}
     sizes: dict[str, dict[int, dict[str, int]]] = {}
-    growing = ("watermark", "inbox", "message-id")
+    growing = tuple(GROWN)
     total = events * reps * len(VARIANTS) + max(checkpoints) * len(growing)
     with Progress("inbox sink", total) as progress:
         for rep in range(reps):

@@ -1,11 +1,10 @@
 """Saga benchmark: the order -> pay -> ship saga on a stack, as the demo runs it (three FastAPI
 services, their connectors, three Spark jobs in one driver).
 
-- saturation: a batch of orders POSTed as fast as 8 clients can; orders/s completed in the
-  steady state = 80% of the orders / (time the 90th percentile order became final - time the
-  10th did), which leaves out the pipeline filling and draining at both ends;
-- fixed rates: orders POSTed open-loop at each rate for ``duration`` seconds; POST -> final
-  state latency percentiles and a histogram per rate.
+- fixed rates: orders POSTed open-loop at each rate for ``duration`` seconds, ``reps`` times;
+  POST -> final state latency percentiles, per-hop medians and a histogram per rate;
+- step load: rising rates held for ``step_seconds`` each; capacity = the highest rate held
+  (POSTs keep the rate, 98% of orders final by the step's end + a grace, p99 not growing).
 
 Every run also checks the saga's invariants (every order final, no duplicate effects); a run
 whose invariants fail raises instead of reporting figures.
@@ -22,25 +21,49 @@ from typing import Any
 from devstack.stack import Stack
 from outboxkit.bench.report import (
     Progress,
-    bar_plot,
     describe,
     histogram_plot,
     machine,
     markdown_table,
     percentile,
     spread,
-    spread_cells,
 )
 from saga.invariants import Report
 from saga.load import Placed
 from saga.processes import Saga
 
+GRACE_SECONDS = 5.0  # a step's orders may finish this long after its last POST
 
-def steady_rate(placed: list[Any], latencies: list[float]) -> float:
-    """Orders/s completed between the 10th and the 90th percentile completion."""
-    finished = sorted(p.posted_at + lat for p, lat in zip(placed, latencies, strict=True))
-    lo, hi = int(0.1 * len(finished)), int(0.9 * len(finished))
-    return float((hi - lo) / (finished[hi] - finished[lo]))
+
+def step_verdict(
+    rate: float, duration: float, placed: list[Any], latencies: list[float]
+) -> dict[str, Any]:
+    """Whether a step of ``rate`` orders/s for ``duration`` s was held: POSTs kept the rate,
+    >= 98% of the orders were final by the step's end + GRACE_SECONDS, and the p99 of the
+    second half of the step did not grow past 1.5x the first half's (+0.5 s)."""
+    began = min(p.posted_at for p in placed)
+    finished = [p.posted_at + lat for p, lat in zip(placed, latencies, strict=True)]
+    in_time = sum(1 for f in finished if f <= began + duration + GRACE_SECONDS)
+    half = began + duration / 2
+    first = [lat for p, lat in zip(placed, latencies, strict=True) if p.posted_at < half]
+    second = [lat for p, lat in zip(placed, latencies, strict=True) if p.posted_at >= half]
+    posted_rate = len(placed) / max(1e-9, max(p.posted_at for p in placed) - began)
+    p99_first, p99_second = percentile(first, 0.99), percentile(second, 0.99)
+    held = (
+        posted_rate >= 0.98 * rate
+        and in_time >= 0.98 * len(placed)
+        and p99_second <= 1.5 * p99_first + 0.5
+    )
+    return {
+        "rate": rate,
+        "posted_rate": posted_rate,
+        "completed_rate": in_time / duration,
+        "completed_in_time": in_time / len(placed),
+        "p50": percentile(latencies, 0.5),
+        "p99_first_half": p99_first,
+        "p99_second_half": p99_second,
+        "held": held,
+    }
 
 
 HOPS = (
@@ -85,21 +108,61 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
+def _settle(saga: Saga, placed: list[Placed], progress: Progress) -> Report:
+    """Wait until every placed order is final; check the invariants (raise when they fail)."""
+    shown = 0
+
+    def show(final: int) -> None:
+        nonlocal shown
+        progress.advance(final - shown)
+        shown = final
+
+    saga.wait_final(placed, timeout=900, progress=show)
+    report = saga.report(placed)
+    if not report.ok:
+        raise RuntimeError(
+            f"saga invariants failed: {report.by_status}, duplicates {report.duplicates}, "
+            f"violations {report.violations}"
+        )
+    return report
+
+
+def _fixed_rate(saga: Saga, rate: float, duration: float, seed: int, progress: Progress) -> Any:
+    """Orders POSTed open-loop at ``rate`` for ``duration`` s: latency percentiles and hops."""
+    count = int(rate * duration)
+    began = time.monotonic()
+    placed = saga.place_orders(count, seed=seed, concurrency=32, retry_share=0.0, rate=rate)
+    achieved = count / (time.monotonic() - began)
+    latencies = _settle(saga, placed, progress).latencies
+    hops = hop_seconds(saga, [p.order_id for p in placed])
+    return {
+        "hops_p50": {h: percentiles(v)["p50"] for h, v in hops.items() if v},
+        "orders": count,
+        "achieved_rate": achieved,
+        **percentiles(latencies),
+        "latencies_seconds": latencies,
+    }
+
+
 def run(
     stack: Stack,
     out: Path,
     *,
-    orders: int = 300,
-    reps: int = 3,
+    reps: int = 2,
     rates: tuple[float, ...] = (10.0, 50.0),
     duration: float = 20.0,
+    steps: tuple[float, ...] = (25.0, 50.0, 100.0, 200.0, 400.0),
+    step_seconds: float = 60.0,
     trigger: float = 0.5,
 ) -> tuple[dict[str, Any], str]:
-    throughput: list[float] = []
-    fixed: dict[float, dict[str, Any]] = {}
+    """Fixed rates (``reps`` times each, interleaved), then a step load that stops at the first
+    step not held."""
+    runs: dict[float, list[dict[str, Any]]] = {rate: [] for rate in rates}
+    stepped: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="outboxkit-bench-saga-") as workdir:
         saga = Saga(stack, Path(workdir), echo=lambda line: None)
-        total = orders * reps + sum(int(r * duration) for r in rates) + 1
+        total = reps * sum(int(r * duration) for r in rates) + 1
+        total += sum(int(r * step_seconds) for r in steps)
         with Progress("saga", total) as progress:
             try:
                 progress.update("saga: databases, services, Spark jobs, warm-up order")
@@ -108,122 +171,133 @@ def run(
                 saga.start_consumers(trigger=trigger)
                 saga.warm_up()
                 progress.advance(1)
-
-                def settle(placed: list[Placed]) -> Report:
-                    """Wait until every placed order is final; check the invariants."""
-                    shown = 0
-
-                    def show(final: int) -> None:
-                        nonlocal shown
-                        progress.advance(final - shown)
-                        shown = final
-
-                    saga.wait_final(placed, timeout=900, progress=show)
-                    report = saga.report(placed)
-                    if not report.ok:
-                        raise RuntimeError(
-                            f"saga invariants failed: {report.by_status}, duplicates "
-                            f"{report.duplicates}, violations {report.violations}"
-                        )
-                    return report
-
                 for rep in range(reps):
-                    progress.update(f"saga: saturation, {orders} orders ({rep + 1}/{reps})")
-                    placed = saga.place_orders(orders, seed=100 + rep, retry_share=0.0)
-                    throughput.append(steady_rate(placed, settle(placed).latencies))
-                for n, rate in enumerate(rates):
-                    count = int(rate * duration)
-                    progress.update(f"saga: {count} orders at {rate:g}/s")
-                    began = time.monotonic()
+                    for n, rate in enumerate(rates):
+                        progress.update(f"saga: {rate:g}/s for {duration:g} s ({rep + 1}/{reps})")
+                        runs[rate].append(
+                            _fixed_rate(saga, rate, duration, 200 + 10 * rep + n, progress)
+                        )
+                for n, rate in enumerate(steps):
+                    progress.update(f"saga: step load {rate:g}/s for {step_seconds:g} s")
                     placed = saga.place_orders(
-                        count, seed=200 + n, concurrency=32, retry_share=0.0, rate=rate
+                        int(rate * step_seconds),
+                        seed=500 + n,
+                        concurrency=64,
+                        retry_share=0.0,
+                        rate=rate,
                     )
-                    achieved = count / (time.monotonic() - began)
-                    latencies = settle(placed).latencies
-                    hops = hop_seconds(saga, [p.order_id for p in placed])
-                    fixed[rate] = {
-                        "hops_p50": {h: percentiles(v)["p50"] for h, v in hops.items() if v},
-                        "orders": count,
-                        "achieved_rate": achieved,
-                        **percentiles(latencies),
-                        "latencies_seconds": latencies,
-                    }
+                    latencies = _settle(saga, placed, progress).latencies
+                    stepped.append(step_verdict(rate, step_seconds, placed, latencies))
+                    if not stepped[-1]["held"]:
+                        break
             finally:
                 saga.stop()
+    return _report(out, stack, runs, stepped, reps, duration, step_seconds, trigger)
+
+
+def _report(
+    out: Path,
+    stack: Stack,
+    runs: dict[float, list[dict[str, Any]]],
+    stepped: list[dict[str, Any]],
+    reps: int,
+    duration: float,
+    step_seconds: float,
+    trigger: float,
+) -> tuple[dict[str, Any], str]:
     found = machine(stack.database_url())
-    saturation = spread(throughput)["median"]
+    held = [s["rate"] for s in stepped if s["held"]]
+    capacity = max(held) if held else 0.0
     md = (
         "### Saga: order -> pay -> ship on the local stack\n\n"
-        f"Saturation: {orders} orders POSTed by 8 clients as fast as the orders service answers, "
-        f"{reps} repetitions; steady-state orders/s = 80% of the orders / (90th percentile "
-        "completion - 10th percentile completion). Fixed rates: orders POSTed open-loop for "
-        f"{duration:g} s; latency = POST to the order's final state (SHIPPED or CANCELLED: three "
-        f"hops through Debezium, Kafka and Spark, trigger {trigger} s). Every run's invariants "
-        "held (every order final, no effect applied twice).\n"
+        f"Fixed rates: orders POSTed open-loop for {duration:g} s, {reps} repetitions each "
+        "(median of the repetitions' percentiles); latency = POST to the order's final state "
+        "(SHIPPED or CANCELLED: three to five hops through Debezium, Kafka and Spark, trigger "
+        f"{trigger} s). Step load: {step_seconds:g} s per rate, stopping at the first rate not "
+        f"held (POSTs at >= 0.98x the rate, >= 98% of the orders final within "
+        f"{GRACE_SECONDS:g} s of the step's end, p99 of its second half <= 1.5x the first's "
+        "+ 0.5 s). Every run's invariants held (every order final, no effect applied twice).\n"
         + describe(found)
         + "\n"
         + markdown_table(
-            ["measure", "min", "median", "max"],
-            [["orders/s completed at saturation", *spread_cells(throughput, ",.1f")]],
-        )
-        + "\n"
-        + markdown_table(
-            ["offered rate", "achieved", "orders", "p50 s", "p95 s", "p99 s", "max s", "note"],
+            ["offered rate", "achieved", "orders/run", "p50 s", "p95 s", "p99 s", "max s"],
             [
                 [
                     f"{rate:g}/s",
-                    f"{f['achieved_rate']:.1f}/s",
-                    f["orders"],
-                    *(f"{f[k]:.2f}" for k in ("p50", "p95", "p99", "max")),
-                    "above saturation: queueing" if rate > saturation else "below saturation",
+                    f"{_median(r, 'achieved_rate'):.1f}/s",
+                    r[0]["orders"],
+                    *(f"{_median(r, k):.2f}" for k in ("p50", "p95", "p99", "max")),
                 ]
-                for rate, f in fixed.items()
+                for rate, r in runs.items()
             ],
         )
-    )
-    md += (
-        "\nWhere an order's time goes: median seconds per hop of SHIPPED orders, from the "
-        "transaction that published the event to the one that applied it (Debezium, Kafka, a "
-        "Spark micro-batch, the inbox transaction).\n\n"
+        + "\nMedian seconds per hop of SHIPPED orders, from the transaction that published the "
+        "event to the one that applied it (Debezium, Kafka, a Spark micro-batch, the inbox "
+        "transaction):\n\n"
         + markdown_table(
-            ["hop", *(f"p50 at {rate:g}/s" for rate in fixed)],
+            ["hop", *(f"p50 at {rate:g}/s" for rate in runs)],
+            [[hop, *(f"{_median_hop(r, hop):.2f}" for r in runs.values())] for hop in HOPS],
+        )
+        + f"\nStep load: capacity (highest rate held) **{capacity:g} orders/s**.\n\n"
+        + markdown_table(
             [
-                [hop, *(f"{f['hops_p50'].get(hop, float('nan')):.2f}" for f in fixed.values())]
-                for hop in HOPS
+                "offered",
+                "POSTed",
+                "completed",
+                "final in time",
+                "p50 s",
+                "p99 1st half",
+                "p99 2nd half",
+                "held",
+            ],
+            [
+                [
+                    f"{s['rate']:g}/s",
+                    f"{s['posted_rate']:.1f}/s",
+                    f"{s['completed_rate']:.1f}/s",
+                    f"{100 * s['completed_in_time']:.1f}%",
+                    f"{s['p50']:.2f}",
+                    f"{s['p99_first_half']:.2f}",
+                    f"{s['p99_second_half']:.2f}",
+                    "yes" if s["held"] else "no",
+                ]
+                for s in stepped
             ],
         )
     )
     plots = [
         histogram_plot(
             out / f"saga-latency-{rate:g}.png",
-            f"POST -> final state, {f['orders']:,} orders offered at {rate:g}/s",
-            f["latencies_seconds"],
+            f"POST -> final state, {r[0]['orders']:,} orders offered at {rate:g}/s (run 1)",
+            r[0]["latencies_seconds"],
             xlabel="seconds",
-            marks={k: f[k] for k in ("p50", "p95", "p99")},
+            marks={k: r[0][k] for k in ("p50", "p95", "p99")},
         )
-        for rate, f in fixed.items()
+        for rate, r in runs.items()
     ]
-    plots.append(
-        bar_plot(
-            out / "saga-throughput.png",
-            "Saga orders/s completed at saturation (steady state)",
-            {"orders/s": throughput},
-            ylabel="orders/s",
-        )
-    )
     data = {
         "scenario": "saga",
         "params": {
-            "orders": orders,
             "reps": reps,
-            "rates": list(rates),
+            "rates": list(runs),
             "duration": duration,
+            "step_seconds": step_seconds,
             "trigger_seconds": trigger,
         },
         "machine": found,
-        "orders_per_second_at_saturation": spread(throughput) | {"samples": throughput},
-        "fixed_rates": {f"{rate:g}": f for rate, f in fixed.items()},
+        "fixed_rates": {f"{rate:g}": r for rate, r in runs.items()},
+        "step_load": stepped,
+        "capacity_orders_per_second": capacity,
         "plots": [str(p) for p in plots],
     }
-    images = "".join(f"\n![saga latency at {r:g}/s](saga-latency-{r:g}.png)\n" for r in fixed)
+    images = "".join(f"\n![saga latency at {r:g}/s](saga-latency-{r:g}.png)\n" for r in runs)
     return data, md + images
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return float(spread([r[key] for r in runs])["median"])
+
+
+def _median_hop(runs: list[dict[str, Any]], hop: str) -> float:
+    values = [r["hops_p50"][hop] for r in runs if hop in r["hops_p50"]]
+    return float(spread(values)["median"]) if values else float("nan")
