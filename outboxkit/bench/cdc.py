@@ -289,6 +289,11 @@ def cdc(
 
 
 # -- pipeline ---------------------------------------------------------------------------------
+DRAIN = "Debezium drain alone"
+PER_EVENT = "outbox -> Spark inbox, per-event handler"
+BATCH = "outbox -> Spark inbox, batch handler"
+
+
 def _durations(progress: list[Any]) -> dict[str, float]:
     """Total milliseconds per micro-batch phase over batches that read input."""
     totals: dict[str, float] = {}
@@ -308,30 +313,37 @@ def pipeline(
     trigger: float = 0.5,
     session: Any = None,
 ) -> tuple[dict[str, Any], str]:
-    """Measure the pipeline; in ``session`` when given (left running), else in its own."""
+    """Measure the pipeline with the one-event and the batch handler API; in ``session`` when
+    given (left running), else in its own."""
     from devstack.artifacts import cached_spark_jars
-    from outboxkit.bench.inbox import bench_metadata, effects, record_effect
+    from inbox.apply import Handlers
+    from outboxkit.bench.inbox import bench_metadata, effects, record_effect, record_effects
     from spark_consumers.job import Job
     from spark_consumers.runner import start_job
     from spark_consumers.session import build_session
 
-    rates: dict[str, list[float]] = {"Debezium drain alone": [], "outbox -> Spark inbox": []}
-    phases: dict[str, float] = {}
-    batches = 0
-    warm_batch = -1
-    with Bench(stack) as bench, Progress("pipeline", 2 * events * reps + 1000) as progress:
+    handlers: dict[str, Handlers] = {PER_EVENT: record_effect, BATCH: record_effects}
+    rates: dict[str, list[float]] = {DRAIN: [], PER_EVENT: [], BATCH: []}
+    phases: dict[str, dict[str, float]] = {}
+    batches: dict[str, int] = {}
+    with Bench(stack) as bench, Progress("pipeline", 3 * events * reps + 2000) as progress:
         assert bench.engine is not None
         engine = bench.engine
         bench_metadata.create_all(engine)
-        aggregate_type, topic = bench.new_topic("pipeline")
-        job = Job(
-            name="bench_pipeline",
-            topics=(topic,),
-            consumer=f"bench-{aggregate_type}",
-            handlers=record_effect,
-            database_url=bench.url,
-            bootstrap_servers=bench.bootstrap,
-        )
+        jobs: dict[str, tuple[str, Job]] = {}
+        for n, (variant, handler) in enumerate(handlers.items()):
+            aggregate_type, topic = bench.new_topic(f"pipeline{n}")
+            jobs[variant] = (
+                aggregate_type,
+                Job(
+                    name=f"bench_pipeline_{n}",
+                    topics=(topic,),
+                    consumer=f"bench-{aggregate_type}",
+                    handlers=handler,
+                    database_url=bench.url,
+                    bootstrap_servers=bench.bootstrap,
+                ),
+            )
 
         def applied() -> int:
             with engine.connect() as conn:
@@ -343,43 +355,57 @@ def pipeline(
             "outboxkit-bench", jars=cached_spark_jars(stack.settings.cache_dir)
         )
         with tempfile.TemporaryDirectory(prefix="outboxkit-bench-") as checkpoint:
-            query = start_job(session, job, checkpoint=Path(checkpoint), trigger_seconds=trigger)
+            queries = {
+                variant: start_job(
+                    session, job, checkpoint=Path(checkpoint), trigger_seconds=trigger
+                )
+                for variant, (_, job) in jobs.items()
+            }
             try:
                 base = applied()
-                progress.update("pipeline: warm-up (1,000 events through Spark)")
-                bench.write(aggregate_type, 1000, per_transaction=100)
-                base = wait_applied(applied, base + 1000, query, progress.advance)
-                time.sleep(2 * trigger + 1)  # the warm-up's last batch reports its progress
-                warm_batch = max(p.batchId for p in query.recentProgress)
+                warm: dict[str, int] = {}
+                for variant, (aggregate_type, _) in jobs.items():
+                    progress.update(f"pipeline: warm-up, {variant} (1,000 events through Spark)")
+                    bench.write(aggregate_type, 1000, per_transaction=100)
+                    base = wait_applied(applied, base + 1000, queries[variant], progress.advance)
+                time.sleep(2 * trigger + 1)  # the warm-up's last batches report their progress
+                warm = {v: max(p.batchId for p in q.recentProgress) for v, q in queries.items()}
                 for rep in range(reps):
                     progress.update(f"pipeline: Debezium drain alone ({rep + 1}/{reps})")
-                    rates["Debezium drain alone"].append(bench.drain(events, progress.advance)[0])
-                    progress.update(f"pipeline: outbox -> Spark inbox ({rep + 1}/{reps})")
-                    bench.backlog(aggregate_type, events)
-                    resumed = time.perf_counter()
-                    stack.connect_client().resume(bench.connector)
-                    base = wait_applied(applied, base + events, query, progress.advance)
-                    rates["outbox -> Spark inbox"].append(events / (time.perf_counter() - resumed))
-                time.sleep(2 * trigger + 1)  # the last batch reports its progress
+                    rates[DRAIN].append(bench.drain(events, progress.advance)[0])
+                    for variant, (aggregate_type, _) in jobs.items():
+                        progress.update(f"pipeline: {variant} ({rep + 1}/{reps})")
+                        bench.backlog(aggregate_type, events)
+                        resumed = time.perf_counter()
+                        stack.connect_client().resume(bench.connector)
+                        base = wait_applied(
+                            applied, base + events, queries[variant], progress.advance
+                        )
+                        rates[variant].append(events / (time.perf_counter() - resumed))
+                time.sleep(2 * trigger + 1)  # the last batches report their progress
                 # Batches after the warm-up read only the measured backlogs (the drain-alone
                 # topics are not subscribed); Spark keeps the last 100 progress reports.
-                measured = [p for p in query.recentProgress if p.batchId > warm_batch]
-                batches = sum(1 for p in measured if p.numInputRows)
-                phases = _durations(measured)
+                for variant, query in queries.items():
+                    measured = [p for p in query.recentProgress if p.batchId > warm[variant]]
+                    batches[variant] = sum(1 for p in measured if p.numInputRows)
+                    phases[variant] = _durations(measured)
             finally:
-                query.stop()
+                for query in queries.values():
+                    query.stop()
                 if own_session:
                     session.stop()
         with engine.begin() as conn:
             conn.execute(effects.delete())
         found = machine(bench.url)
-    rows = ratio_rows(rates, "Debezium drain alone")
-    total = phases.get("triggerExecution", 0) or 1
-    phase_rows = [
-        [phase, f"{ms / 1000:.1f}", f"{100 * ms / total:.0f}%"]
-        for phase, ms in sorted(phases.items(), key=lambda kv: -kv[1])
-        if phase != "triggerExecution"
-    ]
+    rows = ratio_rows(rates, DRAIN)
+    phase_rows = []
+    for variant, durations in phases.items():
+        total = durations.get("triggerExecution", 0) or 1
+        phase_rows += [
+            [variant, phase, f"{ms / 1000:.1f}", f"{100 * ms / total:.0f}%"]
+            for phase, ms in sorted(durations.items(), key=lambda kv: -kv[1])
+            if phase != "triggerExecution"
+        ]
     md = (
         "### Pipeline: outbox -> Debezium -> Kafka -> Spark -> inbox\n\n"
         f"A backlog of {events:,} events (committed while the connector was paused) drained "
@@ -390,9 +416,10 @@ def pipeline(
         + describe(found)
         + "\n"
         + markdown_table(["path", "min events/s", "median", "max", "ratio"], rows)
-        + f"\nWhere a micro-batch's time goes ({batches} batches with input, Spark's "
-        "durationMs; addBatch is the inbox sink on the executors):\n\n"
-        + markdown_table(["phase", "seconds", "share of trigger time"], phase_rows)
+        + "\nWhere a micro-batch's time goes (batches with input: "
+        + ", ".join(f"{v} {n}" for v, n in batches.items())
+        + "; Spark's durationMs; addBatch is the inbox sink on the executors):\n\n"
+        + markdown_table(["variant", "phase", "seconds", "share of trigger time"], phase_rows)
     )
     data = {
         "scenario": "pipeline",

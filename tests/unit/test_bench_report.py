@@ -9,7 +9,7 @@ import pytest
 
 from outboxkit.bench.profile import group_of
 from outboxkit.bench.report import markdown_table, percentile, ratio, spread
-from outboxkit.bench.saga import percentiles, steady_rate
+from outboxkit.bench.saga import percentiles, step_verdict
 
 
 def test_spread_and_ratio_formatting() -> None:
@@ -27,11 +27,25 @@ class Placed:
     posted_at: float
 
 
-def test_steady_rate_ignores_fill_and_drain() -> None:
-    # 100 orders finishing one per 0.1 s after a 20 s fill: 10 orders/s whatever the fill.
-    placed = [Placed(0.0) for _ in range(100)]
-    latencies = [20.0 + 0.1 * i for i in range(100)]
-    assert steady_rate(placed, latencies) == pytest.approx(10.0)
+def steady(rate: float, seconds: float, latency: float) -> tuple[list[Placed], list[float]]:
+    placed = [Placed(1000.0 + i / rate) for i in range(int(rate * seconds))]
+    return placed, [latency] * len(placed)
+
+
+def test_a_step_is_held_when_the_rate_is_kept_and_latency_stays_flat() -> None:
+    placed, latencies = steady(50, 60, 1.2)
+    verdict = step_verdict(50, 60, placed, latencies)
+    assert verdict["held"] and verdict["completed_in_time"] == 1.0
+    assert verdict["posted_rate"] == pytest.approx(50, rel=0.02)
+
+
+def test_a_step_is_not_held_when_latency_grows_or_posts_fall_behind() -> None:
+    placed, _ = steady(50, 60, 0)
+    growing = [1.0 + 0.2 * i / 50 for i in range(len(placed))]  # queueing: +0.2 s per second
+    verdict = step_verdict(50, 60, placed, growing)
+    assert not verdict["held"] and verdict["p99_second_half"] > verdict["p99_first_half"]
+    slow_posts = [Placed(1000.0 + i / 40) for i in range(3000)]  # 40/s offered as 50/s
+    assert not step_verdict(50, 60, slow_posts, [1.0] * 3000)["held"]
 
 
 def test_percentiles() -> None:
