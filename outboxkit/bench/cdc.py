@@ -382,11 +382,11 @@ def pipeline(
                             applied, base + events, queries[variant], progress.advance
                         )
                         rates[variant].append(events / (time.perf_counter() - resumed))
-                time.sleep(2 * trigger + 1)  # the last batches report their progress
                 # Batches after the warm-up read only the measured backlogs (the drain-alone
-                # topics are not subscribed); Spark keeps the last 100 progress reports.
+                # topics are not subscribed); Spark keeps the last 100 progress reports, and
+                # reports a batch only after its commit log, which can lag the applied rows.
                 for variant, query in queries.items():
-                    measured = [p for p in query.recentProgress if p.batchId > warm[variant]]
+                    measured = _reported(query, warm[variant])
                     batches[variant] = sum(1 for p in measured if p.numInputRows)
                     phases[variant] = _durations(measured)
             finally:
@@ -440,6 +440,18 @@ def pipeline(
         ],
     }
     return data, md + "\n![pipeline events/s](pipeline.png)\n"
+
+
+def _reported(query: Any, after: int, timeout: float = 60) -> list[Any]:
+    """The query's progress reports of batches after ``after``, once one with input is in and
+    no batch is running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        measured = [p for p in query.recentProgress if p.batchId > after]
+        idle = not query.status.get("isTriggerActive", False)
+        if (idle and any(p.numInputRows for p in measured)) or time.monotonic() > deadline:
+            return measured
+        time.sleep(0.2)
 
 
 def wait_applied(

@@ -12,13 +12,16 @@ whose invariants fail raises instead of reporting figures.
 
 from __future__ import annotations
 
-import itertools
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from devstack.stack import Stack
+from outbox.record import topic_for
+from outboxkit.bench.arrivals import Arrivals
+from outboxkit.bench.hops import HOPS, batch_phases, first_hop_stages, hop_seconds
 from outboxkit.bench.report import (
     Progress,
     describe,
@@ -28,6 +31,7 @@ from outboxkit.bench.report import (
     percentile,
     spread,
 )
+from saga import rules
 from saga.invariants import Report
 from saga.load import Placed
 from saga.processes import Saga
@@ -66,41 +70,6 @@ def step_verdict(
     }
 
 
-HOPS = (
-    "1: OrderPlaced -> payments applies it",
-    "2: PaymentCaptured -> shipping applies it",
-    "3: ShipmentScheduled -> orders applies it",
-)
-
-
-def hop_seconds(saga: Any, order_ids: list[str]) -> dict[str, list[float]]:
-    """Per hop, seconds between the transaction that published an event and the one that applied
-    it, for SHIPPED orders: orders.created_at -> payments.created_at -> shipments.created_at ->
-    orders.final_at (each hop: Debezium, Kafka, a Spark micro-batch, the inbox transaction)."""
-    from sqlalchemy import select
-
-    from saga import orders, payments, rules, shipping
-
-    def times(service: str, table: Any, column: str, *where: Any) -> dict[str, Any]:
-        with saga.engines[service].connect() as conn:
-            key = table.c.order_id if "order_id" in table.c else table.c.id
-            rows = conn.execute(select(key, table.c[column]).where(key.in_(order_ids), *where))
-            return {r[0]: r[1] for r in rows}
-
-    placed = times("orders", orders.orders, "created_at", orders.orders.c.status == rules.SHIPPED)
-    final = times("orders", orders.orders, "final_at", orders.orders.c.status == rules.SHIPPED)
-    paid = times("payments", payments.payments, "created_at")
-    shipped = times("shipping", shipping.shipments, "created_at")
-    hops: dict[str, list[float]] = {hop: [] for hop in HOPS}
-    for order_id in placed:
-        chain = [placed[order_id], paid.get(order_id), shipped.get(order_id), final[order_id]]
-        if None in chain:
-            continue
-        for hop, (a, b) in zip(HOPS, itertools.pairwise(chain), strict=True):
-            hops[hop].append((b - a).total_seconds())
-    return hops
-
-
 def percentiles(samples: list[float]) -> dict[str, float]:
     return {
         name: percentile(samples, q)
@@ -128,15 +97,22 @@ def _settle(saga: Saga, placed: list[Placed], progress: Progress) -> Report:
 
 
 def _fixed_rate(saga: Saga, rate: float, duration: float, seed: int, progress: Progress) -> Any:
-    """Orders POSTed open-loop at ``rate`` for ``duration`` s: latency percentiles and hops."""
+    """Orders POSTed open-loop at ``rate`` for ``duration`` s: latency percentiles, hops, and
+    where hop 1's time goes (when each OrderPlaced became visible in Kafka; batch phases)."""
     count = int(rate * duration)
-    began = time.monotonic()
-    placed = saga.place_orders(count, seed=seed, concurrency=32, retry_share=0.0, rate=rate)
-    achieved = count / (time.monotonic() - began)
-    latencies = _settle(saga, placed, progress).latencies
-    hops = hop_seconds(saga, [p.order_id for p in placed])
+    order_topic = topic_for(rules.ORDER, topic_prefix=saga.stack.settings.topic_prefix)
+    since = datetime.now()
+    with Arrivals(saga.stack.bootstrap_servers(), order_topic) as arrivals:
+        began = time.monotonic()
+        placed = saga.place_orders(count, seed=seed, concurrency=32, retry_share=0.0, rate=rate)
+        achieved = count / (time.monotonic() - began)
+        latencies = _settle(saga, placed, progress).latencies
+    ids = [p.order_id for p in placed]
+    hops = hop_seconds(saga, ids)
     return {
         "hops_p50": {h: percentiles(v)["p50"] for h, v in hops.items() if v},
+        "hop1_stages": first_hop_stages(saga, ids, arrivals.seen),
+        "batch_phases_ms": batch_phases(saga.workdir / "consumers.log", since),
         "orders": count,
         "achieved_rate": achieved,
         **percentiles(latencies),
@@ -154,22 +130,30 @@ def run(
     steps: tuple[float, ...] = (25.0, 50.0, 100.0, 200.0, 400.0),
     step_seconds: float = 60.0,
     trigger: float = 0.5,
+    post_orders: int = 2000,
 ) -> tuple[dict[str, Any], str]:
-    """Fixed rates (``reps`` times each, interleaved), then a step load that stops at the first
+    """The orders service's POST rate alone (closed loop, before the consumers start), fixed
+    rates (``reps`` times each, interleaved), then a step load that stops at the first
     step not held."""
     runs: dict[float, list[dict[str, Any]]] = {rate: [] for rate in rates}
     stepped: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="outboxkit-bench-saga-") as workdir:
         saga = Saga(stack, Path(workdir), echo=lambda line: None)
-        total = reps * sum(int(r * duration) for r in rates) + 1
+        total = reps * sum(int(r * duration) for r in rates) + 1 + post_orders
         total += sum(int(r * step_seconds) for r in steps)
         with Progress("saga", total) as progress:
             try:
-                progress.update("saga: databases, services, Spark jobs, warm-up order")
+                progress.update("saga: databases, services")
                 saga.prepare()
                 saga.start_services()
+                progress.update(f"saga: POST rate alone, {post_orders} orders, 32 clients")
+                began = time.monotonic()
+                burst = saga.place_orders(post_orders, seed=100, concurrency=32, retry_share=0.0)
+                post_rate = post_orders / (time.monotonic() - began)
+                progress.update("saga: Spark jobs, warm-up order, the burst's orders settle")
                 saga.start_consumers(trigger=trigger)
                 saga.warm_up()
+                _settle(saga, burst, progress)
                 progress.advance(1)
                 for rep in range(reps):
                     for n, rate in enumerate(rates):
@@ -192,7 +176,7 @@ def run(
                         break
             finally:
                 saga.stop()
-    return _report(out, stack, runs, stepped, reps, duration, step_seconds, trigger)
+    return _report(out, stack, runs, stepped, post_rate, reps, duration, step_seconds, trigger)
 
 
 def _report(
@@ -200,6 +184,7 @@ def _report(
     stack: Stack,
     runs: dict[float, list[dict[str, Any]]],
     stepped: list[dict[str, Any]],
+    post_rate: float,
     reps: int,
     duration: float,
     step_seconds: float,
@@ -238,7 +223,17 @@ def _report(
             ["hop", *(f"p50 at {rate:g}/s" for rate in runs)],
             [[hop, *(f"{_median_hop(r, hop):.2f}" for r in runs.values())] for hop in HOPS],
         )
-        + f"\nStep load: capacity (highest rate held) **{capacity:g} orders/s**.\n\n"
+        + "\nWhere hop 1's time goes (OrderPlaced -> payments), medians over the runs; the "
+        "first two rows are medians over SHIPPED and other orders, read by a side consumer; "
+        "the rest are Spark's phase durations (ms) of the consumer driver's batches with input "
+        "(the inbox transactions run inside addBatch):\n\n"
+        + markdown_table(
+            ["stage", *(f"at {rate:g}/s" for rate in runs)],
+            _stage_rows(runs),
+        )
+        + f"\nStep load: capacity (highest rate held) **{capacity:g} orders/s**; the orders "
+        f"service alone answered **{post_rate:,.0f} POST /orders per second** (32 clients, "
+        "closed loop, before the consumers started).\n\n"
         + markdown_table(
             [
                 "offered",
@@ -288,10 +283,42 @@ def _report(
         "fixed_rates": {f"{rate:g}": r for rate, r in runs.items()},
         "step_load": stepped,
         "capacity_orders_per_second": capacity,
+        "post_rate_alone": post_rate,
         "plots": [str(p) for p in plots],
     }
     images = "".join(f"\n![saga latency at {r:g}/s](saga-latency-{r:g}.png)\n" for r in runs)
     return data, md + images
+
+
+PHASES = (
+    "latestOffset",
+    "queryPlanning",
+    "walCommit",
+    "addBatch",
+    "commitOffsets",
+    "triggerExecution",
+)
+
+
+def _stage_rows(runs: dict[float, list[dict[str, Any]]]) -> list[list[str]]:
+    stages = ("commit -> visible in Kafka", "in Kafka -> inbox transaction begins")
+    rows = [
+        [f"{stage} (s)", *(f"{_median_of(r, 'hop1_stages', stage):.2f}" for r in runs.values())]
+        for stage in stages
+    ]
+    rows += [
+        [
+            f"batch {phase} (ms)",
+            *(f"{_median_of(r, 'batch_phases_ms', phase):.0f}" for r in runs.values()),
+        ]
+        for phase in PHASES
+    ]
+    return rows
+
+
+def _median_of(runs: list[dict[str, Any]], group: str, key: str) -> float:
+    values = [r[group][key] for r in runs if key in r[group]]
+    return float(spread(values)["median"]) if values else float("nan")
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float:
