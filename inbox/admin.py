@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from inbox.apply import HandlerOutcome, Inbox
-from inbox.recorder import list_parked, parked_headers, rewind, status
+from inbox.operations import list_parked, parked_headers, rewind, status
 from outbox.envelope import Envelope
 from outbox.record import KafkaRecord, read
 

@@ -11,7 +11,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
 
-from inbox.recorder import parked_counts, watermark_rows
+from inbox.operations import parked_counts, watermark_rows
 from outbox.envelope import Envelope
 
 log = logging.getLogger(__name__)

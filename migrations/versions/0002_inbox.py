@@ -5,6 +5,8 @@ Revises: 0001_outbox
 Create Date: 2026-11-22
 """
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
@@ -15,7 +17,7 @@ branch_labels = None
 depends_on = None
 
 
-def _partition_columns() -> list[sa.Column]:
+def _partition_columns() -> list[sa.Column[Any]]:
     return [
         sa.Column("consumer", sa.String(255), nullable=False),
         sa.Column("topic", sa.String(255), nullable=False),

@@ -35,6 +35,7 @@ from saga import rules
 from saga.invariants import Report
 from saga.load import Placed
 from saga.processes import Saga
+from spark_consumers.progress import PHASES
 
 GRACE_SECONDS = 5.0  # a step's orders may finish this long after its last POST
 
@@ -288,16 +289,6 @@ def _report(
     }
     images = "".join(f"\n![saga latency at {r:g}/s](saga-latency-{r:g}.png)\n" for r in runs)
     return data, md + images
-
-
-PHASES = (
-    "latestOffset",
-    "queryPlanning",
-    "walCommit",
-    "addBatch",
-    "commitOffsets",
-    "triggerExecution",
-)
 
 
 def _stage_rows(runs: dict[float, list[dict[str, Any]]]) -> list[list[str]]:
