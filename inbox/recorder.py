@@ -105,9 +105,11 @@ class Recorder:
     ) -> frozenset[str]:
         """Which of ``ids`` were applied within the window, in one statement: the partition's
         slices unnested, joined with the wanted ids (one array parameter, a hash join)."""
+        if not self.window:
+            return frozenset()
         # Only ids in canonical UUID form were ever remembered (applied records decoded).
         wanted = sorted({i for i in ids if i and _is_uuid(i)})
-        if not wanted or not self.window:
+        if not wanted:
             return frozenset()
         unnest_held = func.unnest(recent_ids.c.event_ids).table_valued(column("event_id", EVENT_ID))
         held = unnest_held.render_derived("held").lateral()

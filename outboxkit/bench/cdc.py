@@ -342,6 +342,8 @@ def pipeline(
                     handlers=handler,
                     database_url=bench.url,
                     bootstrap_servers=bench.bootstrap,
+                    # The window follows the source, as a deployment sets it.
+                    exactly_once_source=stack.settings.connect_exactly_once,
                 ),
             )
 

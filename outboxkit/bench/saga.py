@@ -78,8 +78,11 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     }
 
 
-def _settle(saga: Saga, placed: list[Placed], progress: Progress) -> Report:
-    """Wait until every placed order is final; check the invariants (raise when they fail)."""
+def _settle(
+    saga: Saga, placed: list[Placed], progress: Progress, warm: list[Placed] | None = None
+) -> Report:
+    """Wait until every placed order is final; check the invariants (raise when they fail);
+    ``warm``: orders placed after ``placed`` that the checks must count too."""
     shown = 0
 
     def show(final: int) -> None:
@@ -88,7 +91,7 @@ def _settle(saga: Saga, placed: list[Placed], progress: Progress) -> Report:
         shown = final
 
     saga.wait_final(placed, timeout=900, progress=show)
-    report = saga.report(placed)
+    report = saga.report(placed, warm=warm)
     if not report.ok:
         raise RuntimeError(
             f"saga invariants failed: {report.by_status}, duplicates {report.duplicates}, "
@@ -153,8 +156,8 @@ def run(
                 post_rate = post_orders / (time.monotonic() - began)
                 progress.update("saga: Spark jobs, warm-up order, the burst's orders settle")
                 saga.start_consumers(trigger=trigger)
-                saga.warm_up()
-                _settle(saga, burst, progress)
+                warm = saga.warm_up()
+                _settle(saga, burst, progress, warm=[warm])
                 progress.advance(1)
                 for rep in range(reps):
                     for n, rate in enumerate(rates):
