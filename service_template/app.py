@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request, Response
+from fastapi import APIRouter, FastAPI, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import create_engine, text
@@ -16,10 +15,9 @@ from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from migrations.runner import FRAMEWORK, Migrations
-from outbox.envelope import TRACEPARENT
 from outbox.publish import Outbox
-from outbox.trace import TraceContext
 from service_template import errors, logs
+from service_template.measure import TraceAndMeasure
 from service_template.metrics import Metrics
 from service_template.settings import ServiceSettings
 from service_template.uow import UnitOfWorkRoute
@@ -80,39 +78,7 @@ def create_app(
     app.state.service = ServiceApp(settings, engine, metrics, tuple(migrations))
     errors.install(app)
 
-    @app.middleware("http")
-    async def trace_and_measure(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        # The request's span: a child of the caller's when it sent a traceparent.
-        trace = TraceContext.continuing(request.headers.get(TRACEPARENT))
-        token = logs.current_trace.set(trace)
-        started = time.perf_counter()
-        try:
-            response = await call_next(request)
-        finally:
-            logs.current_trace.reset(token)
-        route = request.scope.get("route")
-        template = getattr(route, "path", "unmatched")
-        elapsed = time.perf_counter() - started
-        metrics.requests.labels(request.method, template, str(response.status_code)).inc()
-        metrics.latency.labels(request.method, template).observe(elapsed)
-        response.headers[TRACEPARENT] = trace.header()
-        token = logs.current_trace.set(trace)
-        log.info(
-            "%s %s -> %d",
-            request.method,
-            request.url.path,
-            response.status_code,
-            extra={
-                "method": request.method,
-                "path": request.url.path,
-                "status": response.status_code,
-                "ms": round(elapsed * 1000, 1),
-            },
-        )
-        logs.current_trace.reset(token)
-        return response
+    app.add_middleware(TraceAndMeasure, metrics=metrics)
 
     @app.get("/health", tags=["operations"], summary="the process is alive")
     def health() -> dict[str, str]:

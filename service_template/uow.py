@@ -97,16 +97,24 @@ class UnitOfWorkRoute(APIRoute):
             try:
                 session.begin()
                 response: Response = await original(request)
-                if response.status_code < 400:
-                    await run_in_threadpool(session.commit)
+                ok = response.status_code < 400
+                await run_in_threadpool(_finish, session, ok)  # one hop off the event loop
+                if ok:
                     service.metrics.published(uow.published)  # what committed
-                else:
-                    await run_in_threadpool(session.rollback)
                 return response
             except BaseException:
-                await run_in_threadpool(session.rollback)
+                await run_in_threadpool(_finish, session, False)
                 raise
-            finally:
-                await run_in_threadpool(session.close)
 
         return handler
+
+
+def _finish(session: Session, commit: bool) -> None:
+    """Commit (or roll back) the request's transaction and give the connection back."""
+    try:
+        if commit:
+            session.commit()
+        else:
+            session.rollback()
+    finally:
+        session.close()

@@ -22,11 +22,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from inbox import admin
-from inbox.apply import Inbox
+from inbox.apply import BatchHandler, Inbox
 from inbox.decision import Action
 from inbox.recorder import Recorder
 from inbox.tables import parked, recent_ids, watermarks
 from migrations import runner
+from outbox import Outbox
 from outbox.record import KafkaRecord
 
 effects_md = MetaData()
@@ -382,3 +383,101 @@ def test_migration_carries_the_per_id_window_over_to_slices_and_back(empty_datab
         assert sorted(tuple(r) for r in back) == sorted(per_id)
     finally:
         engine.dispose()
+
+
+def batch_recorder(consumer, calls, fail_keys=(), seen=None):
+    """A batch handler inserting the slice's effects in one executemany; records each call's
+    event count (and, in ``seen``, the order the events came in)."""
+
+    def apply(events, uow):
+        calls.append(len(events))
+        if seen is not None:
+            seen.extend(e.payload["n"] for e in events)
+        if any(e.aggregate_id in fail_keys for e in events):
+            raise RuntimeError("cannot handle the slice")
+        uow.session.execute(
+            effects.insert(),
+            [
+                {
+                    "consumer": consumer,
+                    "event_id": str(e.event_id),
+                    "key": e.aggregate_id,
+                    "n": e.payload["n"],
+                }
+                for e in events
+            ],
+        )
+
+    return BatchHandler(apply, frozenset({"Tick"}))
+
+
+def test_a_batch_handler_gets_the_slice_once_in_offset_order(engine, consumer):
+    calls: list[int] = []
+    seen: list[int] = []
+    inbox = Inbox(engine, consumer, batch_recorder(consumer, calls, seen=seen))
+    slice_ = [record("b1", offset, f"k{offset % 3}", offset) for offset in (4, 0, 2, 1, 3)]
+    result = inbox.apply_partition(slice_)
+    assert calls == [5] and result.count(Action.APPLY) == 5  # one call for the whole slice
+    assert seen == [0, 1, 2, 3, 4]  # handed over in offset order
+    assert sorted(effect_counts(engine, consumer).values()) == [1] * 5
+    # Replayed with one new record: only that one reaches the handler.
+    inbox.apply_partition([*slice_, record("b1", 5, "k2", 5)])
+    assert calls == [5, 1]
+
+
+def test_a_failing_batch_falls_back_to_single_events_and_parks_only_the_failing_key(
+    engine, consumer
+):
+    calls: list[int] = []
+    inbox = Inbox(engine, consumer, batch_recorder(consumer, calls, {"bad"}), max_attempts=2)
+    slice_ = [
+        record("b2", 0, "good", 0),
+        record("b2", 1, "bad", 1),
+        record("b2", 2, "other", 2),
+        record("b2", 3, "bad", 3),
+        record("b2", 4, "good", 4),
+        record("b2", 5, "x", 5, event_type="Unknown"),
+    ]
+    result = inbox.apply_partition(slice_)
+    # The slice once (rolled back), then one call per applicable event, the bad one twice.
+    assert calls == [5, 1, 1, 1, 1, 1]
+    assert result.count(Action.APPLY) == 3
+    assert result.count(Action.PARK) == 2 and result.count(Action.HOLD) == 1
+    assert sorted(effect_counts(engine, consumer).values()) == [1, 1, 1]
+    with engine.connect() as conn:
+        parked_rows = conn.execute(
+            select(parked.c.offset, parked.c.error)
+            .where(parked.c.consumer == consumer)
+            .order_by(parked.c.offset)
+        ).all()
+    assert [r.offset for r in parked_rows] == [1, 3, 5]
+    assert "cannot handle the slice" in parked_rows[0].error
+    assert "held behind" in parked_rows[1].error and "unknown event type" in parked_rows[2].error
+
+
+def test_events_a_batch_handler_publishes_commit_with_the_slice(engine, consumer):
+    from outbox import NewEvent
+    from outbox.table import outbox_table
+
+    def relay(events, uow):
+        uow.publish_many(
+            [
+                NewEvent("relayed", e.aggregate_id, "Relayed", {"n": e.payload["n"]}, caused_by=e)
+                for e in events
+            ]
+        )
+
+    inbox = Inbox(engine, consumer, BatchHandler(relay), outbox=Outbox(mode="retain"))
+    traced = record("b3", 0, "k", 0)
+    traced.headers.append(("traceparent", b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01"))
+    result = inbox.apply_partition([traced, record("b3", 1, "k", 1)])
+    assert len(result.published) == 2
+    ids = [e.event_id for e in result.published]
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(outbox_table.c.id, outbox_table.c.traceparent).where(outbox_table.c.id.in_(ids))
+        ).all()
+    assert len(rows) == 2
+    by_id = {r.id: r.traceparent for r in rows}
+    assert by_id[ids[0]].startswith("00-" + "a" * 32)  # continues the consumed event's trace
+    assert not by_id[ids[1]].startswith("00-" + "a" * 32)  # an untraced event: a new trace
