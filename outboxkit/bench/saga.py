@@ -18,6 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from devstack.stack import Stack
 from outbox.record import topic_for
 from outboxkit.bench.arrivals import Arrivals
@@ -124,6 +126,30 @@ def _fixed_rate(saga: Saga, rate: float, duration: float, seed: int, progress: P
     }
 
 
+def _step(saga: Saga, rate: float, seconds: float, seed: int, progress: Progress) -> dict[str, Any]:
+    """One step of the step load; a POST that fails or times out (the service overloaded) ends
+    the step as not held, with the error."""
+    try:
+        placed = saga.place_orders(
+            int(rate * seconds), seed=seed, concurrency=64, retry_share=0.0, rate=rate
+        )
+    except httpx.HTTPError as exc:
+        nan = float("nan")
+        return {
+            "rate": rate,
+            "posted_rate": nan,
+            "completed_rate": nan,
+            "completed_in_time": nan,
+            "p50": nan,
+            "p99_first_half": nan,
+            "p99_second_half": nan,
+            "held": False,
+            "error": f"{type(exc).__name__}: {exc}",
+        }
+    latencies = _settle(saga, placed, progress).latencies
+    return step_verdict(rate, seconds, placed, latencies)
+
+
 def run(
     stack: Stack,
     out: Path,
@@ -167,15 +193,7 @@ def run(
                         )
                 for n, rate in enumerate(steps):
                     progress.update(f"saga: step load {rate:g}/s for {step_seconds:g} s")
-                    placed = saga.place_orders(
-                        int(rate * step_seconds),
-                        seed=500 + n,
-                        concurrency=64,
-                        retry_share=0.0,
-                        rate=rate,
-                    )
-                    latencies = _settle(saga, placed, progress).latencies
-                    stepped.append(step_verdict(rate, step_seconds, placed, latencies))
+                    stepped.append(_step(saga, rate, step_seconds, 500 + n, progress))
                     if not stepped[-1]["held"]:
                         break
             finally:
@@ -258,7 +276,7 @@ def _report(
                     f"{s['p50']:.2f}",
                     f"{s['p99_first_half']:.2f}",
                     f"{s['p99_second_half']:.2f}",
-                    "yes" if s["held"] else "no",
+                    "yes" if s["held"] else f"no{': ' + s['error'] if 'error' in s else ''}",
                 ]
                 for s in stepped
             ],
