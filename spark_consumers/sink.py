@@ -107,6 +107,9 @@ def inbox_sink(jobs: Sequence[Job], on_batch: Any = None) -> Any:
     jobs = tuple(jobs)
 
     def sink(frame: Any, batch_id: int) -> None:
+        # One task per core: launching a Python task cost more than applying a small slice.
+        # coalesce merges whole input partitions (one per Kafka partition), never splits one,
+        # so each Kafka partition is still applied by one task, in offset order.
         slots = frame.sparkSession.sparkContext.defaultParallelism
         results = (
             frame.coalesce(slots)
