@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine
-from sqlalchemy.engine import Engine
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine, make_url
 
 from devstack.stack import Stack
 from outboxkit.settings import Settings
@@ -131,6 +131,20 @@ def engine(stack: Stack) -> Iterator[Engine]:
     eng = create_engine(stack.database_url(), pool_size=8)
     yield eng
     eng.dispose()
+
+
+@pytest.fixture
+def empty_database(stack: Stack) -> Iterator[str]:
+    """The URL of a new, empty database on the stack's Postgres, dropped afterwards."""
+    url = make_url(stack.database_url())
+    name = f"empty_{uuid.uuid4().hex[:8]}"
+    server = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    with server.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield url.set(database=name).render_as_string(hide_password=False)
+    with server.connect() as conn:
+        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    server.dispose()
 
 
 @pytest.fixture

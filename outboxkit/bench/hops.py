@@ -20,22 +20,27 @@ HOPS = (
 )
 
 
+def _times(
+    saga: Any, service: str, table: Any, column: str, order_ids: list[str], *where: Any
+) -> dict[str, Any]:
+    """``table.column`` per order of ``order_ids`` (the table keyed by order_id or id)."""
+    key = table.c.order_id if "order_id" in table.c else table.c.id
+    with saga.engines[service].connect() as conn:
+        rows = conn.execute(select(key, table.c[column]).where(key.in_(order_ids), *where))
+        return {r[0]: r[1] for r in rows}
+
+
 def hop_seconds(saga: Any, order_ids: list[str]) -> dict[str, list[float]]:
     """Per hop, seconds between the transaction that published an event and the one that applied
     it, for SHIPPED orders: orders.created_at -> payments.created_at -> shipments.created_at ->
     orders.final_at (each hop: Debezium, Kafka, a Spark micro-batch, the inbox transaction)."""
     from saga import orders, payments, rules, shipping
 
-    def times(service: str, table: Any, column: str, *where: Any) -> dict[str, Any]:
-        with saga.engines[service].connect() as conn:
-            key = table.c.order_id if "order_id" in table.c else table.c.id
-            rows = conn.execute(select(key, table.c[column]).where(key.in_(order_ids), *where))
-            return {r[0]: r[1] for r in rows}
-
-    placed = times("orders", orders.orders, "created_at", orders.orders.c.status == rules.SHIPPED)
-    final = times("orders", orders.orders, "final_at", orders.orders.c.status == rules.SHIPPED)
-    paid = times("payments", payments.payments, "created_at")
-    shipped = times("shipping", shipping.shipments, "created_at")
+    shipped_only = orders.orders.c.status == rules.SHIPPED
+    placed = _times(saga, "orders", orders.orders, "created_at", order_ids, shipped_only)
+    final = _times(saga, "orders", orders.orders, "final_at", order_ids, shipped_only)
+    paid = _times(saga, "payments", payments.payments, "created_at", order_ids)
+    shipped = _times(saga, "shipping", shipping.shipments, "created_at", order_ids)
     hops: dict[str, list[float]] = {hop: [] for hop in HOPS}
     for order_id in placed:
         chain = [placed[order_id], paid.get(order_id), shipped.get(order_id), final[order_id]]
@@ -56,13 +61,8 @@ def first_hop_stages(
     log, launching the tasks, reading)."""
     from saga import orders, payments
 
-    def times(service: str, key: Any, column: Any) -> dict[str, datetime]:
-        with saga.engines[service].connect() as conn:
-            rows = conn.execute(select(key, column).where(key.in_(order_ids)))
-            return {r[0]: r[1] for r in rows}
-
-    placed = times("orders", orders.orders.c.id, orders.orders.c.created_at)
-    paid = times("payments", payments.payments.c.order_id, payments.payments.c.created_at)
+    placed = _times(saga, "orders", orders.orders, "created_at", order_ids)
+    paid = _times(saga, "payments", payments.payments, "created_at", order_ids)
     to_kafka, to_applied = [], []
     for order_id, at in placed.items():
         if order_id in arrived and order_id in paid:

@@ -18,7 +18,6 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from inbox import admin
@@ -316,19 +315,6 @@ def test_rewind_replays_explicitly(engine, consumer):
     assert again.count(Action.SKIP_REPLAY) == 5 and again.count(Action.APPLY) == 5
     with pytest.raises(ValueError, match="no watermark"):
         admin.rewind(engine, consumer, "nope", 0, 1)
-
-
-@pytest.fixture
-def empty_database(stack):
-    url = make_url(stack.database_url())
-    name = f"win_{uuid.uuid4().hex[:8]}"
-    server = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with server.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    yield url.set(database=name).render_as_string(hide_password=False)
-    with server.connect() as conn:
-        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-    server.dispose()
 
 
 def reloptions(conn, toast=False):

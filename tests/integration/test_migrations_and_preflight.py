@@ -3,30 +3,14 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import create_engine, inspect
 
 from cdc.config import build_connector_config
 from cdc.connect import ConnectError
 from cdc.preflight import run_checks
-from devstack.stack import Stack
 from migrations import runner
-
-
-@pytest.fixture
-def empty_database(stack: Stack) -> Iterator[str]:
-    url = make_url(stack.database_url())
-    name = f"mig_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    yield url.set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-    admin.dispose()
 
 
 def tables(url: str) -> set[str]:
