@@ -1,4 +1,5 @@
-"""Operating an inbox: status, parked records, redrive (in key order) and explicit rewind."""
+"""Operating an inbox: status, parked records (list, show, skip), redrive (in key order) and
+explicit rewind."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from inbox.apply import HandlerOutcome, Inbox
-from inbox.operations import list_parked, parked_headers, rewind, status
+from inbox.operations import list_parked, parked_record, rewind, show, skip, status
 from outbox.envelope import Envelope
-from outbox.record import KafkaRecord, read
+from outbox.record import read
 
-__all__ = ["RedriveResult", "list_parked", "redrive", "rewind", "status"]
+__all__ = ["RedriveResult", "list_parked", "redrive", "rewind", "show", "skip", "status"]
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,9 @@ def redrive(inbox: Inbox, topic: str, partition: int, key: str | None = None) ->
         recorder.lock(session, topic, partition)
         rows = recorder.parked_rows(session, topic, partition, key)
         seen = set(recorder.recent(session, topic, partition, (r.event_id for r in rows)))
-        blocked: set[str | None] = set()
+        blocked: set[bytes | None] = set()  # raw keys
         for row in rows:
-            if row.key in blocked:
+            if row.raw_key in blocked:
                 still += 1
                 continue
             if row.event_id in seen:
@@ -57,7 +58,7 @@ def redrive(inbox: Inbox, topic: str, partition: int, key: str | None = None) ->
                 applied += 1
             else:
                 recorder.still_failing(session, row.id, str(outcome.error))
-                blocked.add(row.key)
+                blocked.add(row.raw_key)
                 still += 1
     if published and inbox.on_published is not None:
         inbox.on_published(published)
@@ -65,15 +66,7 @@ def redrive(inbox: Inbox, topic: str, partition: int, key: str | None = None) ->
 
 
 def _redrive_one(inbox: Inbox, session: Session, topic: str, row: Any) -> HandlerOutcome:
-    record = KafkaRecord(
-        topic,
-        row.partition,
-        row.offset,
-        None if row.key is None else row.key.encode(),
-        row.payload,
-        parked_headers(row),
-    )
-    decoded = read(record)
+    decoded = read(parked_record(row))
     if decoded.envelope is None:
         return HandlerOutcome(0, f"undecodable: {decoded.problem}")
     if not inbox.handles(decoded.envelope.event_type):

@@ -9,7 +9,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import cast
 
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import (
+    DBAPIError,
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+)
+from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.orm import Session
 
 from inbox.decision import Action, Decider, Incoming, PartitionView
@@ -164,16 +172,49 @@ class Inbox:
 
         The bookkeeping takes a constant number of statements whatever the slice's size: lock
         and read the watermark, the window's ids and the parked keys of the slice, then write the
-        applied ids, the parked records and the new watermark in one statement each."""
+        applied ids, the parked records and the new watermark in one statement each.
+
+        No record's bytes can stop the partition: a record that cannot be decoded or applied is
+        parked, and should the partition's transaction fail anyway on something in the data
+        (not on an unreachable database, which is raised for the caller to retry), it is redone
+        record by record, and as a last resort every new record of the slice is parked with its
+        raw bytes and the reason, so the records behind it move on."""
         if not records:
             raise ValueError("apply_partition needs at least one record")
         topic, partition = records[0].topic, records[0].partition
         if any((r.topic, r.partition) != (topic, partition) for r in records):
             raise ValueError("apply_partition takes the records of ONE topic partition")
+        ordered = sorted(records, key=lambda r: r.offset)
+        attempts: list[Callable[[Sequence[KafkaRecord]], BatchResult]] = [
+            lambda rs: self._transaction(rs, optimistic=self.optimistic),
+            lambda rs: self._transaction(rs, optimistic=False, immediate=True),
+        ]
+        for attempt in attempts:
+            try:
+                return attempt(ordered)
+            except Exception as exc:
+                if transient(exc):
+                    raise
+                error = exc
+                log.exception("%s[%d]: the partition's transaction failed", topic, partition)
+        return self._park_all(ordered, f"the inbox transaction failed: {_describe(error)}")
+
+    def _transaction(
+        self, records: Sequence[KafkaRecord], *, optimistic: bool, immediate: bool = False
+    ) -> BatchResult:
+        """One try at the slice in one transaction; the replay check comes before decoding.
+        ``immediate``: deferred constraints are checked at each statement, inside the record's
+        savepoint, so a record breaking one is parked instead of failing the commit."""
+        topic, partition = records[0].topic, records[0].partition
         recorder = self.recorder
-        decoded = sorted((read(r) for r in records), key=lambda d: d.record.offset)
         with Session(self.engine) as session, session.begin():
+            if immediate:
+                session.execute(text("SET CONSTRAINTS ALL IMMEDIATE"))
             mark = recorder.lock(session, topic, partition)
+            decoded = [read(r) for r in records if r.offset > mark]
+            replays = len(records) - len(decoded)
+            if not decoded:
+                return BatchResult(topic, partition, mark, {Action.SKIP_REPLAY: replays})
             view = PartitionView(
                 watermark=mark,
                 recent_ids=recorder.recent(
@@ -183,15 +224,36 @@ class Inbox:
                     session, topic, partition, (d.key for d in decoded)
                 ),
             )
-            done = self._apply_slice(session, view, decoded) if self.optimistic else None
+            done = self._apply_slice(session, view, decoded) if optimistic else None
             if done is None:
                 done = self._apply_each(session, view, decoded)
             recorder.park(session, done.parked)
             recorder.remember(session, topic, partition, done.applied)
             recorder.advance(session, topic, partition, done.result.watermark)
         result = done.result
+        if replays:
+            result.counts[Action.SKIP_REPLAY] = result.count(Action.SKIP_REPLAY) + replays
         if result.published and self.on_published is not None:
             self.on_published(result.published)
+        return result
+
+    def _park_all(self, records: Sequence[KafkaRecord], reason: str) -> BatchResult:
+        """The last resort: park every record above the watermark, raw bytes and reason, and
+        move the watermark past them (redrive applies them once the cause is fixed)."""
+        topic, partition = records[0].topic, records[0].partition
+        recorder = self.recorder
+        with Session(self.engine) as session, session.begin():
+            mark = recorder.lock(session, topic, partition)
+            fresh = [read(r) for r in records if r.offset > mark]
+            done = _Slice(BatchResult(topic, partition, mark))
+            for item in fresh:
+                done.count(item, Action.PARK, reason, 0)
+            recorder.park(session, done.parked)
+            recorder.advance(session, topic, partition, done.result.watermark)
+        result = done.result
+        if len(fresh) < len(records):
+            result.counts[Action.SKIP_REPLAY] = len(records) - len(fresh)
+        log.error("%s[%d]: %d records parked: %s", topic, partition, len(fresh), reason)
         return result
 
     def _apply_slice(
@@ -254,6 +316,18 @@ class Inbox:
                 error = f"handler failed: {type(exc).__name__}: {exc}"
                 log.warning("%s (attempt %d/%d)", error, attempt, self.max_attempts)
         return HandlerOutcome(self.max_attempts, error)
+
+
+def transient(exc: BaseException) -> bool:
+    """True for errors of reaching the database (down, restarting, connection lost, pool
+    exhausted, serialisation failure): retrying later can succeed, so nothing is parked for it."""
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    return isinstance(exc, OperationalError | InterfaceError | SATimeoutError | DisconnectionError)
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _incoming(item: Decoded) -> Incoming:

@@ -6,12 +6,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, func, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from inbox.recorder import Recorder
-from inbox.tables import parked, recent_ids, watermarks
+from inbox.tables import parked, recent_ids, skipped, watermarks
+from outbox.record import KafkaRecord
 
 
 def status(engine: Engine, consumer: str | None = None) -> list[dict[str, Any]]:
@@ -51,8 +62,8 @@ def status(engine: Engine, consumer: str | None = None) -> list[dict[str, Any]]:
 def list_parked(
     engine: Engine, consumer: str | None = None, limit: int = 100
 ) -> list[dict[str, Any]]:
-    """Parked records, oldest first, without their payload bytes."""
-    query = select(*(c for c in parked.c if c.name != "payload")).order_by(parked.c.id).limit(limit)
+    """Parked records, oldest first, with their readable copies (not their raw bytes)."""
+    query = select(*(c for c in parked.c if c.name not in RAW)).order_by(parked.c.id).limit(limit)
     if consumer:
         query = query.where(parked.c.consumer == consumer)
     with engine.connect() as conn:
@@ -123,6 +134,73 @@ def _forget_above(session: Session, scope: Sequence[ColumnElement[bool]], offset
         )
 
 
-def parked_headers(row: Any) -> list[tuple[str, bytes]]:
-    """A parked row's headers back as Kafka headers (stored as text)."""
-    return [(k, str(v).encode()) for k, v in (row.headers or {}).items()]
+def parked_headers(row: Any) -> list[tuple[str, bytes | None]]:
+    """A parked (or skipped) row's headers back as the record had them, byte for byte."""
+    names = row.header_names or ()
+    return [
+        (bytes(n).decode("utf-8", "surrogatepass"), None if v is None else bytes(v))
+        for n, v in zip(names, row.header_values or (), strict=True)
+    ]
+
+
+def parked_record(row: Any) -> KafkaRecord:
+    """The Kafka record a parked (or skipped) row was made from, byte for byte."""
+    return KafkaRecord(
+        row.topic,
+        row.partition,
+        row.offset,
+        None if row.raw_key is None else bytes(row.raw_key),
+        None if row.payload is None else bytes(row.payload),
+        parked_headers(row),
+        row.timestamp_ms,
+    )
+
+
+def show(engine: Engine, parked_id: int) -> dict[str, Any] | None:
+    """One parked record or skipped record, everything about it: the readable copies, and the
+    raw key, value and headers as bytes (None when no record has that id)."""
+    with engine.connect() as conn:
+        for table, state in ((parked, "parked"), (skipped, "skipped")):
+            row = conn.execute(select(table).where(table.c.id == parked_id)).one_or_none()
+            if row is not None:
+                found = {k: v for k, v in row._mapping.items() if k not in RAW}
+                record = parked_record(row)
+                return {
+                    **found,
+                    "state": state,
+                    "raw_key": record.key,
+                    "raw_value": record.value,
+                    "raw_headers": list(record.headers),
+                }
+    return None
+
+
+def skip(engine: Engine, parked_id: int, *, by: str, reason: str) -> dict[str, Any]:
+    """Give up on one parked record on purpose: it moves to inbox_skipped with who skipped it,
+    when and why, and its key is no longer held by it (records of the key parked behind it
+    stay parked until the key is redriven). Runs under the partition's watermark lock, like
+    the apply loop and redrive. Returns the skipped record's readable fields."""
+    if not by.strip() or not reason.strip():
+        raise ValueError("skipping a parked record needs who skips it and why")
+    where = parked.c.id == parked_id
+    with Session(engine) as session, session.begin():
+        found = session.execute(select(parked).where(where)).one_or_none()
+        if found is not None:  # lock its partition, then read it again: redrive may be first
+            Recorder(found.consumer).lock(session, found.topic, found.partition)
+            found = session.execute(select(parked).where(where)).one_or_none()
+        if found is None:
+            raise LookupError(f"no parked record with id {parked_id}")
+        row = found
+        who, why = literal(by[:255]).label("skipped_by"), literal(reason).label("reason")
+        session.execute(
+            insert(skipped).from_select(
+                [*(c.name for c in parked.c), "skipped_by", "reason"],
+                select(*parked.c, who, why).where(where),
+            )
+        )
+        session.execute(delete(parked).where(where))
+    return {k: v for k, v in row._mapping.items() if k not in RAW}
+
+
+# The raw-bytes columns of a parked row (shown by `show`, left out of listings).
+RAW = frozenset({"raw_key", "payload", "header_names", "header_values"})

@@ -4,6 +4,7 @@ parked records of one consumer, as the apply loop, redrive and the consumer runn
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,8 +29,19 @@ from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from inbox.decision import prune_floor
-from inbox.tables import parked, recent_ids, watermarks
-from outbox.record import Decoded, header_map
+from inbox.tables import (
+    ERROR_CHARS,
+    EVENT_ID_CHARS,
+    EVENT_TYPE_CHARS,
+    HEADER_NAME_CHARS,
+    HEADER_VALUE_CHARS,
+    HEADERS_SHOWN,
+    KEY_CHARS,
+    parked,
+    recent_ids,
+    watermarks,
+)
+from outbox.record import Decoded, key_bytes, key_text, readable
 
 Executor = Session | Connection
 EVENT_ID = UUID(as_uuid=False)  # an event id as the window holds it, read and bound as str
@@ -152,43 +164,56 @@ class Recorder:
     def parked_keys(
         self, session: Session, topic: str, partition: int, keys: Iterable[str | None]
     ) -> frozenset[str]:
-        """Which of ``keys`` have a parked record waiting for redrive."""
-        wanted = sorted({k for k in keys if k is not None})
+        """Which of ``keys`` (as `outbox.record.key_text` reads them) have a parked record
+        waiting for redrive."""
+        wanted = {key_bytes(k) for k in keys if k is not None}
         if not wanted:
             return frozenset()
         rows = session.execute(
-            select(parked.c.key)
+            select(parked.c.raw_key)
             .distinct()
-            .where(*self.match(parked, topic, partition), parked.c.key.in_(wanted))
+            .where(*self.match(parked, topic, partition), _md5_in(wanted))
         )
-        return frozenset(r[0] for r in rows)
+        return frozenset(key_text(r[0]) or "" for r in rows if r[0] in wanted)
 
     def park(self, session: Session, records: Sequence[tuple[Decoded, str, int]]) -> None:
         """Keep records that were not applied, each with why and after how many attempts, in one
-        statement (once per offset)."""
+        statement (once per offset). Whatever the records' bytes, the insert cannot fail on
+        them: the raw bytes go to bytea columns, the text columns get readable, bounded copies."""
         if not records:
             return
         rows = [
-            {
-                "consumer": self.consumer,
-                "topic": decoded.record.topic,
-                "partition": decoded.record.partition,
-                "offset": decoded.record.offset,
-                "key": decoded.key,
-                "event_id": decoded.event_id,
-                "event_type": decoded.event_type,
-                "headers": header_map(decoded.record.headers),
-                "payload": decoded.record.value,
-                "error": reason,
-                "attempts": attempts,
-            }
-            for decoded, reason, attempts in records
+            self._parked_row(decoded, reason, attempts) for decoded, reason, attempts in records
         ]
         session.execute(
             pg_insert(parked)
             .values(rows)
             .on_conflict_do_nothing(constraint="uq_inbox_parked_offset")
         )
+
+    def _parked_row(self, decoded: Decoded, reason: str, attempts: int) -> dict[str, Any]:
+        record = decoded.record
+        headers = list(record.headers or ())
+        return {
+            "consumer": self.consumer,
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "raw_key": record.key,
+            "payload": record.value,
+            "header_names": [name.encode("utf-8", "surrogatepass") for name, _ in headers],
+            "header_values": [value for _, value in headers],
+            "timestamp_ms": record.timestamp_ms,
+            "key": readable(record.key, KEY_CHARS),
+            "event_id": readable(decoded.event_id, EVENT_ID_CHARS),
+            "event_type": readable(decoded.event_type, EVENT_TYPE_CHARS),
+            "headers": {
+                readable(name, HEADER_NAME_CHARS): readable(value, HEADER_VALUE_CHARS)
+                for name, value in headers[:HEADERS_SHOWN]
+            },
+            "error": readable(reason, ERROR_CHARS),
+            "attempts": attempts,
+        }
 
     def parked_rows(
         self, session: Session, topic: str, partition: int, key: str | None = None
@@ -198,7 +223,8 @@ class Recorder:
             select(parked).where(*self.match(parked, topic, partition)).order_by(parked.c.offset)
         )
         if key is not None:
-            query = query.where(parked.c.key == key)
+            raw = key_bytes(key)
+            query = query.where(_md5_in({raw}), parked.c.raw_key == raw)
         return session.execute(query).all()
 
     def unpark(self, session: Session, parked_id: int) -> None:
@@ -210,8 +236,17 @@ class Recorder:
         session.execute(
             update(parked)
             .where(parked.c.id == parked_id)
-            .values(error=error, attempts=parked.c.attempts + 1, last_seen=func.now())
+            .values(
+                error=readable(error, ERROR_CHARS),
+                attempts=parked.c.attempts + 1,
+                last_seen=func.now(),
+            )
         )
+
+
+def _md5_in(keys: Iterable[bytes]) -> ColumnElement[bool]:
+    """md5(raw_key) among the keys' (the indexed expression; equal digests, then equal keys)."""
+    return func.md5(parked.c.raw_key).in_(sorted(hashlib.md5(k).hexdigest() for k in keys))
 
 
 def _is_uuid(text: str) -> bool:

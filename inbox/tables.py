@@ -3,6 +3,8 @@ idempotency keys of HTTP requests."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -63,25 +65,72 @@ recent_ids = Table(
     PrimaryKeyConstraint("consumer", "topic", "partition", "first_offset"),
 )
 
+# Readable copies of a parked record's text fields are cut to these many characters (the raw
+# bytes beside them are whole).
+KEY_CHARS = 1000
+EVENT_ID_CHARS = 64
+EVENT_TYPE_CHARS = 255
+HEADER_NAME_CHARS = 255
+HEADER_VALUE_CHARS = 1000
+HEADERS_SHOWN = 100
+ERROR_CHARS = 4000
+
+
+def _record_columns() -> list[Column[Any]]:
+    """A parked record's columns: where it came from, its raw bytes (nothing about them can
+    make the insert fail: bytea, bytea[]), readable bounded copies, and why it is not applied."""
+    return [
+        Column("consumer", String(255), nullable=False),
+        Column("topic", String(255), nullable=False),
+        Column("partition", Integer, nullable=False),
+        Column("offset", BigInteger, nullable=False),
+        # The record as it came, byte for byte: what redrive applies.
+        Column("raw_key", LargeBinary, nullable=True),
+        Column("payload", LargeBinary, nullable=True),  # the record's value
+        Column("header_names", ARRAY(LargeBinary), nullable=True),  # UTF-8, in record order
+        Column("header_values", ARRAY(LargeBinary), nullable=True),  # same order, NULLs kept
+        Column("timestamp_ms", BigInteger, nullable=True),
+        # Readable copies (`outbox.record.readable`): escapes for what text cannot hold, cut.
+        Column("key", Text, nullable=True),
+        Column("event_id", String(EVENT_ID_CHARS), nullable=True),
+        Column("event_type", String(EVENT_TYPE_CHARS), nullable=True),
+        Column("headers", JSONB, nullable=True),
+        Column("error", Text, nullable=False),
+        Column("attempts", Integer, nullable=False),
+        Column("first_seen", DateTime(timezone=True), nullable=False, server_default=func.now()),
+        Column("last_seen", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    ]
+
+
+# Records not applied: undecodable, of an unknown type, whose handler kept failing, or held
+# behind one of those of the same key. Later records of a parked key are held until the key is
+# redriven, so per-key order survives. The key lookups go through md5(raw_key): a b-tree entry
+# of the raw key itself would refuse keys longer than a third of a page.
 parked = Table(
     "inbox_parked",
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),
-    Column("consumer", String(255), nullable=False),
-    Column("topic", String(255), nullable=False),
-    Column("partition", Integer, nullable=False),
-    Column("offset", BigInteger, nullable=False),
-    Column("key", Text, nullable=True),
-    Column("event_id", String(64), nullable=True),
-    Column("event_type", String(255), nullable=True),
-    Column("headers", JSONB, nullable=True),
-    Column("payload", LargeBinary, nullable=True),
-    Column("error", Text, nullable=False),
-    Column("attempts", Integer, nullable=False),
-    Column("first_seen", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Column("last_seen", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    *_record_columns(),
     UniqueConstraint("consumer", "topic", "partition", "offset", name="uq_inbox_parked_offset"),
-    Index("ix_inbox_parked_key", "consumer", "topic", "partition", "key"),
+)
+Index(
+    "ix_inbox_parked_key",
+    parked.c.consumer,
+    parked.c.topic,
+    parked.c.partition,
+    func.md5(parked.c.raw_key),
+)
+
+# Parked records an operator chose not to apply (`outboxkit inbox skip`): moved here whole, with
+# who skipped them, when and why; their key is no longer held.
+skipped = Table(
+    "inbox_skipped",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),  # its id when parked
+    *_record_columns(),
+    Column("skipped_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("skipped_by", String(255), nullable=False),
+    Column("reason", Text, nullable=False),
 )
 
 # The idempotent receiver of HTTP requests: one row per (route, Idempotency-Key), holding the

@@ -42,6 +42,9 @@ HEADER_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+_ENVELOPE_HEADERS = frozenset((ID, *(header for _, header in HEADER_COLUMNS)))
+
+
 def topic_for(aggregate_type: str, *, topic_prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
     """The Kafka topic the events of one aggregate type are routed to."""
     return topic_prefix + aggregate_type
@@ -71,6 +74,33 @@ def header_map(headers: Headers | None) -> dict[str, str]:
         if value is not None:
             result[name] = value.decode("utf-8", errors="replace")
     return result
+
+
+def key_text(key: bytes | None) -> str | None:
+    """A record key as text without losing a byte: bytes that are not UTF-8 become lone
+    surrogates (``surrogateescape``), so two different keys never read as the same one.
+    `key_bytes` turns it back."""
+    return None if key is None else key.decode("utf-8", "surrogateescape")
+
+
+def key_bytes(key: str) -> bytes:
+    """The bytes of a key read by `key_text`."""
+    return key.encode("utf-8", "surrogateescape")
+
+
+def readable(value: str | bytes | None, limit: int) -> str | None:
+    """A bounded, printable copy of text or bytes for a text column, a jsonb value or a log
+    line: UTF-8 kept; other bytes, lone surrogates and NUL (which Postgres text refuses) shown
+    as backslash escapes; at most ``limit`` characters, saying how long it was when cut."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = value.encode("utf-8", "backslashreplace")
+    text = value.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+    if len(text) <= limit:
+        return text
+    cut = f"... ({len(text)} characters)"
+    return text[: max(limit - len(cut), 0)] + cut
 
 
 def encode(
@@ -106,6 +136,27 @@ def encode(
     )
 
 
+def _text(what: str, raw: bytes) -> str:
+    """Strict UTF-8 without NUL (Postgres text refuses it), or UndecodableRecord."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UndecodableRecord(f"{what} is not UTF-8: {readable(raw, 80)!r}") from exc
+    if "\x00" in text:
+        raise UndecodableRecord(f"{what} contains NUL: {readable(raw, 80)!r}")
+    return text
+
+
+def _headers(record: KafkaRecord) -> dict[str, str]:
+    """The headers an envelope is made of, as strict text (the last of a repeated name wins;
+    other headers are not read)."""
+    found: dict[str, str] = {}
+    for name, value in record.headers or ():
+        if value is not None and name in _ENVELOPE_HEADERS:
+            found[name] = _text(f"header {readable(name, 80)!r}", value)
+    return found
+
+
 def _extra_headers(raw: str | None) -> dict[str, str]:
     if raw is None or raw == "null":
         return {}
@@ -115,51 +166,59 @@ def _extra_headers(raw: str | None) -> dict[str, str]:
         raise UndecodableRecord(f"header {EXTRA_HEADERS!r} is not JSON: {raw[:80]!r}") from exc
     if not isinstance(parsed, dict):
         raise UndecodableRecord(f"header {EXTRA_HEADERS!r} is not a JSON object: {raw[:80]!r}")
-    return {str(k): str(v) for k, v in parsed.items()}
+    if not all(isinstance(v, str) for v in parsed.values()):
+        raise UndecodableRecord(f"header {EXTRA_HEADERS!r} has a value that is not a string")
+    return dict(parsed)
 
 
 def decode(record: KafkaRecord) -> Envelope:
-    """The envelope carried by one record; raises UndecodableRecord saying what is wrong."""
-    found = header_map(record.headers)
+    """The envelope carried by one record; raises UndecodableRecord saying what is wrong (and
+    whatever else a hostile record makes the JSON parser raise: `read` catches everything)."""
+    found = _headers(record)
     for required in (ID, EVENT_TYPE, AGGREGATE_TYPE):
-        if required not in found:
-            raise UndecodableRecord(f"header {required!r} is missing")
+        if not found.get(required):
+            raise UndecodableRecord(f"header {required!r} is missing or empty")
     if record.key is None:
         raise UndecodableRecord("record has no key (the aggregate id)")
     if record.value is None:
         raise UndecodableRecord("record has no value (the payload)")
+    aggregate_id = _text("key", record.key)
     try:
         event_id = uuid.UUID(found[ID])
     except ValueError as exc:
-        raise UndecodableRecord(f"header {ID!r} is not a UUID: {found[ID]!r}") from exc
+        shown = readable(found[ID], 80)
+        raise UndecodableRecord(f"header {ID!r} is not a UUID: {shown!r}") from exc
     try:
         payload = json.loads(record.value)
     except ValueError as exc:
         raise UndecodableRecord(f"value is not JSON: {exc}") from exc
-    try:
-        schema_version = int(found.get(SCHEMA_VERSION, "1"))
-    except ValueError as exc:
+    version = found.get(SCHEMA_VERSION, "1")
+    if not version.isascii() or not version.isdigit() or len(version) > 9:
         raise UndecodableRecord(
-            f"header {SCHEMA_VERSION!r} is not an integer: {found[SCHEMA_VERSION][:80]!r}"
-        ) from exc
+            f"header {SCHEMA_VERSION!r} is not an integer of at most 9 digits: "
+            f"{readable(version, 80)!r}"
+        )
     extra = _extra_headers(found.get(EXTRA_HEADERS))
     if TRACEPARENT in found:
         extra[TRACEPARENT] = found[TRACEPARENT]
     created = (
         datetime.fromtimestamp(record.timestamp_ms / 1000, UTC)
-        if record.timestamp_ms
+        if record.timestamp_ms and 0 < record.timestamp_ms < MAX_TIMESTAMP_MS
         else datetime.now(UTC)
     )
     return Envelope(
         aggregate_type=found[AGGREGATE_TYPE],
-        aggregate_id=record.key.decode("utf-8", errors="replace"),
+        aggregate_id=aggregate_id,
         event_type=found[EVENT_TYPE],
         payload=payload,
         headers=extra,
         event_id=event_id,
-        schema_version=schema_version,
+        schema_version=int(version),
         created_at=created,
     )
+
+
+MAX_TIMESTAMP_MS = 253402300799999  # 9999-12-31, the last instant datetime can hold
 
 
 @dataclass(frozen=True)
@@ -178,11 +237,15 @@ class Decoded:
 
 
 def read(record: KafkaRecord) -> Decoded:
-    """`decode` that never raises for a bad record: the problem is returned instead."""
-    key = None if record.key is None else record.key.decode("utf-8", "replace")
+    """`decode` that never raises, whatever the record's bytes: the problem is returned instead.
+
+    ``key`` is the key without a byte lost (`key_text`); ``event_id`` and ``event_type`` are
+    the headers' text as far as it can be read (Postgres-safe copies are the recorder's job)."""
+    key = key_text(record.key)
     try:
         envelope = decode(record)
-    except UndecodableRecord as exc:
+    except Exception as exc:  # a hostile record may exhaust the parser: RecursionError, ...
+        problem = exc if isinstance(exc, UndecodableRecord) else f"{type(exc).__name__}: {exc}"
         found = header_map(record.headers)
-        return Decoded(record, None, str(exc), key, found.get(ID), found.get(EVENT_TYPE))
+        return Decoded(record, None, str(problem), key, found.get(ID), found.get(EVENT_TYPE))
     return Decoded(record, envelope, None, key, str(envelope.event_id), envelope.event_type)
