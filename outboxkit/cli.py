@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from outboxkit.settings import Settings
 
@@ -59,6 +61,12 @@ def _print_status(report: dict[str, object], *, as_json: bool) -> None:
     Console().print(table)
     print(f"connectors: {report['connectors']}")
     print(f"slots:      {report['slots']}")
+    from cdc.health import describe
+
+    failures = report.get("failures") or {}
+    assert isinstance(failures, dict)
+    for name, failure in failures.items():
+        print("\n".join(describe(name, failure)))
 
 
 def _db(args: argparse.Namespace, settings: Settings) -> int:
@@ -99,15 +107,48 @@ def _outbox(args: argparse.Namespace, settings: Settings) -> int:
 def _cdc(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy import create_engine
 
-    from cdc.preflight import run_checks
+    from cdc import recovery
+    from cdc.connect import ConnectClient
+    from cdc.preflight import connector_check, run_checks
+    from devstack.stack import Stack, StackState
 
-    engine = create_engine(args.url or _stack_database_url(settings))
-    with engine.connect() as conn:
+    # The Connect URL and the bootstrap servers: from the settings, else the local stack's.
+    recorded = StackState.load(Stack(settings).state_file)
+    connect_url = settings.connect_url or (recorded.connect.endpoint if recorded else None)
+    bootstrap = settings.kafka_bootstrap_servers or (recorded.broker.endpoint if recorded else None)
+    client = ConnectClient(connect_url) if connect_url else None
+    name = args.connector or settings.connector_name
+    if args.action != "preflight":
+        if client is None or bootstrap is None:
+            raise ValueError("set OUTBOXKIT_CONNECT_URL and OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS")
+        if args.action == "restart":
+            status = recovery.restart_failed(client, name)
+        elif args.action == "raise-limit":
+            if not args.topic or not args.max_bytes:
+                raise ValueError("raise-limit needs --topic and --max-bytes (see stack status)")
+            status = recovery.raise_record_limit(
+                client, bootstrap, connector=name, topics=args.topic, max_bytes=args.max_bytes
+            )
+        else:
+            status = recovery.restore_record_limit(
+                client, bootstrap, connector=name, topics=args.topic or []
+            )
+        print(f"connector {name}: {status.state}, tasks {[t[1] for t in status.tasks]}")
+        return 0
+    url = args.url or _stack_database_url(settings)
+    with create_engine(url).connect() as conn:
         checks = run_checks(
             conn,
             slot_name=settings.slot_name,
             publication_name=settings.publication_name,
             expect_slot=args.expect_slot,
+        )
+    if client is not None:  # the connector's status, when a Connect URL is known
+        diagnosis = recovery.diagnose_connector(
+            client, name, database_url=url, bootstrap_servers=bootstrap
+        )
+        checks.append(
+            connector_check(name, client.status(name), diagnosis, expect_running=args.expect_slot)
         )
     for check in checks:
         print(f"[{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
@@ -157,23 +198,26 @@ def _inbox(args: argparse.Namespace, settings: Settings) -> int:
     from inbox import admin
 
     if args.action == "redrive":
-        from spark_consumers.job import load_job
-
-        if not args.job:
-            raise ValueError("redrive needs --job module:attr (its handlers apply the records)")
-        job = load_job(args.job)
-        inbox = job.inbox(create_engine(job.database_url))
-        result = admin.redrive(inbox, args.topic, args.partition, key=args.key)
-        print(
-            f"redrive: {result.applied} applied, {result.skipped} already applied, "
-            f"{result.still_parked} still parked"
-        )
-        return 0 if result.still_parked == 0 else 1
+        return _inbox_redrive(args)
     engine = create_engine(args.url or _stack_database_url(settings))
     if args.action == "rewind":
         previous = admin.rewind(engine, args.consumer, args.topic, args.partition, args.offset)
         print(
             f"rewound {args.consumer} {args.topic}[{args.partition}]: {previous} -> {args.offset}"
+        )
+        return 0
+    if args.action == "show":
+        return _inbox_show(engine, _parked_id(args), as_json=args.json, full=args.full)
+    if args.action == "skip":
+        if not args.reason:
+            raise ValueError("skip needs --reason (recorded with the skipped record)")
+        row = admin.skip(
+            engine, _parked_id(args), by=args.by or getpass.getuser(), reason=args.reason
+        )
+        print(
+            f"skipped parked record {row['id']}: {row['consumer']} {row['topic']}"
+            f"[{row['partition']}] offset {row['offset']} (key {row['key']!r}); "
+            "records of its key parked behind it stay parked until the key is redriven"
         )
         return 0
     rows = (
@@ -191,6 +235,81 @@ def _inbox(args: argparse.Namespace, settings: Settings) -> int:
         table.add_row(*(str(v) for v in row.values()))
     Console().print(table)
     return 0
+
+
+def _parked_id(args: argparse.Namespace) -> int:
+    if args.id is None:
+        raise ValueError(f"{args.action} needs --id (the id column of `outboxkit inbox parked`)")
+    return int(args.id)
+
+
+def _inbox_redrive(args: argparse.Namespace) -> int:
+    from sqlalchemy import create_engine
+
+    from inbox import admin
+    from outbox.record import key_text
+    from spark_consumers.job import load_job
+
+    if not args.job:
+        raise ValueError("redrive needs --job module:attr (its handlers apply the records)")
+    job = load_job(args.job)
+    inbox = job.inbox(create_engine(job.database_url))
+    topic, partition, key = args.topic, args.partition, args.key
+    if args.id is not None:  # the parked record's partition and exact key
+        found = admin.show(inbox.engine, int(args.id))
+        if found is None or found["state"] != "parked" or found["consumer"] != inbox.consumer:
+            raise ValueError(f"no parked record {args.id} of consumer {inbox.consumer}")
+        topic, partition, key = found["topic"], found["partition"], key_text(found["raw_key"])
+    if not topic:
+        raise ValueError("redrive needs --topic (and --partition), or --id")
+    result = admin.redrive(inbox, topic, partition, key=key)
+    print(
+        f"redrive: {result.applied} applied, {result.skipped} already applied, "
+        f"{result.still_parked} still parked"
+    )
+    return 0 if result.still_parked == 0 else 1
+
+
+def _inbox_show(engine: Any, parked_id: int, *, as_json: bool, full: bool) -> int:
+    """One parked (or skipped) record: readable fields, then the raw bytes (base64 in JSON)."""
+    from inbox import admin
+
+    found = admin.show(engine, parked_id)
+    if found is None:
+        print(f"no parked or skipped record with id {parked_id}", file=sys.stderr)
+        return 1
+    raw = ("raw_key", "raw_value", "raw_headers")
+    if as_json:
+        shown = {k: v for k, v in found.items() if k not in raw}
+        shown["raw_key"] = _b64(found["raw_key"])
+        shown["raw_value"] = _b64(found["raw_value"])
+        shown["raw_headers"] = [[n, _b64(v)] for n, v in found["raw_headers"]]
+        print(json.dumps(shown, indent=2, default=str))
+        return 0
+    for name, value in found.items():
+        if name not in raw:
+            print(f"{name:>13}: {value}")
+    cut = None if full else 2000
+    print(f"{'raw key':>13}: {_bytes(found['raw_key'], cut)}")
+    print(f"{'raw value':>13}: {_bytes(found['raw_value'], cut)}")
+    for header, value in found["raw_headers"]:
+        print(f"{'header':>13}: {header!r} = {_bytes(value, cut)}")
+    if not full:
+        print("(byte strings cut at 2000 bytes; --full shows them whole, --json as base64)")
+    return 0
+
+
+def _b64(value: bytes | None) -> str | None:
+    import base64
+
+    return None if value is None else base64.b64encode(value).decode()
+
+
+def _bytes(value: bytes | None, cut: int | None) -> str:
+    if value is None:
+        return "null"
+    shown = repr(value if cut is None else value[:cut])
+    return shown if cut is None or len(value) <= cut else f"{shown}... ({len(value)} bytes)"
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
@@ -222,10 +341,13 @@ def build_parser() -> argparse.ArgumentParser:
     outbox.add_argument("--url")
     outbox.set_defaults(run=_outbox)
 
-    cdc = sub.add_parser("cdc", help="CDC checks")
-    cdc.add_argument("action", choices=["preflight"])
+    cdc = sub.add_parser("cdc", help="CDC checks; the way out of a FAILED connector task")
+    cdc.add_argument("action", choices=["preflight", "restart", "raise-limit", "restore-limit"])
     cdc.add_argument("--url")
     cdc.add_argument("--expect-slot", action="store_true", help="fail if the slot is missing")
+    cdc.add_argument("--connector", help="connector name (default: settings)")
+    cdc.add_argument("--topic", action="append", help="raise/restore-limit: topic (repeatable)")
+    cdc.add_argument("--max-bytes", type=int, help="raise-limit: the record limit to allow")
     cdc.set_defaults(run=_cdc)
 
     consume = sub.add_parser("consume", help="run consumer jobs (Spark Structured Streaming)")
@@ -240,8 +362,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     consume.set_defaults(run=_consume)
 
-    inbox = sub.add_parser("inbox", help="inbox state: status, parked, redrive, rewind")
-    inbox.add_argument("action", choices=["status", "parked", "redrive", "rewind"])
+    inbox = sub.add_parser(
+        "inbox", help="inbox state: status, parked (list, show, skip), redrive, rewind"
+    )
+    inbox.add_argument("action", choices=["status", "parked", "show", "skip", "redrive", "rewind"])
+    inbox.add_argument("--id", type=int, help="show/skip/redrive: a parked record's id")
+    inbox.add_argument("--reason", help="skip: why (recorded)")
+    inbox.add_argument("--by", help="skip: who (recorded; default: the OS user)")
+    inbox.add_argument("--full", action="store_true", help="show: raw bytes whole")
     inbox.add_argument("--url", help="the consumer's database (default: settings, local stack)")
     inbox.add_argument("--consumer")
     inbox.add_argument("--job", help="redrive: module:attr of the Job whose handlers apply")
@@ -273,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(args, settings)
     except KeyboardInterrupt:
         return 130
-    except (RuntimeError, ValueError) as exc:
+    except (RuntimeError, ValueError, LookupError) as exc:
         print(f"outboxkit: error: {exc}", file=sys.stderr)
         return 1
 

@@ -4,6 +4,7 @@ other keys behind it; operators look at, skip and redrive parked records."""
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 
@@ -31,6 +32,7 @@ from inbox.operations import parked_record
 from inbox.tables import parked, skipped, watermarks
 from migrations import runner
 from outbox.record import KafkaRecord, read
+from outboxkit import cli
 
 TOPIC = "poison"
 
@@ -392,3 +394,35 @@ def test_migration_gives_parked_rows_their_raw_bytes_and_back(empty_database):
         assert "raw_key" not in columns and "key" in columns
     finally:
         engine.dispose()
+
+
+def test_operator_commands_show_the_raw_bytes_and_skip_with_who_and_why(engine, capsys):
+    consumer = f"poison-{uuid.uuid4().hex[:8]}"
+    raw_key, raw_value = b"\xff\x00key", b'{"n": \x00'
+    headers = headers_of(**{"x-bin": b"\x80\x81"})
+    Inbox(engine, consumer, {"Tick": handler(consumer)}).apply_partition(
+        [KafkaRecord(TOPIC, 0, 0, raw_key, raw_value, headers, None)]
+    )
+    url = engine.url.render_as_string(hide_password=False)
+    assert cli.main(["inbox", "parked", "--url", url, "--consumer", consumer, "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["key"] == "\\xff\\x00key" and "raw_key" not in listed
+
+    assert cli.main(["inbox", "show", "--url", url, "--id", str(listed["id"]), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert base64.b64decode(shown["raw_key"]) == raw_key
+    assert base64.b64decode(shown["raw_value"]) == raw_value
+    assert [(n, base64.b64decode(v)) for n, v in shown["raw_headers"]] == headers
+    assert "key is not UTF-8" in shown["error"]
+
+    assert cli.main(["inbox", "show", "--url", url, "--id", str(listed["id"])]) == 0
+    assert repr(raw_key) in capsys.readouterr().out
+
+    skip = ["inbox", "skip", "--url", url, "--id", str(listed["id"])]
+    assert cli.main(skip) == 1  # no reason given
+    assert "needs --reason" in capsys.readouterr().err
+    assert cli.main([*skip, "--reason", "test record", "--by", "ci"]) == 0
+    assert cli.main([*skip, "--reason", "again"]) == 1  # gone from parked
+    with engine.connect() as conn:
+        row = conn.execute(select(skipped).where(skipped.c.id == listed["id"])).one()
+    assert (row.skipped_by, row.reason, bytes(row.raw_key)) == ("ci", "test record", raw_key)
