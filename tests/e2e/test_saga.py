@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import threading
 import time
+import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from sqlalchemy import select
 
 from cdc.config import topic_for
+from devstack.processes import alive
 from devstack.stack import Stack
-from inbox.tables import watermarks
+from inbox.tables import parked, watermarks
 from outboxkit.bench.report import percentile
 from saga import rules
+from saga.common import SERVICES
 from saga.processes import Saga
 
 
@@ -119,3 +123,84 @@ def test_killing_spark_and_connect_mid_run_keeps_every_invariant(saga, stack, se
     killer.join(timeout=300)
     wait_all_final(saga, placed)
     assert_consistent(saga, placed)
+
+
+def poison_records(tag: str) -> list[tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]]:
+    """(aggregate type, key, value, headers) of records a buggy or hostile producer writes on the
+    saga's topics; ``tag`` makes their keys unique to one run."""
+
+    def headers(event_type: str, aggregate: str, **extra: bytes) -> list[tuple[str, bytes]]:
+        found = [
+            ("id", str(uuid.uuid4()).encode()),
+            ("eventType", event_type.encode()),
+            ("aggregateType", aggregate.encode()),
+        ]
+        return found + list(extra.items())
+
+    placed = json.dumps({"order_id": "x", "amount": 5, "sku": "widget"}).encode()
+    order, payment = rules.ORDER, rules.PAYMENT
+    return [
+        # The record that once stopped every consumer: a schema version that is no number.
+        (
+            order,
+            f"sv-{tag}".encode(),
+            placed,
+            headers(rules.ORDER_PLACED, order, schemaVersion=b"v2"),
+        ),
+        (order, b"\xff\xfe" + tag.encode(), placed, headers(rules.ORDER_PLACED, order)),
+        (order, f"nul-{tag}\x00".encode(), placed, headers(rules.ORDER_PLACED, order)),
+        (order, f"deep-{tag}".encode(), b"[" * 100_000, headers(rules.ORDER_PLACED, order)),
+        (order, f"none-{tag}".encode(), placed, []),
+        (order, f"type-{tag}".encode(), placed, headers("OrderTeleported", order)),
+        (order, f"handler-{tag}".encode(), b'{"oops": true}', headers(rules.ORDER_PLACED, order)),
+        (
+            order,
+            f"big-{tag}".encode(),  # and a handler that fails on its payload
+            b'{"oops": true}',
+            headers(rules.ORDER_PLACED, order, x=b"\x00" * 200_000),
+        ),
+        (payment, f"pay-{tag}".encode(), b"\x00", headers("PaymentCaptured", payment)),
+        (payment, f"pay2-{tag}".encode(), b"{}", headers("PaymentCaptured", payment, headers=b"[")),
+    ]
+
+
+def test_poison_records_on_the_saga_topics_are_parked_and_every_order_completes(saga, stack):
+    """Poison records of several kinds written on the saga's topics while orders flow: the
+    consumer driver keeps running, every order completes, each record is parked by every
+    service whose job reads its topic."""
+    tag = uuid.uuid4().hex[:8]
+    poison = poison_records(tag)
+    prefix = stack.settings.topic_prefix
+    producer = Producer({"bootstrap.servers": stack.bootstrap_servers()})
+
+    def produce() -> None:
+        for aggregate, key, value, headers in poison:
+            time.sleep(0.3)
+            producer.produce(topic_for(aggregate, topic_prefix=prefix), value, key, headers=headers)
+        producer.flush(30)
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    placed = saga.place_orders(120, seed=41, rate=20)
+    writer.join(timeout=60)
+    wait_all_final(saga, placed)
+    assert_consistent(saga, placed)
+    assert alive(saga.pids["consumers"]), saga.logs_tail()
+
+    readers = {rules.ORDER: ("payments",), rules.PAYMENT: ("shipping", "orders")}
+    expected = {(service, key) for aggregate, key, _, _ in poison for service in readers[aggregate]}
+    deadline = time.monotonic() + 120
+    while True:
+        found = set()
+        for service in SERVICES:
+            with saga.engines[service].connect() as conn:
+                rows = conn.execute(
+                    select(parked.c.consumer, parked.c.raw_key).where(
+                        parked.c.raw_key.in_([key for _, key, _, _ in poison])
+                    )
+                ).all()
+            found |= {(consumer, bytes(key)) for consumer, key in rows}
+        if found >= expected or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert found == expected
