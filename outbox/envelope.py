@@ -11,19 +11,39 @@ from datetime import UTC, datetime
 from typing import Any
 
 from outbox.errors import InvalidEvent
+from outbox.jsonb import render, utf8_size
 
 MAX_NAME_LENGTH = 255
-DEFAULT_MAX_PAYLOAD_BYTES = (
-    900_000  # below Kafka's 1 MB default record limit, with room for headers
-)
+# Kafka topic names have at most 249 characters; the rest is the topic prefix's (see
+# cdc.config.MAX_TOPIC_PREFIX_LENGTH).
+MAX_AGGREGATE_TYPE_LENGTH = 200
+# The largest payload publish accepts, in bytes of its jsonb text (the Kafka record value, see
+# outbox.jsonb), not of the JSON we insert: the rendering adds a space after every ',' and ':'
+# and writes floats out in full.
+DEFAULT_MAX_PAYLOAD_BYTES = 900_000
+# The largest Kafka record publish accepts, as the connector writes it (see `wire_size`): key +
+# value as jsonb renders it + every header name and value (id, eventType, aggregateType,
+# traceparent, the other headers as jsonb-rendered JSON, schemaVersion) + the framing allowance
+# below. A record over Kafka's default limits (the producer's max.request.size, 1,048,576 bytes;
+# the broker's message.max.bytes, 1,048,588) fails the connector for good, so stay well below.
+# With the defaults a record cannot reach it: 900,000 of payload + 65,536 of headers + at most
+# 2,575 for the rest (names at their limits, in 4-byte characters where they may be) is
+# 968,111 bytes.
+DEFAULT_MAX_RECORD_BYTES = 1_000_000
+# Kafka's framing of a record sent alone (upper bounds, as the producer estimates it): batch
+# header 61 + record framing 21 + length varints of key, value and header count 15 = 97.
+RECORD_OVERHEAD_BYTES = 128
+HEADER_OVERHEAD_BYTES = 10  # the varints of a header's name and value lengths
+# Caps on the headers besides traceparent (they travel as one JSON object, in one Kafka header).
+MAX_HEADERS = 64
+MAX_HEADER_NAME_LENGTH = 255
+MAX_HEADERS_BYTES = 64 * 1024  # of the headers' jsonb text
 SCHEMA_VERSION = 1
 TRACEPARENT = "traceparent"
 
 # The aggregate type becomes part of a Kafka topic name, so it must be a legal topic fragment.
 _TOPIC_SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
 # W3C Trace Context: version-traceid-parentid-flags, lower-case hex.
-# json.dumps escapes NUL as \u0000 (preceded by an even number of backslashes); jsonb rejects it.
-_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 
@@ -55,12 +75,30 @@ def _check_name(what: str, value: object, *, topic_safe: bool = False) -> str:
         raise InvalidEvent(
             f"{what} is {len(value)} characters long; the limit is {MAX_NAME_LENGTH}"
         )
+    if topic_safe and len(value) > MAX_AGGREGATE_TYPE_LENGTH:
+        raise InvalidEvent(
+            f"{what} is {len(value)} characters long; it becomes part of a Kafka topic name "
+            f"(at most 249 characters with the topic prefix): the limit is "
+            f"{MAX_AGGREGATE_TYPE_LENGTH}"
+        )
     if topic_safe and not _TOPIC_SAFE.match(value):
         raise InvalidEvent(
             f"{what} {value!r} becomes part of a Kafka topic name: "
             "use only letters, digits, '.', '_' and '-'"
         )
+    _check_text(what, value)
     return value
+
+
+def _check_text(what: str, value: str) -> None:
+    """Postgres text holds neither NUL nor lone surrogates (which are not UTF-8)."""
+    if "\x00" in value:
+        raise InvalidEvent(f"{what} contains a NUL character, which Postgres cannot store")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidEvent(f"{what} contains a lone surrogate, which is not UTF-8") from None
 
 
 def _check_headers(headers: Mapping[str, Any] | None) -> dict[str, str]:
@@ -68,15 +106,28 @@ def _check_headers(headers: Mapping[str, Any] | None) -> dict[str, str]:
         return {}
     if not isinstance(headers, Mapping):
         raise InvalidEvent(f"headers must be a mapping of str to str, got {type(headers).__name__}")
+    extra = len(headers) - (TRACEPARENT in headers)
+    if extra > MAX_HEADERS:
+        raise InvalidEvent(
+            f"{extra} headers besides traceparent, {extra - MAX_HEADERS} over the limit of "
+            f"{MAX_HEADERS}: put the rest in the payload"
+        )
     checked: dict[str, str] = {}
     for key, value in headers.items():
         if not isinstance(key, str) or not key:
             raise InvalidEvent(f"header names must be non-empty strings, got {key!r}")
+        if len(key) > MAX_HEADER_NAME_LENGTH:
+            raise InvalidEvent(
+                f"header name {key[:40]!r}... is {len(key)} characters long; "
+                f"the limit is {MAX_HEADER_NAME_LENGTH}"
+            )
         if not isinstance(value, str):
             raise InvalidEvent(
                 f"header {key!r} must be a string, got {type(value).__name__}: "
                 "encode it yourself (e.g. str() or json.dumps())"
             )
+        _check_text(f"header name {key!r}", key)
+        _check_text(f"header {key!r}", value)
         checked[key] = value
     tp = checked.get(TRACEPARENT)
     if tp is not None and not _TRACEPARENT.match(tp):
@@ -84,20 +135,77 @@ def _check_headers(headers: Mapping[str, Any] | None) -> dict[str, str]:
     return checked
 
 
-def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
-    """Serialise a payload to JSON text, or raise InvalidEvent saying why it cannot travel."""
+def extra_headers(envelope: Envelope) -> dict[str, str]:
+    """The headers besides traceparent: the outbox ``headers`` column, one Kafka header."""
+    return {k: v for k, v in envelope.headers.items() if k != TRACEPARENT}
+
+
+def _encode(payload: Any, max_bytes: int) -> tuple[str, str]:
+    """The payload as compact JSON (what we insert) and as jsonb text (what Kafka carries)."""
     try:
-        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        compact = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidEvent(f"payload is not JSON serialisable: {exc}") from exc
-    size = len(text.encode("utf-8"))
+    except RecursionError:
+        raise InvalidEvent("payload is not JSON serialisable: it is nested too deeply") from None
+    try:
+        rendered = render(payload)
+    except ValueError as exc:
+        raise InvalidEvent(f"payload cannot be stored as Postgres jsonb: {exc}") from exc
+    size = utf8_size(rendered)
     if size > max_bytes:
+        compact_size = utf8_size(compact)
+        floats = " jsonb writes floats out in full (1e300: 301 digits)." * (size > 2 * compact_size)
         raise InvalidEvent(
-            f"payload is {size} bytes of JSON; the limit is {max_bytes}. "
-            "Store large documents elsewhere and publish a reference to them"
+            f"payload is {size} bytes as Postgres jsonb writes it (the Kafka record value), "
+            f"{size - max_bytes} over the limit of {max_bytes}; as compact JSON it is "
+            f"{compact_size}.{floats} Store large documents elsewhere and publish a reference"
         )
-    if _ESCAPED_NUL.search(text):
-        raise InvalidEvent("payload contains a NUL character, which Postgres jsonb cannot store")
+    return compact, rendered
+
+
+def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+    """Serialise a payload to compact JSON text, or raise InvalidEvent saying why it cannot
+    travel (``max_bytes`` limits its jsonb text, what the Kafka record carries)."""
+    return _encode(payload, max_bytes)[0]
+
+
+def _header_values(envelope: Envelope, headers_text: str | None) -> dict[str, str | None]:
+    """The value of each outbox column the connector places in a header, as its text."""
+    return {
+        "type": envelope.event_type,
+        "aggregatetype": envelope.aggregate_type,
+        "traceparent": envelope.traceparent,
+        "headers": headers_text,
+        "schema_version": str(envelope.schema_version),
+    }
+
+
+def wire_size(envelope: Envelope, value_text: str, headers_text: str | None) -> int:
+    """Bytes of the Kafka record the connector writes for ``envelope`` (an upper bound), given
+    the jsonb text of its payload and of its other headers (None when it has none)."""
+    from outbox.record import HEADER_COLUMNS, ID  # record imports this module: read at call
+
+    values = _header_values(envelope, headers_text)
+    headers: list[tuple[str, str | None]] = [(ID, str(envelope.event_id))]
+    headers += [(name, values.get(column)) for column, name in HEADER_COLUMNS]
+    size = RECORD_OVERHEAD_BYTES + utf8_size(envelope.aggregate_id) + utf8_size(value_text)
+    for name, value in headers:
+        size += HEADER_OVERHEAD_BYTES + utf8_size(name) + (0 if value is None else utf8_size(value))
+    return size
+
+
+def _render_headers(headers: dict[str, str]) -> str | None:
+    if not headers:
+        return None
+    text = render(headers)  # names and values were checked: it cannot fail
+    size = utf8_size(text)
+    if size > MAX_HEADERS_BYTES:
+        raise InvalidEvent(
+            f"headers are {size} bytes as Postgres jsonb writes them, "
+            f"{size - MAX_HEADERS_BYTES} over the limit of {MAX_HEADERS_BYTES}: "
+            "put large values in the payload"
+        )
     return text
 
 
@@ -109,8 +217,10 @@ def make_envelope(
     payload: Any,
     headers: Mapping[str, str] | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> tuple[Envelope, str]:
-    """Validate every field and return the envelope with its payload encoded as JSON text."""
+    """Validate every field and the Kafka record's size; return the envelope with its payload
+    encoded as compact JSON text (Postgres renders it as jsonb)."""
     envelope = Envelope(
         aggregate_type=_check_name("aggregate_type", aggregate_type, topic_safe=True),
         aggregate_id=_check_name("aggregate_id", aggregate_id),
@@ -118,4 +228,15 @@ def make_envelope(
         payload=payload,
         headers=_check_headers(headers),
     )
-    return envelope, encode_payload(payload, max_bytes=max_payload_bytes)
+    headers_text = _render_headers(extra_headers(envelope))
+    compact, rendered = _encode(payload, max_payload_bytes)
+    size = wire_size(envelope, rendered, headers_text)
+    if size > max_record_bytes:
+        value_size = utf8_size(rendered)
+        headers_size = 0 if headers_text is None else utf8_size(headers_text)
+        raise InvalidEvent(
+            f"the Kafka record would be {size} bytes ({value_size} of payload, {headers_size} of "
+            f"headers, {size - value_size - headers_size} of key, other headers and framing), "
+            f"{size - max_record_bytes} over the limit of {max_record_bytes}"
+        )
+    return envelope, compact

@@ -13,7 +13,13 @@ from sqlalchemy import Text, cast, delete, insert, literal
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from outbox.envelope import DEFAULT_MAX_PAYLOAD_BYTES, TRACEPARENT, Envelope, make_envelope
+from outbox.envelope import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    DEFAULT_MAX_RECORD_BYTES,
+    Envelope,
+    extra_headers,
+    make_envelope,
+)
 from outbox.errors import InvalidEvent
 from outbox.table import outbox_table
 
@@ -33,7 +39,8 @@ class NewEvent:
 
 @dataclass(frozen=True)
 class Outbox:
-    """How events are written: ``delete`` mode (default) or ``retain`` mode, and the size limit.
+    """How events are written: ``delete`` mode (default) or ``retain`` mode, and the size limits
+    (of the payload and of the whole Kafka record, both as the connector writes them).
 
     ``delete`` inserts the row and deletes it in the same transaction: the WAL still carries the
     insert, Debezium emits the event, and the table never grows, so no cleanup job is needed.
@@ -42,6 +49,7 @@ class Outbox:
 
     mode: str = "delete"
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
 
     def __post_init__(self) -> None:
         if self.mode not in ("delete", "retain"):
@@ -75,6 +83,7 @@ class Outbox:
                 payload=event.payload,
                 headers=event.headers,
                 max_payload_bytes=self.max_payload_bytes,
+                max_record_bytes=self.max_record_bytes,
             )
             envelopes.append(envelope)
             rows.append(_row(envelope, payload_json))
@@ -88,7 +97,7 @@ class Outbox:
 
 
 def _row(envelope: Envelope, payload_json: str) -> dict[str, Any]:
-    extra = {k: v for k, v in envelope.headers.items() if k != TRACEPARENT}
+    extra = extra_headers(envelope)
     return {
         "id": envelope.event_id,
         "aggregatetype": envelope.aggregate_type,

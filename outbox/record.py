@@ -6,8 +6,9 @@ payload's JSON text, and headers ``id``, ``eventType``, ``aggregateType``, ``tra
 ``headers`` (the other headers as one JSON object) and ``schemaVersion``. The record's timestamp
 is the commit time, carried into `Envelope.created_at`.
 
-`encode` builds such a record from an envelope (what the connector would write; tests and
-benchmarks use it), `read` turns a record back into an envelope or says why it cannot.
+`encode` builds such a record from an envelope (what the connector writes, byte for byte: the
+payload and the other headers as Postgres renders jsonb; tests and benchmarks use it), `read`
+turns a record back into an envelope or says why it cannot.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from outbox.envelope import TRACEPARENT, Envelope, encode_payload
+from outbox import jsonb
+from outbox.envelope import TRACEPARENT, Envelope, extra_headers
 from outbox.errors import OutboxError
 
 Headers = Sequence[tuple[str, bytes | None]]
@@ -119,16 +121,16 @@ def encode(
     ]
     if envelope.traceparent:
         headers.append((TRACEPARENT, envelope.traceparent.encode()))
-    extra = {k: v for k, v in envelope.headers.items() if k != TRACEPARENT}
+    extra = extra_headers(envelope)
     if extra:
-        headers.append((EXTRA_HEADERS, json.dumps(extra, sort_keys=True).encode()))
+        headers.append((EXTRA_HEADERS, jsonb.render(extra).encode()))
     headers.append((SCHEMA_VERSION, str(envelope.schema_version).encode()))
     return KafkaRecord(
         topic=topic_for(envelope.aggregate_type, topic_prefix=topic_prefix),
         partition=partition,
         offset=offset,
         key=envelope.aggregate_id.encode(),
-        value=encode_payload(envelope.payload).encode(),
+        value=jsonb.render(envelope.payload).encode(),
         headers=headers,
         timestamp_ms=(
             int(envelope.created_at.timestamp() * 1000) if timestamp_ms is None else timestamp_ms

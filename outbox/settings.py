@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from outbox.envelope import DEFAULT_MAX_PAYLOAD_BYTES
+from outbox.envelope import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RECORD_BYTES
 from outbox.publish import Outbox
 
 
@@ -19,9 +19,21 @@ class OutboxSettings(BaseModel):
         "retain: keep rows (run `outboxkit outbox cleanup`)",
     )
     max_payload_bytes: int = Field(
-        default=DEFAULT_MAX_PAYLOAD_BYTES, gt=0, description="largest payload JSON accepted"
+        default=DEFAULT_MAX_PAYLOAD_BYTES,
+        gt=0,
+        description="largest payload accepted, in bytes of its jsonb text (the Kafka value)",
+    )
+    max_record_bytes: int = Field(
+        default=DEFAULT_MAX_RECORD_BYTES,
+        gt=0,
+        description="largest Kafka record accepted (key, value, headers), as the connector "
+        "writes it; keep it below the producer's max.request.size",
     )
 
     def build(self) -> Outbox:
         """The `Outbox` these settings describe."""
-        return Outbox(mode=self.mode, max_payload_bytes=self.max_payload_bytes)
+        return Outbox(
+            mode=self.mode,
+            max_payload_bytes=self.max_payload_bytes,
+            max_record_bytes=self.max_record_bytes,
+        )

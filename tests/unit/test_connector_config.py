@@ -113,3 +113,11 @@ def test_failed_task_trace_surfaces_in_status():
     )
     assert ok.running and ok.failure is None
     assert not parse_status({"name": "c", "connector": {"state": "RUNNING"}, "tasks": []}).running
+
+
+def test_a_topic_prefix_that_leaves_no_room_for_aggregate_types_is_refused():
+    from cdc.config import MAX_TOPIC_PREFIX_LENGTH
+
+    with pytest.raises(ConnectorConfigError, match="Kafka's 249"):
+        build_connector_config(settings(topic_prefix="p" * (MAX_TOPIC_PREFIX_LENGTH + 1)))
+    assert build_connector_config(settings(topic_prefix="p" * MAX_TOPIC_PREFIX_LENGTH))
