@@ -178,11 +178,23 @@ class ConnectClient:
                 raise ConnectError(f"connector {name} not {wanted} after {timeout:.0f}s: {last}")
             time.sleep(0.1)
 
-    def restart(self, name: str, *, include_tasks: bool = True) -> None:
-        """Restart the connector (and its tasks)."""
-        query = "?includeTasks=true&onlyFailed=false" if include_tasks else ""
-        quoted = urllib.parse.quote(name, safe="")
-        self._expect("POST", f"/connectors/{quoted}/restart{query}", ok=(200, 202, 204))
+    def restart(
+        self,
+        name: str,
+        *,
+        include_tasks: bool = True,
+        only_failed: bool = False,
+        wait: float = 30.0,
+    ) -> None:
+        """Restart the connector (and its tasks; ``only_failed``: only the FAILED ones)."""
+        query = f"?includeTasks=true&onlyFailed={str(only_failed).lower()}" if include_tasks else ""
+        path = f"/connectors/{urllib.parse.quote(name, safe='')}/restart{query}"
+        deadline = time.monotonic() + wait
+        # 409: the cluster is rebalancing (e.g. after a config update); the request may be retried.
+        while (status := self._request("POST", path))[0] == 409 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if status[0] not in (200, 202, 204):
+            raise ConnectError(f"POST {path} -> HTTP {status[0]}: {status[1]}")
 
     def delete(self, name: str, *, wait: float = 30.0) -> bool:
         """Delete the connector and wait until the cluster no longer lists it; False if absent."""

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from cdc.connect import ConnectorStatus
+from cdc.health import Diagnosis, describe
+
 
 @dataclass(frozen=True)
 class Check:
@@ -121,6 +124,28 @@ def run_checks(
             )
         )
     return checks
+
+
+def connector_check(
+    name: str,
+    status: ConnectorStatus | None,
+    diagnosis: Diagnosis | None,
+    *,
+    expect_running: bool = False,
+) -> Check:
+    """The connector's state from Kafka Connect; a FAILED task with its reason and way out."""
+    if diagnosis is not None:
+        first, *rest = describe(name, diagnosis.as_dict())  # first: "connector NAME: task..."
+        return Check(f"connector {name}", False, "\n".join([first.split(": ", 1)[1], *rest]))
+    if status is None:
+        return _check(
+            f"connector {name}",
+            not expect_running,
+            "not registered",
+            "register it (outboxkit stack up) or set OUTBOXKIT_CONNECTOR_NAME",
+        )
+    tasks = ", ".join(f"task {t} {state}" for t, state, _ in status.tasks) or "no tasks"
+    return Check(f"connector {name}", True, f"{status.state} ({tasks})")
 
 
 def drop_slot(connection: Connection, slot_name: str) -> bool:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
+from cdc.limits import BROKER_SETTINGS
 from devstack.processes import StackError, log4j2_properties, port_open, start, wait_until
 
 LOG4J2 = log4j2_properties("WARN", {"kafka.server.BrokerServer": "INFO"})
@@ -36,8 +37,8 @@ def server_properties(data: Path, port: int, controller_port: int) -> str:
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
         "group.initial.rebalance.delay.ms": "0",
-        # Outbox events may approach 1 MB; Connect's producer and the consumers allow the same.
-        "message.max.bytes": "2097152",
+        # Kafka's default record size limit, as a default production cluster has (cdc.limits).
+        **BROKER_SETTINGS,
         "log.segment.bytes": "67108864",
         "num.network.threads": "2",
         "num.io.threads": "2",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cdc.connect import ConnectClient
+from cdc.limits import WORKER_SETTINGS
 from devstack.processes import log4j2_properties, start, wait_until
 
 LOG4J2 = log4j2_properties("INFO", {"org.apache.kafka.clients": "WARN", "org.reflections": "ERROR"})
@@ -41,8 +42,8 @@ def worker_properties(
         "producer.enable.metrics.push": "false",
         "consumer.enable.metrics.push": "false",
         "admin.enable.metrics.push": "false",
-        # Outbox payloads may approach 1 MB.
-        "producer.max.request.size": "2097152",
+        # Kafka's default producer record size limit and override policy (cdc.limits).
+        **WORKER_SETTINGS,
         # KIP-618: each source task's records and its source offsets commit in one Kafka
         # transaction, so a worker crash re-sends nothing a read_committed consumer can see.
         "exactly.once.source.support": "enabled" if exactly_once else "disabled",

@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 from cdc.config import ConnectorSettings, build_connector_config
 from cdc.connect import ConnectClient, ConnectError
 from cdc.preflight import drop_slot, slot_lag
+from cdc.recovery import diagnose_connector
 from devstack import artifacts, broker, connect, postgres
 from devstack.processes import StackError, alive, free_port, port_open, stop
 from devstack.settings import StackSettings
@@ -288,18 +289,40 @@ class Stack:
         report["database_url"] = state.postgres.endpoint
         report["bootstrap_servers"] = state.broker.endpoint
         report["connect_url"] = state.connect.endpoint
-        report["connectors"] = {}
-        for name in state.connectors:
-            try:
-                st = ConnectClient(state.connect.endpoint, timeout=5).status(name)
-                report["connectors"][name] = st.state if st else "ABSENT"
-            except ConnectError as exc:
-                report["connectors"][name] = f"UNREACHABLE: {exc}"
+        report["connectors"], report["failures"] = self._connector_report(state)
         report["slots"] = self._slot_report(state)
         report["up"] = all(
             report[n]["running"] is not False for n in ("postgres", "broker", "connect")
         )
         return report
+
+    def _connector_report(self, state: StackState) -> tuple[dict[str, str], dict[str, Any]]:
+        """Each connector's state (FAILED when a task failed, though Connect says the connector
+        RUNS) and, for a failed one, the reason and the way out."""
+        client = ConnectClient(state.connect.endpoint, timeout=5)
+        states: dict[str, str] = {}
+        failures: dict[str, Any] = {}
+        for name in state.connectors:
+            try:
+                st = client.status(name)
+                diagnosis = (
+                    diagnose_connector(
+                        client,
+                        name,
+                        database_url=state.postgres.endpoint,
+                        bootstrap_servers=state.broker.endpoint,
+                    )
+                    if st is not None and st.failure
+                    else None
+                )
+            except ConnectError as exc:
+                states[name] = f"UNREACHABLE: {exc}"
+                continue
+            if diagnosis:
+                states[name], failures[name] = "FAILED", diagnosis.as_dict()
+            else:
+                states[name] = st.state if st else "ABSENT"
+        return states, failures
 
     def _broker_product(self, state: StackState) -> dict[str, Any]:
         """What the broker is: Apache Kafka, with its version when this stack runs it."""

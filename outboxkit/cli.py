@@ -37,7 +37,7 @@ def _stack(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     report = stack.status()
     _print_status(report, as_json=args.json)
-    return 0 if report["up"] else 1
+    return 0 if report["up"] and not report.get("failures") else 1
 
 
 def _print_status(report: dict[str, object], *, as_json: bool) -> None:
@@ -46,6 +46,8 @@ def _print_status(report: dict[str, object], *, as_json: bool) -> None:
         return
     from rich.console import Console
     from rich.table import Table
+
+    from cdc.health import describe
 
     if "postgres" not in report:
         print(f"stack: not up ({report['stack_dir']})")
@@ -61,8 +63,6 @@ def _print_status(report: dict[str, object], *, as_json: bool) -> None:
     Console().print(table)
     print(f"connectors: {report['connectors']}")
     print(f"slots:      {report['slots']}")
-    from cdc.health import describe
-
     failures = report.get("failures") or {}
     assert isinstance(failures, dict)
     for name, failure in failures.items():
