@@ -125,6 +125,11 @@ def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
         # heartbeat row is only ever updated (its WAL still moves the slot's position on).
         "skipped.operations": "u,d,t",
         "tombstones.on.delete": "false",
+        # Connect creates a new aggregate type's topic itself (KIP-158), with the broker's
+        # default partitions and replication, so an event of a new type cannot stall the
+        # connector on a cluster whose brokers do not auto-create topics.
+        "topic.creation.default.partitions": "-1",
+        "topic.creation.default.replication.factor": "-1",
         "extended.headers.enabled": "false",
         "key.converter": STRING_CONVERTER,
         "value.converter": STRING_CONVERTER,
