@@ -370,8 +370,7 @@ def pipeline(
                     progress.update(f"pipeline: warm-up, {variant} (1,000 events through Spark)")
                     bench.write(aggregate_type, 1000, per_transaction=100)
                     base = wait_applied(applied, base + 1000, queries[variant], progress.advance)
-                time.sleep(2 * trigger + 1)  # the warm-up's last batches report their progress
-                warm = {v: max(p.batchId for p in q.recentProgress) for v, q in queries.items()}
+                warm = {v: _last_input_batch(q, rows=1000) for v, q in queries.items()}
                 for rep in range(reps):
                     progress.update(f"pipeline: Debezium drain alone ({rep + 1}/{reps})")
                     rates[DRAIN].append(bench.drain(events, progress.advance)[0])
@@ -442,6 +441,18 @@ def pipeline(
         ],
     }
     return data, md + "\n![pipeline events/s](pipeline.png)\n"
+
+
+def _last_input_batch(query: Any, rows: int, timeout: float = 60) -> int:
+    """The id of the last batch with input, once the batches reported hold ``rows`` rows (a new
+    query's warm-up). A report of an idle trigger may carry the id the next batch will run
+    under, so only batches with input mark where the warm-up ends."""
+    deadline = time.monotonic() + timeout
+    while True:
+        read = [p for p in query.recentProgress if p.numInputRows]
+        if sum(p.numInputRows for p in read) >= rows or time.monotonic() > deadline:
+            return max((p.batchId for p in read), default=-1)
+        time.sleep(0.2)
 
 
 def _reported(query: Any, after: int, timeout: float = 60) -> list[Any]:
