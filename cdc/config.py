@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from outbox.envelope import MAX_AGGREGATE_TYPE_LENGTH
-from outbox.record import DEFAULT_TOPIC_PREFIX, HEADER_COLUMNS, topic_for
+from outbox.record import DEFAULT_TOPIC_PREFIX, topic_for
+from outbox.wire import HEADER_COLUMNS
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"

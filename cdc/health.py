@@ -15,7 +15,7 @@ from typing import Any
 
 from cdc.connect import ConnectorStatus
 from cdc.limits import CONNECTOR_CLIENT_CONFIG_OVERRIDE_POLICY, PRODUCER_MAX_REQUEST_SIZE
-from outbox.record import HEADER_COLUMNS, ID
+from outbox.wire import record_size, row_headers
 
 _TOO_LARGE = re.compile(r"The message is (\d+) bytes when serialized which is larger than (\d+)")
 
@@ -29,7 +29,7 @@ class OversizedEvent:
     topic: str
     key: str
     event_type: str
-    record_bytes: int  # key + value + header names and values (Kafka adds ~70 bytes)
+    record_bytes: int  # as publish counts it: key, value, headers, Kafka's framing
 
 
 @dataclass(frozen=True)
@@ -114,11 +114,8 @@ def describe(name: str, report: Mapping[str, Any]) -> list[str]:
 
 
 def record_bytes(values: Mapping[str, str | None]) -> int:
-    """The Kafka record an outbox row becomes, in bytes: key, value, header names and values."""
-    headers = [(ID, values.get("id")), *((h, values.get(c)) for c, h in HEADER_COLUMNS)]
-    parts = [values.get("aggregateid"), values.get("payload")]
-    parts += [f"{name}{value or ''}" for name, value in headers]
-    return sum(len(part.encode()) for part in parts if part)
+    """The Kafka record an outbox row becomes, in bytes, counted as publish counts it."""
+    return record_size(values.get("aggregateid"), values.get("payload"), row_headers(values))
 
 
 def suggested_max_bytes(record: int) -> int:

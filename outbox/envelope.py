@@ -12,6 +12,11 @@ from typing import Any
 
 from outbox.errors import InvalidEvent
 from outbox.jsonb import render, utf8_size
+from outbox.wire import (
+    TRACEPARENT,
+    record_size,
+    row_headers,
+)
 
 MAX_NAME_LENGTH = 255
 # Kafka topic names have at most 249 characters; the rest is the topic prefix's (see
@@ -30,16 +35,11 @@ DEFAULT_MAX_PAYLOAD_BYTES = 900_000
 # 2,575 for the rest (names at their limits, in 4-byte characters where they may be) is
 # 968,111 bytes.
 DEFAULT_MAX_RECORD_BYTES = 1_000_000
-# Kafka's framing of a record sent alone (upper bounds, as the producer estimates it): batch
-# header 61 + record framing 21 + length varints of key, value and header count 15 = 97.
-RECORD_OVERHEAD_BYTES = 128
-HEADER_OVERHEAD_BYTES = 10  # the varints of a header's name and value lengths
 # Caps on the headers besides traceparent (they travel as one JSON object, in one Kafka header).
 MAX_HEADERS = 64
 MAX_HEADER_NAME_LENGTH = 255
 MAX_HEADERS_BYTES = 64 * 1024  # of the headers' jsonb text
 SCHEMA_VERSION = 1
-TRACEPARENT = "traceparent"
 
 # The aggregate type becomes part of a Kafka topic name, so it must be a legal topic fragment.
 _TOPIC_SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -184,15 +184,8 @@ def _header_values(envelope: Envelope, headers_text: str | None) -> dict[str, st
 def wire_size(envelope: Envelope, value_text: str, headers_text: str | None) -> int:
     """Bytes of the Kafka record the connector writes for ``envelope`` (an upper bound), given
     the jsonb text of its payload and of its other headers (None when it has none)."""
-    from outbox.record import HEADER_COLUMNS, ID  # record imports this module: read at call
-
-    values = _header_values(envelope, headers_text)
-    headers: list[tuple[str, str | None]] = [(ID, str(envelope.event_id))]
-    headers += [(name, values.get(column)) for column, name in HEADER_COLUMNS]
-    size = RECORD_OVERHEAD_BYTES + utf8_size(envelope.aggregate_id) + utf8_size(value_text)
-    for name, value in headers:
-        size += HEADER_OVERHEAD_BYTES + utf8_size(name) + (0 if value is None else utf8_size(value))
-    return size
+    columns = {"id": str(envelope.event_id), **_header_values(envelope, headers_text)}
+    return record_size(envelope.aggregate_id, value_text, row_headers(columns))
 
 
 def _render_headers(headers: dict[str, str]) -> str | None:

@@ -20,29 +20,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from outbox import jsonb
-from outbox.envelope import TRACEPARENT, Envelope, extra_headers
+from outbox.envelope import Envelope, extra_headers
 from outbox.errors import OutboxError
+from outbox.wire import (
+    AGGREGATE_TYPE,
+    EVENT_TYPE,
+    EXTRA_HEADERS,
+    HEADER_COLUMNS,
+    ID,
+    SCHEMA_VERSION,
+    TRACEPARENT,
+)
 
 Headers = Sequence[tuple[str, bytes | None]]
 
 DEFAULT_TOPIC_PREFIX = "outbox.event."
-
-# Header names. EventRouter always adds "id" (the event id column); the others come from
-# outbox columns placed as headers.
-ID = "id"
-EVENT_TYPE = "eventType"
-AGGREGATE_TYPE = "aggregateType"
-EXTRA_HEADERS = "headers"  # the envelope's other headers as one JSON object (or absent)
-SCHEMA_VERSION = "schemaVersion"
-# Outbox column -> Kafka header name (the connector's additional placement).
-HEADER_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("type", EVENT_TYPE),
-    ("aggregatetype", AGGREGATE_TYPE),
-    ("traceparent", TRACEPARENT),
-    ("headers", EXTRA_HEADERS),
-    ("schema_version", SCHEMA_VERSION),
-)
-
 
 _ENVELOPE_HEADERS = frozenset((ID, *(header for _, header in HEADER_COLUMNS)))
 

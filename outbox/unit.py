@@ -10,9 +10,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from outbox.envelope import TRACEPARENT, Envelope
+from outbox.envelope import Envelope
 from outbox.publish import NewEvent, Outbox
 from outbox.trace import TraceContext
+from outbox.wire import TRACEPARENT
 
 # Told, after the unit's transaction committed, which events it published (e.g. metrics).
 PublishedObserver = Callable[[Sequence[Envelope]], None]

@@ -10,8 +10,8 @@ import logging
 import time
 from typing import Any
 
-from outbox.envelope import TRACEPARENT
 from outbox.trace import TraceContext
+from outbox.wire import TRACEPARENT
 from service_template import logs
 from service_template.metrics import Metrics
 

@@ -19,15 +19,14 @@ from devstack.stack import Stack
 from outbox import Outbox
 from outbox.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
-    HEADER_OVERHEAD_BYTES,
     MAX_HEADERS,
     MAX_HEADERS_BYTES,
-    RECORD_OVERHEAD_BYTES,
     extra_headers,
     wire_size,
 )
 from outbox.jsonb import render, utf8_size
 from outbox.table import outbox_table
+from outbox.wire import HEADER_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 from tests.kafka import read_records
 from tests.unit.test_jsonb import EXAMPLES
 

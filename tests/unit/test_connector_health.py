@@ -15,6 +15,7 @@ from cdc.health import (
 )
 from cdc.pgoutput import inserted_rows
 from cdc.preflight import connector_check
+from outbox.wire import HEADER_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 
 # Connect 4.3's trace for a too-large record under exactly-once source (trimmed).
 TOO_LARGE = (
@@ -131,7 +132,8 @@ def test_record_bytes_counts_key_value_and_headers():
     }
     names = sum(map(len, ("id", "eventType", "aggregateType", "traceparent", "headers")))
     names += len("schemaVersion")
-    assert record_bytes(row) == 3 + 8 + names + 36 + 11 + 5 + 1
+    framing = RECORD_OVERHEAD_BYTES + 6 * HEADER_OVERHEAD_BYTES  # as publish counts it
+    assert record_bytes(row) == 3 + 8 + names + 36 + 11 + 5 + 1 + framing
 
 
 def _string(text: str) -> bytes:

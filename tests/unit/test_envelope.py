@@ -7,13 +7,11 @@ from outbox import Outbox, OutboxSettings
 from outbox.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_MAX_RECORD_BYTES,
-    HEADER_OVERHEAD_BYTES,
     MAX_AGGREGATE_TYPE_LENGTH,
     MAX_HEADER_NAME_LENGTH,
     MAX_HEADERS,
     MAX_HEADERS_BYTES,
     MAX_NAME_LENGTH,
-    RECORD_OVERHEAD_BYTES,
     _header_values,
     encode_payload,
     extra_headers,
@@ -22,7 +20,7 @@ from outbox.envelope import (
 )
 from outbox.errors import InvalidEvent
 from outbox.jsonb import render, utf8_size
-from outbox.record import HEADER_COLUMNS
+from outbox.wire import HEADER_COLUMNS, HEADER_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 
 TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

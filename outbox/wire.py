@@ -1,0 +1,50 @@
+"""The Kafka record the outbox connector writes for one outbox row, as far as the envelope's
+validation and the connector's diagnosis both need it: the header names, which outbox column the
+EventRouter places in which header, and the record's size as Kafka counts it against its limits.
+Reading and writing whole records: `outbox.record`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from outbox.jsonb import utf8_size
+
+TRACEPARENT = "traceparent"
+# Header names. EventRouter always adds "id" (the event id column); the others come from
+# outbox columns placed as headers.
+ID = "id"
+EVENT_TYPE = "eventType"
+AGGREGATE_TYPE = "aggregateType"
+EXTRA_HEADERS = "headers"  # the envelope's other headers as one JSON object (or absent)
+SCHEMA_VERSION = "schemaVersion"
+# Outbox column -> Kafka header name (the connector's additional placement).
+HEADER_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("type", EVENT_TYPE),
+    ("aggregatetype", AGGREGATE_TYPE),
+    ("traceparent", TRACEPARENT),
+    ("headers", EXTRA_HEADERS),
+    ("schema_version", SCHEMA_VERSION),
+)
+
+# Kafka's framing of a record sent alone (upper bounds, as the producer estimates it): batch
+# header 61 + record framing 21 + length varints of key, value and header count 15 = 97.
+RECORD_OVERHEAD_BYTES = 128
+HEADER_OVERHEAD_BYTES = 10  # the varints of a header's name and value lengths
+
+
+def row_headers(columns: Mapping[str, str | None]) -> list[tuple[str, str | None]]:
+    """The headers the connector writes for an outbox row, given its columns' text (``id`` and
+    the placed columns; a missing column is a null header)."""
+    return [(ID, columns.get("id")), *((name, columns.get(col)) for col, name in HEADER_COLUMNS)]
+
+
+def record_size(
+    key: str | None, value: str | None, headers: Iterable[tuple[str, str | None]]
+) -> int:
+    """Bytes of the Kafka record with this key, value and headers (text, as UTF-8), framing
+    included: what the producer's max.request.size and the broker's message.max.bytes see,
+    as an upper bound."""
+    size = RECORD_OVERHEAD_BYTES + utf8_size(key or "") + utf8_size(value or "")
+    for name, header in headers:
+        size += HEADER_OVERHEAD_BYTES + utf8_size(name) + utf8_size(header or "")
+    return size
