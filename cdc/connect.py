@@ -63,6 +63,8 @@ class ConnectClient:
 
     def _request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
+        if not self.url.startswith(("http://", "https://")):
+            raise ConnectError(f"no Kafka Connect REST URL (got {self.url!r})")
         request = urllib.request.Request(
             self.url + path,
             data=data,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import struct
 
+import pytest
+
 from cdc.connect import parse_status
 from cdc.health import (
     OversizedEvent,
@@ -167,3 +169,11 @@ def test_pgoutput_inserts_are_decoded_with_their_relation_and_the_rest_skipped()
     assert len(rows) == 1
     assert (rows[0].lsn, rows[0].schema, rows[0].table) == ("0/2", "public", "outbox")
     assert rows[0].values == {"id": "e-1", "payload": '{"a": "ü"}', "headers": None}
+
+
+def test_a_client_without_a_connect_url_raises_connect_error():
+    """A stack whose Connect is external but unset reports UNREACHABLE instead of crashing."""
+    from cdc.connect import ConnectClient, ConnectError
+
+    with pytest.raises(ConnectError, match="no Kafka Connect REST URL"):
+        ConnectClient("").status("any")
