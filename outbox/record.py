@@ -130,15 +130,18 @@ def encode(
     )
 
 
-def _text(what: str, raw: bytes) -> str:
-    """Strict UTF-8 without NUL (Postgres text refuses it), or UndecodableRecord."""
+def _text(raw: bytes, header: str | None = None) -> str:
+    """Strict UTF-8 without NUL (Postgres text refuses it), or UndecodableRecord naming the
+    header (the key when None)."""
     try:
         text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UndecodableRecord(f"{what} is not UTF-8: {readable(raw, 80)!r}") from exc
-    if "\x00" in text:
-        raise UndecodableRecord(f"{what} contains NUL: {readable(raw, 80)!r}")
-    return text
+        if "\x00" not in text:
+            return text
+        problem = "contains NUL"
+    except UnicodeDecodeError:
+        problem = "is not UTF-8"
+    what = "key" if header is None else f"header {readable(header, 80)!r}"
+    raise UndecodableRecord(f"{what} {problem}: {readable(raw, 80)!r}")
 
 
 def _headers(record: KafkaRecord) -> dict[str, str]:
@@ -147,7 +150,7 @@ def _headers(record: KafkaRecord) -> dict[str, str]:
     found: dict[str, str] = {}
     for name, value in record.headers or ():
         if value is not None and name in _ENVELOPE_HEADERS:
-            found[name] = _text(f"header {readable(name, 80)!r}", value)
+            found[name] = _text(value, name)
     return found
 
 
@@ -176,7 +179,7 @@ def decode(record: KafkaRecord) -> Envelope:
         raise UndecodableRecord("record has no key (the aggregate id)")
     if record.value is None:
         raise UndecodableRecord("record has no value (the payload)")
-    aggregate_id = _text("key", record.key)
+    aggregate_id = _text(record.key)
     try:
         event_id = uuid.UUID(found[ID])
     except ValueError as exc:
