@@ -11,18 +11,12 @@ from typing import cast
 
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import (
-    DBAPIError,
-    DisconnectionError,
-    InterfaceError,
-    OperationalError,
-)
-from sqlalchemy.exc import TimeoutError as SATimeoutError
 from sqlalchemy.orm import Session
 
 from inbox.decision import Action, Decider, Incoming, PartitionView
 from inbox.recorder import Recorder
 from outbox.envelope import Envelope
+from outbox.errors import is_transient
 from outbox.publish import Outbox
 from outbox.record import Decoded, KafkaRecord, read
 from outbox.unit import PublishedObserver, UnitOfWork
@@ -193,7 +187,7 @@ class Inbox:
             try:
                 return attempt(ordered)
             except Exception as exc:
-                if transient(exc):
+                if is_transient(exc):
                     raise
                 error = exc
                 log.exception("%s[%d]: the partition's transaction failed", topic, partition)
@@ -272,6 +266,8 @@ class Inbox:
                 if events:
                     self.batch.apply(cast(list[Envelope], events), uow)
         except Exception as exc:  # a handler failed: redo record by record, retrying
+            if is_transient(exc):  # the database went away: the whole batch is retried
+                raise
             log.info("%s[%d]: per-record apply after %r", first.topic, first.partition, exc)
             return None
         for item, decision in decisions:
@@ -313,17 +309,11 @@ class Inbox:
                     self.batch.apply([envelope], uow)
                 return HandlerOutcome(attempt, None, tuple(uow.published))
             except Exception as exc:  # a failing handler is retried, then parked; never lost
+                if is_transient(exc):  # not the event's fault: the batch is retried
+                    raise
                 error = f"handler failed: {type(exc).__name__}: {exc}"
                 log.warning("%s (attempt %d/%d)", error, attempt, self.max_attempts)
         return HandlerOutcome(self.max_attempts, error)
-
-
-def transient(exc: BaseException) -> bool:
-    """True for errors of reaching the database (down, restarting, connection lost, pool
-    exhausted, serialisation failure): retrying later can succeed, so nothing is parked for it."""
-    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
-        return True
-    return isinstance(exc, OperationalError | InterfaceError | SATimeoutError | DisconnectionError)
 
 
 def _describe(exc: BaseException) -> str:

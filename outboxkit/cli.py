@@ -172,9 +172,11 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
         skipped = sum(int(str(r["skipped"])) for r in rows)
         parked = sum(int(str(r["parked"])) for r in rows)
         published = sum(int(str(r["published"])) for r in rows)
+        retries = sum(int(str(r["retries"])) for r in rows)
         console.print(
             f"{name} batch {batch_id}: {applied} applied, {skipped} skipped, "
             f"{parked} parked, {published} published over {len(rows)} partition(s)"
+            + (f", {retries} retries (database unreachable)" if retries else "")
         )
 
     console.print(f"consuming {', '.join(j.name for j in jobs)} (checkpoints in {args.checkpoint})")

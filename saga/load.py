@@ -30,6 +30,9 @@ class Placed:
     # The order id a retried POST (same Idempotency-Key) answered with, when it differs from
     # the first POST's: the idempotent receiver failed and the retry created a second order.
     retry_order_id: str | None = None
+    # Times the service answered 503 (its database unreachable) or could not be reached, and the
+    # client sent the same request again after Retry-After.
+    unavailable: int = 0
 
     @property
     def retry_mapped(self) -> bool:
@@ -74,12 +77,12 @@ def place_orders(
         if rate:
             time.sleep(max(0.0, began + n / rate - time.monotonic()))
         posted = time.time()
-        first = client.post("/orders", json=body, headers={"Idempotency-Key": key})
-        first.raise_for_status()
+        first, unavailable = post_until_served(client, body, key)
         placed = Placed(first.json()["id"], body["customer"], body["amount"], retry, posted)
+        placed.unavailable = unavailable
         if retry:  # the client lost the answer and tries again with the same key
-            again = client.post("/orders", json=body, headers={"Idempotency-Key": key})
-            again.raise_for_status()
+            again, unavailable = post_until_served(client, body, key)
+            placed.unavailable += unavailable
             if again.json()["id"] != placed.order_id:
                 placed.retry_order_id = again.json()["id"]
         return placed
@@ -88,6 +91,33 @@ def place_orders(
         placed = list(pool.map(post, range(count), plans))
     client.close()
     return placed
+
+
+# How long a client keeps retrying an order the service cannot take yet (503, no connection).
+UNAVAILABLE_FOR = 180.0
+
+
+def post_until_served(
+    client: httpx.Client, body: dict[str, Any], key: str
+) -> tuple[httpx.Response, int]:
+    """POST /orders as a well-behaved client: on 503 (after its Retry-After) or when the service
+    cannot be reached, the same request with the same Idempotency-Key, for up to
+    UNAVAILABLE_FOR seconds; any other error is raised. Returns the response and the retries."""
+    deadline = time.monotonic() + UNAVAILABLE_FOR
+    retries = 0
+    while True:
+        try:
+            response = client.post("/orders", json=body, headers={"Idempotency-Key": key})
+            wait = float(response.headers.get("retry-after", "1"))
+            if response.status_code != 503 or time.monotonic() > deadline:
+                response.raise_for_status()
+                return response, retries
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            wait = 1.0
+        retries += 1
+        time.sleep(wait)
 
 
 def not_final(engine: Engine, placed: list[Placed]) -> list[str]:

@@ -57,7 +57,7 @@ class Saga:
             url = self.stack.add_service(f"{self.database_prefix}{service}")
             migrations_of(service).upgrade(url)
             self.database_urls[service] = url
-            self.engines[service] = create_engine(url, pool_size=4)
+            self.engines[service] = create_engine(url, pool_size=4, pool_pre_ping=True)
         admin = AdminClient({"bootstrap.servers": self.stack.bootstrap_servers()})
         prefix = self.stack.settings.topic_prefix
         wanted = [

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from outbox.errors import OutboxError
+from outbox.errors import OutboxError, is_transient
 
 PROBLEM = "application/problem+json"
 log = logging.getLogger(__name__)
@@ -25,9 +25,18 @@ class Problem(Exception):
         self.status, self.detail, self.title, self.extra = status, detail, title, extra
 
 
-def problem(status: int, title: str, detail: str, **extra: Any) -> JSONResponse:
+def problem(
+    status: int, title: str, detail: str, *, headers: dict[str, str] | None = None, **extra: Any
+) -> JSONResponse:
     body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
-    return JSONResponse(jsonable_encoder(body), status_code=status, media_type=PROBLEM)
+    return JSONResponse(
+        jsonable_encoder(body), status_code=status, media_type=PROBLEM, headers=headers
+    )
+
+
+# Seconds a client is asked to wait when the database is unreachable (a restart or failover
+# takes a few seconds; the pool's pre-ping finds the new server on the next request).
+RETRY_AFTER_SECONDS = 2
 
 
 _TITLES = {
@@ -70,5 +79,18 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
+        if is_transient(exc):  # an outage, not a bug: tell the client when to retry
+            log.warning(
+                "database unreachable on %s %s: %s",
+                request.method,
+                request.url.path,
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            )
+            return problem(
+                503,
+                "Service Unavailable",
+                "the service's database is unreachable; retry later with the same Idempotency-Key",
+                headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return problem(500, "Internal Server Error", "the service failed; see its logs")

@@ -16,6 +16,7 @@ from sqlalchemy import create_engine
 from inbox.recorder import Recorder
 from spark_consumers.job import Job
 from spark_consumers.progress import ProgressLog
+from spark_consumers.retry import RestartBudget
 from spark_consumers.sink import inbox_sink
 
 log = logging.getLogger("outboxkit.consumers")
@@ -165,6 +166,36 @@ def start_job(
     )
 
 
+def _restart(
+    failed: Any,
+    budget: RestartBudget,
+    stopping: threading.Event,
+    start: Callable[[tuple[Job, ...]], Any],
+    group: tuple[Job, ...],
+) -> Any:
+    """A failed query started again from its checkpoint after the budget's delay (the batch it
+    failed in is redone; the inbox skips what it had applied). Returns the new query, or the
+    failed one when starting failed too (the next check tries again); raises once the budget
+    is spent: failing that often is not an outage to ride out."""
+    error = str(failed.exception()).splitlines()[0]
+    delay = budget.next_delay()
+    if delay is None:
+        raise RuntimeError(
+            f"query {failed.name} failed {budget.limit} times within {budget.window:.0f}s; "
+            f"giving up (last error: {error})"
+        )
+    log.error("query %s failed: %s; restarting it in %.0fs", failed.name, error, delay)
+    if stopping.wait(delay):
+        return failed
+    try:
+        query = start(group)
+    except Exception as exc:  # e.g. the database still down: positions cannot be read yet
+        log.error("query %s could not restart: %s", failed.name, str(exc).splitlines()[0])
+        return failed
+    log.info("query %s restarted from its checkpoint", query.name)
+    return query
+
+
 def run_jobs(
     jobs: Sequence[Job],
     *,
@@ -187,16 +218,18 @@ def run_jobs(
 
     session = session or build_session("outboxkit-consumers", jars=jars)
     session.streams.addListener(ProgressLog())
-    queries = [
-        start_query(
+    groups = query_groups(jobs, shared)
+
+    def start(group: tuple[Job, ...]) -> Any:
+        return start_query(
             session,
             group,
             checkpoint=checkpoint,
             trigger_seconds=trigger_seconds,
             on_batch=on_batch,
         )
-        for group in query_groups(jobs, shared)
-    ]
+
+    queries = [start(group) for group in groups]  # jobs are not hashable: by index
     stopping = threading.Event()
 
     def stop(signum: int, _frame: Any) -> None:
@@ -208,10 +241,11 @@ def run_jobs(
             for query in queries:
                 query.processAllAvailable()
         else:
+            budgets = [RestartBudget() for _ in groups]
             while not stopping.is_set():
-                for query in queries:
-                    if query.exception() is not None:
-                        raise RuntimeError(f"query {query.name} failed: {query.exception()}")
+                for n, query in enumerate(queries):
+                    if query.exception() is not None and not stopping.is_set():
+                        queries[n] = _restart(query, budgets[n], stopping, start, groups[n])
                 stopping.wait(1.0)
     finally:
         for query in queries:

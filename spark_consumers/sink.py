@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from outbox.errors import is_transient
 from outbox.record import KafkaRecord
 from spark_consumers.job import Job
+from spark_consumers.retry import retrying
 
 RESULT_SCHEMA = (
     "job string, topic string, partition int, watermark long, applied long, skipped long, "
-    "parked long, published long"
+    "parked long, published long, retries long"
 )
 _ENGINES: dict[str, Any] = {}
 
@@ -67,6 +70,7 @@ RESULT_FIELDS = [
     ("skipped", pa.int64()),
     ("parked", pa.int64()),
     ("published", pa.int64()),
+    ("retries", pa.int64()),
 ]
 
 
@@ -87,7 +91,14 @@ def apply_batches(
         for job in jobs:
             if topic not in job.topics:
                 continue
-            result = job.inbox(_engine(job.database_url)).apply_partition(records)
+            inbox = job.inbox(_engine(job.database_url))
+            # The database unreachable (restart, failover): the same records again, after a
+            # backoff; the inbox makes a retry idempotent. Data errors never get here: they park.
+            result, retries = retrying(
+                functools.partial(inbox.apply_partition, records),
+                retryable=is_transient,
+                what=f"{job.name} {topic}[{partition}]",
+            )
             rows["job"].append(job.name)
             rows["topic"].append(topic)
             rows["partition"].append(partition)
@@ -98,6 +109,7 @@ def apply_batches(
             )
             rows["parked"].append(result.count(Action.PARK) + result.count(Action.HOLD))
             rows["published"].append(len(result.published))
+            rows["retries"].append(retries)
     yield pa.RecordBatch.from_pydict(rows, schema=pa.schema(RESULT_FIELDS))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -15,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from sqlalchemy import select
 
 from cdc.config import topic_for
-from devstack.processes import alive
+from devstack.processes import alive, stop
 from devstack.stack import Stack
 from inbox.tables import parked, watermarks
 from outboxkit.bench.report import percentile
@@ -204,3 +205,84 @@ def test_poison_records_on_the_saga_topics_are_parked_and_every_order_completes(
             break
         time.sleep(1)
     assert found == expected
+
+
+def crash_postgres(stack: Stack) -> None:
+    """Immediate shutdown of the stack's Postgres (no checkpoint: crash recovery on start), and
+    after a few seconds the database starts again on its port and data."""
+    pid = stack.state.postgres.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGQUIT)
+    wait_gone(pid)
+    time.sleep(6)
+    stack.up()  # starts only what is not running: the database
+
+
+def restart_broker(stack: Stack) -> None:
+    """The Kafka broker stopped (SIGTERM, a rolling restart's step) and started again on its
+    port and log after a few seconds."""
+    pid = stack.state.broker.pid
+    assert pid is not None
+    stop(pid)
+    time.sleep(4)
+    stack.up()  # starts only what is not running: the broker
+
+
+def restart_connect_tasks(stack: Stack) -> None:
+    """Every connector and its tasks restarted through Connect's REST API, as an operator or a
+    rebalance does."""
+    client = stack.connect_client()
+    for name in stack.state.connectors:
+        client.restart(name, include_tasks=True)
+
+
+FAULTS = {
+    "postgres-crash": crash_postgres,
+    "broker-restart": restart_broker,
+    "connect-task-restart": restart_connect_tasks,
+}
+
+
+def wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + 30
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_routine_fault_mid_run_is_ridden_out_with_nobody_restarting_anything(saga, stack, fault):
+    """While 150 orders flow at 10/s, a routine infrastructure event: Postgres (every service's
+    database) going down hard for a few seconds, the broker restarting, Connect's tasks
+    restarting. No consumer or service is restarted: clients retry on 503, consumers retry
+    their batches, every order ends final and consistent, nothing lost or applied twice."""
+    pids = {name: saga.pids[name] for name in (*SERVICES, "consumers")}
+    consumers_log = saga.workdir / "consumers.log"
+    log_start = consumers_log.stat().st_size
+
+    def inject() -> None:
+        time.sleep(4)
+        print(f"[fault] {fault}")
+        FAULTS[fault](stack)
+        print(f"[fault] {fault}: done")
+
+    injector = threading.Thread(target=inject)
+    injector.start()
+    placed = saga.place_orders(150, seed=77, rate=10)
+    injector.join(timeout=180)
+    wait_all_final(saga, placed)
+    assert_consistent(saga, placed)
+    assert {name: alive(pid) for name, pid in pids.items()} == dict.fromkeys(pids, True)
+    assert {name: saga.pids[name] for name in pids} == pids  # the same processes throughout
+    with consumers_log.open(errors="replace") as log:
+        log.seek(log_start)
+        during = log.read()
+    batch_retries = len(re.findall(r"; retry \d+ in", during))
+    print(
+        f"[{fault}] client retries on 503: {sum(p.unavailable for p in placed)}; consumer batch "
+        f"retries logged: {batch_retries}; query restarts: "
+        f"{during.count('restarted from its checkpoint')}"
+    )
+    assert "StackOverflowError" not in during
+    if fault == "postgres-crash":
+        assert sum(p.unavailable for p in placed) > 0  # clients were told 503 and retried
+        assert re.search(r"retr(y|ies)", during), during[-3000:]  # batches retried, no exit

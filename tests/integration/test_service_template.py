@@ -11,11 +11,13 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, func, select
+from sqlalchemy.engine import make_url
 
 from inbox.tables import idempotency
 from saga import orders
 from saga.common import migrations_of
 from service_template import ServiceSettings, create_app
+from tests.proxy import Proxy
 
 BODY = {"customer": "vip-ada", "items": [{"sku": "widget", "qty": 2}], "amount": 120}
 
@@ -169,3 +171,34 @@ def test_no_input_makes_a_5xx(client, body, key, order_id):
     assert posted.status_code < 500, posted.text
     got = client.get("/orders/" + quote(order_id, safe=""))
     assert got.status_code < 500, got.text
+
+
+def test_an_unreachable_database_is_a_503_with_retry_after_and_the_service_recovers(orders_url):
+    """The connection to the database cut (existing connections reset, the port refusing) and
+    restored, with the same app throughout: 503 + Retry-After + problem+json while it is down,
+    never a 500; /ready not ready; served again once it is back, stale pooled connections
+    detected."""
+    url = make_url(orders_url)
+    proxy = Proxy(url.host or "127.0.0.1", url.port or 5432)
+    through = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    settings = ServiceSettings(name="orders", database_url=through, log_json=False)
+    app = create_app(settings, routers=[orders.router], migrations=[migrations_of("orders")])
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            assert client.post("/orders", json=BODY).status_code == 201  # the pool is warm
+            proxy.cut()
+            for attempt in range(3):
+                down = client.post("/orders", json=BODY, headers={"Idempotency-Key": f"d{attempt}"})
+                assert down.status_code == 503, down.text
+                assert down.headers["content-type"] == "application/problem+json"
+                assert int(down.headers["retry-after"]) > 0
+                assert "unreachable" in down.json()["detail"]
+            assert client.get(f"/orders/{uuid.uuid4()}").status_code == 503
+            assert client.get("/ready").status_code == 503
+            proxy.restore()
+            key = f"back-{uuid.uuid4()}"
+            back = client.post("/orders", json=BODY, headers={"Idempotency-Key": key})
+            assert back.status_code == 201, back.text
+            assert client.get("/ready").status_code == 200
+    finally:
+        proxy.cut()

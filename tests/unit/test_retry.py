@@ -1,0 +1,100 @@
+"""The consumers' retry policy (pure: a fake clock and sleep)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.exc import IntegrityError, OperationalError, PendingRollbackError
+
+from outbox.errors import is_transient
+from spark_consumers.retry import Backoff, RestartBudget, retrying
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+def down(n: int):
+    """A call failing ``n`` times with a connection error, then answering."""
+    calls = {"n": 0}
+
+    def call() -> str:
+        calls["n"] += 1
+        if calls["n"] <= n:
+            raise OperationalError("SELECT 1", {}, ConnectionRefusedError("connection refused"))
+        return "applied"
+
+    return call
+
+
+def test_an_outage_is_retried_with_exponential_backoff_until_it_ends():
+    clock = Clock()
+    backoff = Backoff(first=0.5, factor=2, cap=4, budget=60)
+    result, retries = retrying(
+        down(6), retryable=is_transient, backoff=backoff, clock=clock, sleep=clock.sleep
+    )
+    assert (result, retries) == ("applied", 6)
+    assert clock.slept == [0.5, 1, 2, 4, 4, 4]
+
+
+def test_retrying_stops_when_the_budget_is_spent_and_raises_the_last_error():
+    clock = Clock()
+    backoff = Backoff(first=1, factor=2, cap=8, budget=10)
+    with pytest.raises(OperationalError):
+        retrying(down(100), retryable=is_transient, backoff=backoff, clock=clock, sleep=clock.sleep)
+    assert sum(clock.slept) == 10  # the last delay is cut to the budget
+    assert clock.slept == [1, 2, 4, 3]
+
+
+def test_an_error_retrying_cannot_fix_is_raised_at_once():
+    clock = Clock()
+
+    def bug() -> None:
+        raise IntegrityError("INSERT", {}, ValueError("duplicate key"))
+
+    with pytest.raises(IntegrityError):
+        retrying(bug, retryable=is_transient, clock=clock, sleep=clock.sleep)
+    assert clock.slept == []
+
+
+@pytest.mark.parametrize(
+    ("error", "transient"),
+    [
+        (OperationalError("x", {}, ConnectionRefusedError()), True),
+        (PendingRollbackError("Can't reconnect until invalid transaction is rolled back"), True),
+        (IntegrityError("x", {}, ValueError()), False),
+        (ValueError("bad data"), False),
+        (TimeoutError("pool"), True),
+    ],
+)
+def test_which_errors_are_an_outage(error, transient):
+    assert is_transient(error) is transient
+
+
+def test_an_outage_under_another_error_is_found_through_its_causes():
+    try:
+        try:
+            raise OperationalError("x", {}, ConnectionResetError())
+        except OperationalError as inner:
+            raise RuntimeError("handler could not finish") from inner
+    except RuntimeError as outer:
+        assert is_transient(outer)
+
+
+def test_query_restarts_back_off_and_stop_after_the_limit_within_the_window():
+    clock = Clock()
+    budget = RestartBudget(
+        limit=3, window=100, backoff=Backoff(first=1, factor=2, cap=60), clock=clock
+    )
+    assert [budget.next_delay() for _ in range(3)] == [1, 2, 4]
+    assert budget.next_delay() is None  # a fourth failure within 100 s: give up
+    clock.now += 101  # failures far apart: a fresh budget, from the first delay
+    assert budget.next_delay() == 1
