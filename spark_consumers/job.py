@@ -11,6 +11,7 @@ from sqlalchemy.engine import Engine
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, Handlers, Inbox
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
+from spark_consumers.retry import BATCH_RETRY
 
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 
@@ -37,6 +38,9 @@ class Job:
     kafka_options: Mapping[str, str] = field(default_factory=dict)
     # How the handlers' events are written: the consuming service's outbox.
     outbox: Outbox = field(default_factory=Outbox)
+    # Seconds a micro-batch's inbox transactions are retried while the database is unreachable
+    # (then the query fails and the runner restarts it from its checkpoint).
+    batch_retry_seconds: float = BATCH_RETRY.budget
 
     def dedup_window(self) -> int:
         """The event-id window this job's inbox keeps (0: watermark only)."""

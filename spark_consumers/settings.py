@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings
 from inbox.apply import DEFAULT_MAX_ATTEMPTS
 from outbox.record import DEFAULT_TOPIC_PREFIX, topic_for
 from spark_consumers.job import DEFAULT_MAX_OFFSETS_PER_TRIGGER
+from spark_consumers.retry import BATCH_RETRY
 
 
 class ConsumerSettings(BaseSettings):
@@ -32,6 +33,12 @@ class ConsumerSettings(BaseSettings):
     )
     max_offsets_per_trigger: int = Field(default=DEFAULT_MAX_OFFSETS_PER_TRIGGER, gt=0)
     max_handler_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1)
+    batch_retry_seconds: float = Field(
+        default=BATCH_RETRY.budget,
+        ge=0,
+        description="seconds a batch is retried while the database is unreachable before its "
+        "query fails (the runner then restarts the query from its checkpoint)",
+    )
 
     def topics(self, *aggregate_types: str) -> tuple[str, ...]:
         """The topics carrying the events of ``aggregate_types``."""
@@ -44,4 +51,5 @@ class ConsumerSettings(BaseSettings):
             "window": self.dedup_window,
             "max_offsets_per_trigger": self.max_offsets_per_trigger,
             "max_attempts": self.max_handler_attempts,
+            "batch_retry_seconds": self.batch_retry_seconds,
         }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -12,7 +13,7 @@ import pyarrow.compute as pc
 from outbox.errors import is_transient
 from outbox.record import KafkaRecord
 from spark_consumers.job import Job
-from spark_consumers.retry import retrying
+from spark_consumers.retry import BATCH_RETRY, retrying
 
 RESULT_SCHEMA = (
     "job string, topic string, partition int, watermark long, applied long, skipped long, "
@@ -97,6 +98,7 @@ def apply_batches(
             result, retries = retrying(
                 functools.partial(inbox.apply_partition, records),
                 retryable=is_transient,
+                backoff=dataclasses.replace(BATCH_RETRY, budget=job.batch_retry_seconds),
                 what=f"{job.name} {topic}[{partition}]",
             )
             rows["job"].append(job.name)

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
 
 from cdc.config import topic_for
 from inbox.tables import recent_ids, watermarks
 from tests.faults.test_connect_kill import EVENTS, stream_with_kills
+from tests.proxy import Proxy
 from tests.spark_helpers import effect_stats, new_job, publish, run_once, total, wait_on_kafka
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,3 +129,56 @@ def test_connect_kill_with_exactly_once_source_needs_no_id_window(
             for table in (watermarks, recent_ids)
         }
     assert state == {watermarks.name: 4, recent_ids.name: 0}
+
+
+OUTAGE_EVENTS = 12_000
+
+
+def test_a_database_outage_longer_than_the_batch_retries_restarts_the_query(
+    stack, engine, aggregate_type, spark_effects_table, tmp_path
+):
+    """The consumer's database cut off (a real TCP cut) for longer than its batches are retried
+    (2 s here): the query fails, the runner restarts it from its checkpoint with backoff (the
+    first restarts fail too, the database still down), and once the database is back every
+    event is applied once; the driver never exits."""
+    publish(engine, aggregate_type, OUTAGE_EVENTS, per_tx=1000)
+    wait_on_kafka(stack, aggregate_type, OUTAGE_EVENTS)
+    url = make_url(stack.database_url())
+    proxy = Proxy(url.host or "127.0.0.1", url.port or 5432)
+    consumer = f"outage-{time.time_ns() % 10**6}"
+    command, env = consume_command(stack, consumer, aggregate_type, tmp_path / "cp")
+    through = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    env |= {
+        "OUTBOXKIT_TEST_DATABASE_URL": through,
+        "OUTBOXKIT_TEST_BATCH_RETRY_SECONDS": "2",
+        "OUTBOXKIT_TEST_MAX_OFFSETS": "1000",
+    }
+    log_path = tmp_path / "driver.log"
+    with log_path.open("wb") as log:
+        driver = subprocess.Popen(
+            command, env=env, cwd=ROOT, start_new_session=True, stdout=log, stderr=log
+        )
+    try:
+        deadline = time.monotonic() + 300
+        while effect_stats(engine, consumer)[0] < OUTAGE_EVENTS // 6:
+            assert driver.poll() is None, log_path.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "consumer made no progress"
+            time.sleep(0.05)
+        proxy.cut()
+        time.sleep(12)  # the query fails after 2 s of retries; restarts fail meanwhile
+        proxy.restore()
+        deadline = time.monotonic() + 300
+        while effect_stats(engine, consumer)[0] < OUTAGE_EVENTS:
+            assert driver.poll() is None, log_path.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, log_path.read_text(errors="replace")[-3000:]
+            time.sleep(0.2)
+        time.sleep(2)  # anything applied twice would show by now
+        assert effect_stats(engine, consumer) == (OUTAGE_EVENTS, OUTAGE_EVENTS)
+        assert driver.poll() is None  # it rode the outage out
+    finally:
+        os.killpg(driver.pid, signal.SIGTERM)
+        driver.wait(timeout=120)
+        proxy.cut()
+    text = log_path.read_text(errors="replace")
+    assert "restarted from its checkpoint" in text, text[-3000:]
+    assert "StackOverflowError" not in text
