@@ -17,6 +17,7 @@ from cdc.connect import ConnectorStatus
 from cdc.limits import CONNECTOR_CLIENT_CONFIG_OVERRIDE_POLICY, PRODUCER_MAX_REQUEST_SIZE
 from outbox.wire import record_size, row_headers
 
+_RECORD_TOO_LARGE = re.compile(r"RecordTooLargeException")
 _TOO_LARGE = re.compile(r"The message is (\d+) bytes when serialized which is larger than (\d+)")
 
 
@@ -125,7 +126,8 @@ def suggested_max_bytes(record: int) -> int:
 
 def is_record_too_large(status: ConnectorStatus) -> bool:
     """True when a FAILED task's trace is a RecordTooLargeException."""
-    return any("RecordTooLargeException" in (t or "") for _, s, t in status.tasks if s == "FAILED")
+    failed = (trace or "" for _, state, trace in status.tasks if state == "FAILED")
+    return any(_RECORD_TOO_LARGE.search(trace) for trace in failed)
 
 
 def _restart(site: Site) -> str:
@@ -203,7 +205,7 @@ WayOut = Callable[[Failure, Site, Sequence[OversizedEvent]], list[str]]
 # Known causes, by a pattern searched in the trace: the reason, and the way out.
 KNOWN_CAUSES: tuple[tuple[re.Pattern[str], str, WayOut], ...] = (
     (
-        re.compile(r"RecordTooLargeException"),
+        _RECORD_TOO_LARGE,
         "an outbox event's Kafka record is larger than the producer's max.request.size or the "
         "topic's max.message.bytes",
         _too_large,

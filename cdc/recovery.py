@@ -76,10 +76,12 @@ def diagnose_connector(
     *,
     database_url: str | None = None,
     bootstrap_servers: str | None = None,
+    status: ConnectorStatus | None = None,
 ) -> Diagnosis | None:
     """The connector's failure and way out, or None when it is not FAILED. With the URL of its
-    Postgres server (any database), a too-large record is looked up in the slot."""
-    status = client.status(name)
+    Postgres server (any database), a too-large record is looked up in the slot. ``status``:
+    the connector's status when the caller has just read it (else it is read here)."""
+    status = status or client.status(name)
     if status is None or status.failure is None:
         return None
     config = client.get_config(name) or {}

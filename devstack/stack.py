@@ -311,6 +311,7 @@ class Stack:
                         name,
                         database_url=state.postgres.endpoint,
                         bootstrap_servers=state.broker.endpoint,
+                        status=st,
                     )
                     if st is not None and st.failure
                     else None

@@ -144,12 +144,11 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
             expect_slot=args.expect_slot,
         )
     if client is not None:  # the connector's status, when a Connect URL is known
+        current = client.status(name)
         diagnosis = recovery.diagnose_connector(
-            client, name, database_url=url, bootstrap_servers=bootstrap
+            client, name, database_url=url, bootstrap_servers=bootstrap, status=current
         )
-        checks.append(
-            connector_check(name, client.status(name), diagnosis, expect_running=args.expect_slot)
-        )
+        checks.append(connector_check(name, current, diagnosis, expect_running=args.expect_slot))
     for check in checks:
         print(f"[{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
     return 0 if all(c.ok for c in checks) else 1
