@@ -17,9 +17,10 @@ from cdc.config import ConnectorSettings, build_connector_config
 from cdc.connect import ConnectClient, ConnectError
 from cdc.preflight import drop_slot, slot_lag
 from cdc.recovery import diagnose_connector
-from devstack import artifacts, broker, connect, postgres
+from devstack import artifacts, broker, connect, postgres, transactions
 from devstack.processes import StackError, alive, free_port, port_open, stop
 from devstack.settings import StackSettings
+from devstack.transactions import TransactionTool
 from migrations import runner
 
 EMBEDDED, EXTERNAL = "embedded", "external"
@@ -130,6 +131,11 @@ class Stack:
         state.connect = self._connect(found, previous, state.broker.endpoint, restarted)
         state.save(self.state_file)
         self.echo(f"connect    {state.connect.mode:8} {state.connect.endpoint}")
+        if restarted and previous is not None and found is not None:
+            # A broker stopped mid-transaction can leave one hanging; Connect cannot start
+            # behind it (devstack.transactions).
+            tool = TransactionTool(found.java, found.broker_libs, state.broker.endpoint)
+            transactions.heal(tool, echo=self.echo)
         self._register(state)
         state.save(self.state_file)
         return state

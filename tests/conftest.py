@@ -9,6 +9,7 @@ whatever ``-m`` selects: ``-m "not integration"`` is the unit tests only."""
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import uuid
@@ -95,7 +96,8 @@ def temporary_stack(prefix: str, label: str, **settings: Any) -> Iterator[Stack]
         yield stack
     finally:
         stack.down()
-        shutil.rmtree(base, ignore_errors=True)
+        if not os.environ.get("OUTBOXKIT_KEEP_TEST_STACK"):
+            shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
