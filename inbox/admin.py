@@ -52,7 +52,9 @@ def redrive(inbox: Inbox, topic: str, partition: int, key: str | None = None) ->
             if outcome.ok:
                 recorder.unpark(session, row.id)
                 if row.event_id:
-                    recorder.remember(session, topic, partition, [(row.event_id, row.offset)])
+                    applied_now = [(row.event_id, row.offset)]
+                    recorder.remember(session, topic, partition, applied_now)
+                    recorder.append_ledger(session, topic, partition, applied_now)
                     seen.add(row.event_id)
                 published.extend(outcome.published)
                 applied += 1

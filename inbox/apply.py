@@ -146,11 +146,13 @@ class Inbox:
     outbox: Outbox = field(default_factory=Outbox)
     # Told what the handlers published once the partition's transaction committed.
     on_published: PublishedObserver | None = None
+    # Append every applied event to the ledger (`outboxkit audit`); grows with the message count.
+    ledger: bool = False
 
     @property
     def recorder(self) -> Recorder:
         """This consumer's inbox rows."""
-        return Recorder(self.consumer, self.window)
+        return Recorder(self.consumer, self.window, self.ledger)
 
     @cached_property
     def batch(self) -> BatchHandler:
@@ -223,6 +225,7 @@ class Inbox:
                 done = self._apply_each(session, view, decoded)
             recorder.park(session, done.parked)
             recorder.remember(session, topic, partition, done.applied)
+            recorder.append_ledger(session, topic, partition, done.applied)
             recorder.advance(session, topic, partition, done.result.watermark)
         result = done.result
         if replays:

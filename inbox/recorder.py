@@ -37,6 +37,7 @@ from inbox.tables import (
     HEADER_VALUE_CHARS,
     HEADERS_SHOWN,
     KEY_CHARS,
+    ledger,
     parked,
     recent_ids,
     watermarks,
@@ -50,10 +51,12 @@ EVENT_ID = UUID(as_uuid=False)  # an event id as the window holds it, read and b
 @dataclass(frozen=True)
 class Recorder:
     """One consumer's inbox rows. ``window``: offsets per partition over which applied event ids
-    are kept against re-sends (0: none, the watermark alone)."""
+    are kept against re-sends (0: none, the watermark alone). ``ledger``: every applied event
+    is also appended to the ledger (`inbox.tables.ledger`)."""
 
     consumer: str
     window: int = 0
+    ledger: bool = False
 
     def match(self, table: Table, topic: str, partition: int) -> tuple[ColumnElement[bool], ...]:
         """Filter of ``table`` to this consumer's rows of one topic partition."""
@@ -158,6 +161,27 @@ class Recorder:
                 event_ids=event_ids,
                 offsets=[offset for _, offset in pairs],
             )
+        )
+
+    def append_ledger(
+        self, session: Session, topic: str, partition: int, applied: Sequence[tuple[str, int]]
+    ) -> None:
+        """Append a slice's applied (event id, offset) pairs to the ledger, in the transaction
+        that applied them (nothing when the ledger is off)."""
+        if not self.ledger or not applied:
+            return
+        session.execute(
+            insert(ledger),
+            [
+                {
+                    "consumer": self.consumer,
+                    "topic": topic,
+                    "partition": partition,
+                    "offset": offset,
+                    "event_id": event_id,
+                }
+                for event_id, offset in applied
+            ],
         )
 
     # -- parked records ------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
+    Identity,
     Index,
     Integer,
     LargeBinary,
@@ -131,6 +132,25 @@ skipped = Table(
     Column("skipped_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("skipped_by", String(255), nullable=False),
     Column("reason", Text, nullable=False),
+)
+
+# The ledger (opt-in: `Inbox.ledger`, a job's `ledger`): one row per event applied, written in
+# the transaction that applied it, never updated or deleted by the inbox. It grows with the
+# message count, which is why it is off by default; `outboxkit audit` compares it with the
+# topics to find events lost (published, passed by the watermark, never applied nor parked) or
+# applied twice (two rows of one event id). Nothing here refuses a second row of an id on
+# purpose: a duplicate effect must show, not fail the transaction that made it.
+ledger = Table(
+    "inbox_ledger",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("consumer", String(255), nullable=False),
+    Column("topic", String(255), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    Column("event_id", UUID(as_uuid=False), nullable=False),
+    Column("applied_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("ix_inbox_ledger_consumer_event", "consumer", "event_id"),
 )
 
 # The idempotent receiver of HTTP requests: one row per (route, Idempotency-Key), holding the

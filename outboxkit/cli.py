@@ -191,6 +191,67 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace, settings: Settings) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from sqlalchemy import create_engine
+
+    from spark_consumers.audit import CATEGORIES, audit
+    from spark_consumers.job import load_job
+
+    results = []
+    for spec in args.jobs:
+        job = load_job(spec)
+        engine = create_engine(job.database_url)
+        try:
+            with engine.connect() as conn:
+                results.append(audit(job, conn))
+        finally:
+            engine.dispose()
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        console = Console()
+        for result in results:
+            verdict = (
+                "OK: nothing lost, nothing applied twice"
+                if result.ok
+                else "LOST OR DUPLICATE EVENTS"
+                if result.exact
+                else "no ledger: lost and duplicate cannot be counted (Job.ledger)"
+            )
+            table = Table(title=f"audit {result.consumer}: {verdict}")
+            for column in ("topic", "partition", "watermark", "end", "events", *CATEGORIES):
+                table.add_column(column, justify="left" if column == "topic" else "right")
+            for p in result.partitions:
+                table.add_row(
+                    p.topic,
+                    str(p.partition),
+                    str(p.watermark),
+                    str(p.end),
+                    str(p.events),
+                    *(str(p.counts[c]) for c in CATEGORIES),
+                )
+            table.add_row(
+                "total",
+                "",
+                "",
+                "",
+                str(sum(p.events for p in result.partitions)),
+                *(str(result.total(c)) for c in CATEGORIES),
+            )
+            console.print(table)
+            for p in result.partitions:
+                for category, examples in p.examples.items():
+                    if examples:
+                        print(f"  {category} on {p.topic}[{p.partition}]: {', '.join(examples)}")
+            if result.ledger_only:
+                print(f"  {result.ledger_only} applied event ids are no longer on the topics")
+    if any(r.exact and not r.ok for r in results):
+        return 1
+    return 0 if all(r.exact for r in results) else 2
+
+
 def _inbox(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -385,6 +446,14 @@ def build_parser() -> argparse.ArgumentParser:
     from outboxkit.bench.cli import add_parser as add_bench
 
     add_bench(sub)
+
+    audit = sub.add_parser(
+        "audit",
+        help="every event on consumer jobs' topics: applied, duplicate, parked, pending, lost",
+    )
+    audit.add_argument("jobs", nargs="+", metavar="JOB", help="module:attr of a Job")
+    audit.add_argument("--json", action="store_true")
+    audit.set_defaults(run=_audit)
 
     demo = sub.add_parser("demo", help="the main job: the order saga on the local stack")
     demo.add_argument("--orders", type=int, default=300, help="how many orders to place")

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -45,6 +47,8 @@ class Saga:
     workdir: Path
     echo: Callable[[str], None] = print
     database_prefix: str = ""
+    # The consumers append every applied event to their inbox ledger, for `audit`.
+    ledger: bool = True
     urls: dict[str, str] = field(default_factory=dict)
     database_urls: dict[str, str] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
@@ -88,6 +92,7 @@ class Saga:
             env[f"{upper}_KAFKA_BOOTSTRAP_SERVERS"] = self.stack.bootstrap_servers()
             env[f"{upper}_TOPIC_PREFIX"] = settings.topic_prefix
             env[f"{upper}_EXACTLY_ONCE_SOURCE"] = str(settings.connect_exactly_once).lower()
+            env[f"{upper}_LEDGER"] = str(self.ledger).lower()
         return env
 
     def start_services(self) -> None:
@@ -202,6 +207,22 @@ class Saga:
     def report(self, placed: list[Placed], *, warm: list[Placed] | None = None) -> Report:
         """`invariants.check` across this saga's three databases."""
         return invariants.check(self.engines, placed, warm=warm)
+
+    def audit(self) -> list[dict[str, Any]]:
+        """`outboxkit audit` of the three consumer jobs (as JSON): every event on their topics
+        applied once, parked, or pending; none lost, none applied twice."""
+        done = subprocess.run(
+            [sys.executable, "-m", "outboxkit.cli", "audit", *JOBS, "--json"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, **self.env()},
+            cwd=ROOT,
+            timeout=300,
+        )
+        if done.returncode not in (0, 1):  # 1: the audit found something; the JSON says what
+            raise RuntimeError(f"outboxkit audit failed ({done.returncode}): {done.stderr}")
+        result: list[dict[str, Any]] = json.loads(done.stdout)
+        return result
 
     # -- inspection ------------------------------------------------------------------------
     def timeline(self, order_id: str) -> dict[str, Any]:

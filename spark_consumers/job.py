@@ -41,6 +41,9 @@ class Job:
     # Seconds a micro-batch's inbox transactions are retried while the database is unreachable
     # (then the query fails and the runner restarts it from its checkpoint).
     batch_retry_seconds: float = BATCH_RETRY.budget
+    # Append every applied event to the inbox ledger, for `outboxkit audit` (off by default: it
+    # grows with the message count).
+    ledger: bool = False
 
     def dedup_window(self) -> int:
         """The event-id window this job's inbox keeps (0: watermark only)."""
@@ -58,6 +61,7 @@ class Job:
             max_attempts=self.max_attempts,
             outbox=self.outbox,
             on_published=on_published,
+            ledger=self.ledger,
         )
 
 

@@ -40,6 +40,12 @@ class ConsumerSettings(BaseSettings):
         "query fails (the runner then restarts the query from its checkpoint)",
     )
 
+    ledger: bool = Field(
+        default=False,
+        description="append every applied event to the inbox ledger, for `outboxkit audit` "
+        "(off by default: the ledger grows with the message count)",
+    )
+
     def topics(self, *aggregate_types: str) -> tuple[str, ...]:
         """The topics carrying the events of ``aggregate_types``."""
         return tuple(topic_for(t, topic_prefix=self.topic_prefix) for t in aggregate_types)
@@ -52,4 +58,5 @@ class ConsumerSettings(BaseSettings):
             "max_offsets_per_trigger": self.max_offsets_per_trigger,
             "max_attempts": self.max_handler_attempts,
             "batch_retry_seconds": self.batch_retry_seconds,
+            "ledger": self.ledger,
         }

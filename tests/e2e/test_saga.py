@@ -36,6 +36,13 @@ def assert_consistent(saga: Saga, placed, warm=None) -> None:
     assert {k: v for k, v in report.duplicates.items() if v} == {}
     assert report.retried_same_order == report.retried_total > 0
     assert report.ok
+    # Every event on the consumers' topics accounted for by `outboxkit audit` (the ledger).
+    audits = saga.audit()
+    print("audit " + "; ".join(f"{a['consumer']} {a['totals']}" for a in audits))
+    assert [a["consumer"] for a in audits if a["exact"]] == ["payments", "shipping", "orders"]
+    lost_or_twice = {a["consumer"]: (a["totals"]["lost"], a["totals"]["duplicate"]) for a in audits}
+    assert lost_or_twice == dict.fromkeys(lost_or_twice, (0, 0))
+    assert all(a["totals"]["applied"] > 0 for a in audits)
 
 
 def wait_all_final(saga: Saga, placed, timeout: float = 600) -> None:
