@@ -100,6 +100,22 @@ class ConnectClient:
             return False
         return status == 200
 
+    def ready(self) -> bool:
+        """True when the worker has finished starting (KIP-1017's /health answers 200).
+
+        The REST root answers as soon as the HTTP server is up, before the worker has read its
+        internal topics and joined the group: a request that needs the herder then waits in its
+        queue (after a kill -9 under exactly-once source, until the dead worker's open
+        transaction on the offsets topic times out, about a minute) and a client times out.
+        """
+        try:
+            status, _ = self._request("GET", "/health")
+        except ConnectError:
+            return False
+        if status == 404:  # before its resources are registered, or a worker before Kafka 3.9
+            return self.alive()
+        return status == 200
+
     def version(self) -> str:
         """The Kafka Connect version the worker reports."""
         return str(self._expect("GET", "/", ok=(200,)).get("version", "unknown"))

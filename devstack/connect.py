@@ -83,5 +83,6 @@ def start_worker(
     ]
     pid = start("connect", argv, log=log, cwd=workdir)
     client = ConnectClient(f"http://127.0.0.1:{rest_port}", timeout=5)
-    wait_until("kafka connect", client.alive, timeout=120, pid=pid, log=log, poll=0.5)
+    # Started means the herder is ready (/health), not only the REST server (see ready()).
+    wait_until("kafka connect", client.ready, timeout=240, pid=pid, log=log, poll=0.5)
     return pid

@@ -18,7 +18,7 @@ from cdc.connect import ConnectClient, ConnectError
 from cdc.preflight import drop_slot, slot_lag
 from cdc.recovery import diagnose_connector
 from devstack import artifacts, broker, connect, postgres, transactions
-from devstack.processes import StackError, alive, free_port, port_open, stop
+from devstack.processes import StackError, alive, free_port, port_open, stop, wait_until
 from devstack.settings import StackSettings
 from devstack.transactions import TransactionTool
 from migrations import runner
@@ -233,6 +233,7 @@ class Stack:
         cs = cs or self.connector_settings(state.postgres.endpoint)
         config = build_connector_config(cs)
         client = ConnectClient(state.connect.endpoint)
+        wait_until("kafka connect", client.ready, timeout=240, pid=state.connect.pid)
         if client.get_config(cs.name) != config:
             client.put_config(cs.name, config)
         publication = cs.publication_name
@@ -249,6 +250,11 @@ class Stack:
         status = client.wait_running(cs.name, timeout=180)
         self.echo(f"connector  {status.name} {status.state}")
 
+    def service_database_url(self, name: str) -> str:
+        """The URL of service ``name``'s database on the stack's Postgres (see add_service)."""
+        url = make_url(self.state.postgres.endpoint).set(database=name)
+        return url.render_as_string(hide_password=False)
+
     def add_service(self, name: str) -> str:
         """A service's own database on the stack's Postgres, with the framework migrations and
         its own outbox connector (slot, publication and server name derived from ``name``).
@@ -256,7 +262,7 @@ class Stack:
         if not name.isidentifier() or not name.islower():
             raise StackError(f"service name {name!r}: use lower-case letters, digits, underscores")
         state = self.state
-        url = make_url(state.postgres.endpoint).set(database=name)
+        url = make_url(self.service_database_url(name))
         admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
         try:
             with admin.connect() as conn:
