@@ -63,7 +63,10 @@ def run_demo(
             for name, url in saga.urls.items():
                 console.print(f"  {name:9} {url}/docs")
             console.print(f"  stack: {json.dumps(stack.status(), default=str)[:300]}...")
-            console.print("stop with: .venv/bin/outboxkit stack down (services: by PID above)")
+            console.print(
+                "see them with: .venv/bin/outboxkit saga status (restart one: saga restart NAME); "
+                "stop everything with: .venv/bin/outboxkit stack down"
+            )
         elif not report.ok:
             console.print(saga.logs_tail(), markup=False)
         return 0 if report.ok else 1

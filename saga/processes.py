@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
-from devstack.processes import alive, free_port, start, stop, tail, wait_until
+from devstack.processes import alive, free_port, port_open, start, stop, tail, wait_until
 from devstack.stack import Stack
 from outbox.record import topic_for
 from saga import invariants, load, rules, shipping
@@ -34,6 +34,7 @@ from saga.load import Placed
 ROOT = Path(__file__).resolve().parents[1]
 SKUS = {"widget": 10_000, "gadget": 10_000, "gizmo": 25}  # gizmo runs out: stock-outs
 PARTITIONS = 4
+PROCESSES = (*SERVICES, "consumers")  # what `outboxkit saga` starts, stops and reports
 
 
 @dataclass
@@ -52,16 +53,70 @@ class Saga:
     urls: dict[str, str] = field(default_factory=dict)
     database_urls: dict[str, str] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
+    # Each service's port, kept across restarts: clients holding its URL keep working.
+    ports: dict[str, int] = field(default_factory=dict)
     engines: dict[str, Engine] = field(default_factory=dict)
+
+    # -- the record of what runs (`outboxkit saga status`, `stack status`) ---------------------
+    @property
+    def state_file(self) -> Path:
+        return self.workdir / "processes.json"
+
+    def _save(self) -> None:
+        """Record each process (PID, port, log) where `attach` and the CLI find it."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        record = {
+            "database_prefix": self.database_prefix,
+            "ledger": self.ledger,
+            "processes": {
+                name: {"pid": self.pids.get(name), "port": self.ports.get(name)}
+                for name in PROCESSES
+                if name in self.pids or name in self.ports
+            },
+        }
+        scratch = self.state_file.with_suffix(".tmp")
+        scratch.write_text(json.dumps(record, indent=2))
+        scratch.replace(self.state_file)
+
+    @classmethod
+    def attach(cls, stack: Stack, workdir: Path, echo: Callable[[str], None] = print) -> Saga:
+        """The saga recorded in ``workdir`` (by `outboxkit saga up` or `demo --keep-running`),
+        with its databases, ports and the PIDs of the processes still running."""
+        state = workdir / "processes.json"
+        if not state.exists():
+            raise LookupError(f"no saga recorded in {workdir} (start one: outboxkit saga up)")
+        record = json.loads(state.read_text())
+        saga = cls(
+            stack,
+            workdir,
+            echo,
+            database_prefix=record["database_prefix"],
+            ledger=record["ledger"],
+        )
+        for name, proc in record["processes"].items():
+            if proc.get("port"):
+                saga.ports[name] = proc["port"]
+                saga.urls[name] = f"http://127.0.0.1:{proc['port']}"
+            if alive(proc.get("pid")):
+                saga.pids[name] = proc["pid"]
+        for service in SERVICES:
+            saga._connect_database(service, stack.service_database_url(saga._database(service)))
+        return saga
+
+    def _database(self, service: str) -> str:
+        return f"{self.database_prefix}{service}"
+
+    def _connect_database(self, service: str, url: str) -> None:
+        self.database_urls[service] = url
+        self.engines[service] = create_engine(url, pool_size=4, pool_pre_ping=True)
 
     # -- set-up ----------------------------------------------------------------------------
     def prepare(self, stock: dict[str, int] | None = None) -> None:
         """Each service's database, migrations and connector; topics; stock levels."""
         for service in SERVICES:
-            url = self.stack.add_service(f"{self.database_prefix}{service}")
+            url = self.stack.add_service(self._database(service))
             migrations_of(service).upgrade(url)
-            self.database_urls[service] = url
-            self.engines[service] = create_engine(url, pool_size=4, pool_pre_ping=True)
+            self._connect_database(service, url)
         admin = AdminClient({"bootstrap.servers": self.stack.bootstrap_servers()})
         prefix = self.stack.settings.topic_prefix
         wanted = [
@@ -95,20 +150,12 @@ class Saga:
             env[f"{upper}_LEDGER"] = str(self.ledger).lower()
         return env
 
-    def start_services(self) -> None:
-        for service in SERVICES:
-            port = free_port()
-            log = self.workdir / f"{service}.log"
-            pid = start(
-                service,
-                [sys.executable, "-m", "saga.serve", service, "--port", str(port)],
-                log=log,
-                env=self.env(),
-                cwd=ROOT,
-            )
-            self.pids[service] = pid
-            self.urls[service] = f"http://127.0.0.1:{port}"
-        for service in SERVICES:
+    def start_services(self, names: Sequence[str] = SERVICES) -> None:
+        """Start the services (each on its recorded port, else a free one) and wait until each
+        answers /ready."""
+        for service in names:
+            self._start_service(service)
+        for service in names:
             wait_until(
                 f"{service} service",
                 functools.partial(self._ready, service),
@@ -118,14 +165,44 @@ class Saga:
             )
             self.echo(f"{service:9} {self.urls[service]} ready (pid {self.pids[service]})")
 
+    def _start_service(self, service: str) -> None:
+        if alive(self.pids.get(service)):
+            raise RuntimeError(f"{service} is running (pid {self.pids[service]})")
+        port = self.ports.get(service) or free_port()
+        deadline = time.monotonic() + 30
+        while port_open(port) and time.monotonic() < deadline:  # its last process lets go
+            time.sleep(0.2)
+        pid = start(
+            service,
+            [sys.executable, "-m", "saga.serve", service, "--port", str(port)],
+            log=self.workdir / f"{service}.log",
+            env=self.env(),
+            cwd=ROOT,
+        )
+        self.pids[service], self.ports[service] = pid, port
+        self.urls[service] = f"http://127.0.0.1:{port}"
+        self._save()
+
     def _ready(self, service: str) -> bool:
+        return self.health(service) == "ready"
+
+    def health(self, name: str) -> str:
+        """``ready``, ``not ready`` (/ready answers 503: e.g. its database is down),
+        ``unreachable``, ``stopped``; the consumer driver: ``running`` or ``stopped``."""
+        if not alive(self.pids.get(name)):
+            return "stopped"
+        if name == "consumers":
+            return "running"
         try:
-            return httpx.get(f"{self.urls[service]}/ready", timeout=2).status_code == 200
+            code = httpx.get(f"{self.urls[name]}/ready", timeout=2).status_code
         except httpx.HTTPError:
-            return False
+            return "unreachable"
+        return "ready" if code == 200 else "not ready"
 
     def start_consumers(self, trigger: float = 0.5) -> int:
         """The three Spark jobs in one driver process (its own process group)."""
+        if alive(self.pids.get("consumers")):
+            raise RuntimeError(f"the consumers are running (pid {self.pids['consumers']})")
         log = self.workdir / "consumers.log"
         pid = start(
             "consumers",
@@ -145,27 +222,70 @@ class Saga:
             cwd=ROOT,
         )
         self.pids["consumers"] = pid
+        self._save()
         self.echo(f"consumers saga_payments, saga_shipping, saga_orders (pid {pid})")
         return pid
 
-    def kill_consumers(self) -> None:
-        """kill -9 of the driver and everything it started (JVM, Python workers)."""
-        pid = self.pids.pop("consumers")
-        os.killpg(pid, signal.SIGKILL)
+    def start(self, names: Sequence[str] = PROCESSES) -> None:
+        """Start the named processes that are not running (services on their ports)."""
+        services = [n for n in names if n in SERVICES and not alive(self.pids.get(n))]
+        if services:
+            self.start_services(services)
+        if "consumers" in names and not alive(self.pids.get("consumers")):
+            self.start_consumers()
+
+    def kill(self, name: str) -> None:
+        """kill -9 of one process (the consumer driver with everything it started)."""
+        pid = self.pids.pop(name)
+        if name == "consumers":
+            os.killpg(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
+        self._save()
 
-    def stop(self) -> None:
-        for name, pid in list(self.pids.items()):
+    def restart(self, names: Sequence[str]) -> None:
+        """Stop, then start the named processes; a service comes back on its port."""
+        self.stop(names, dispose=False)
+        self.start(names)
+
+    def status(self) -> list[dict[str, Any]]:
+        """Each process: PID, whether it runs, port and URL, log, health."""
+        return [
+            {
+                "name": name,
+                "pid": self.pids.get(name),
+                "running": alive(self.pids.get(name)),
+                "port": self.ports.get(name),
+                "url": self.urls.get(name),
+                "log": str(self.workdir / f"{name}.log"),
+                "health": self.health(name),
+            }
+            for name in PROCESSES
+        ]
+
+    def kill_consumers(self) -> None:
+        """kill -9 of the driver and everything it started (JVM, Python workers)."""
+        self.kill("consumers")
+
+    def stop(self, names: Sequence[str] = PROCESSES, *, dispose: bool = True) -> None:
+        """Stop the named processes by PID (SIGTERM, then SIGKILL); ``dispose``: also close
+        the database engines (the saga is done with)."""
+        for name in names:
+            pid = self.pids.pop(name, None)
+            if pid is None:
+                continue
             if stop(pid, timeout=30):
                 self.echo(f"{name:9} stopped (pid {pid})")
             if name == "consumers":
                 with contextlib.suppress(ProcessLookupError):  # the JVM is in its group
                     os.killpg(pid, signal.SIGKILL)
-        self.pids.clear()
-        for engine in self.engines.values():
-            engine.dispose()
+        self._save()
+        if dispose:
+            for engine in self.engines.values():
+                engine.dispose()
 
     # -- load and checks (saga.load, saga.invariants) ---------------------------------------
     def place_orders(
@@ -232,6 +352,4 @@ class Saga:
         return view
 
     def logs_tail(self) -> str:
-        return "\n".join(
-            f"--- {name}\n{tail(self.workdir / f'{name}.log')}" for name in (*SERVICES, "consumers")
-        )
+        return "\n".join(f"--- {name}\n{tail(self.workdir / f'{name}.log')}" for name in PROCESSES)

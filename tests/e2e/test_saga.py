@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import random
@@ -16,11 +18,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from sqlalchemy import select
 
 from cdc.config import topic_for
-from devstack.processes import alive, stop
+from devstack.processes import alive
 from devstack.stack import Stack
 from inbox.tables import parked, watermarks
 from outboxkit.bench.report import percentile
-from saga import rules
+from saga import chaos, rules
 from saga.common import SERVICES
 from saga.processes import Saga
 
@@ -214,46 +216,7 @@ def test_poison_records_on_the_saga_topics_are_parked_and_every_order_completes(
     assert found == expected
 
 
-def crash_postgres(stack: Stack) -> None:
-    """Immediate shutdown of the stack's Postgres (no checkpoint: crash recovery on start), and
-    after a few seconds the database starts again on its port and data."""
-    pid = stack.state.postgres.pid
-    assert pid is not None
-    os.kill(pid, signal.SIGQUIT)
-    wait_gone(pid)
-    time.sleep(6)
-    stack.up()  # starts only what is not running: the database
-
-
-def restart_broker(stack: Stack) -> None:
-    """The Kafka broker stopped (SIGTERM, a rolling restart's step) and started again on its
-    port and log after a few seconds."""
-    pid = stack.state.broker.pid
-    assert pid is not None
-    stop(pid)
-    time.sleep(4)
-    stack.up()  # starts only what is not running: the broker
-
-
-def restart_connect_tasks(stack: Stack) -> None:
-    """Every connector and its tasks restarted through Connect's REST API, as an operator or a
-    rebalance does."""
-    client = stack.connect_client()
-    for name in stack.state.connectors:
-        client.restart(name, include_tasks=True)
-
-
-FAULTS = {
-    "postgres-crash": crash_postgres,
-    "broker-restart": restart_broker,
-    "connect-task-restart": restart_connect_tasks,
-}
-
-
-def wait_gone(pid: int) -> None:
-    deadline = time.monotonic() + 30
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+FAULTS = chaos.ROUTINE  # postgres-crash, broker-restart, connect-task-restart
 
 
 @pytest.mark.parametrize("fault", list(FAULTS))
@@ -293,3 +256,61 @@ def test_a_routine_fault_mid_run_is_ridden_out_with_nobody_restarting_anything(s
     if fault == "postgres-crash":
         assert sum(p.unavailable for p in placed) > 0  # clients were told 503 and retried
         assert re.search(r"retr(y|ies)", during), during[-3000:]  # batches retried, no exit
+
+
+def test_a_short_fault_campaign_of_every_kind_keeps_every_invariant(saga, stack):
+    """`outboxkit chaos` in short: one round of each fault kind (kill -9 of the Spark driver,
+    of Connect and of each service, Postgres crashed, the broker restarted, Connect's tasks
+    restarted) while orders flow; then every order final, the invariants, the audit."""
+    campaign = chaos.run(
+        stack, saga, rounds=len(chaos.KINDS), orders=300, rate=4, seed=5, gap=(1, 3)
+    )
+    for r in campaign.rounds:
+        print(f"round {r.number} {r.fault}: recovered in {r.recovery:.1f}s")
+    print({k: v for k, v in campaign.as_dict().items() if k not in ("rounds", "audits")})
+    assert sorted(r.fault for r in campaign.rounds) == sorted(chaos.KINDS)
+    assert campaign.stuck == 0
+    assert (campaign.lost, campaign.duplicates) == (0, 0)
+    assert campaign.report_ok
+    assert all(a["totals"]["applied"] > 0 for a in campaign.audits)
+
+
+def test_the_saga_processes_are_recorded_and_one_restarts_on_its_port(saga, stack, monkeypatch):
+    """`outboxkit saga status|restart` and `stack status` work from what the saga recorded:
+    each process's PID, port, log and health; a restarted service keeps its port."""
+    from outboxkit.cli import main
+
+    def run_json(*argv: str) -> object:
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
+            code = main([*argv, "--json"])
+        return code, json.loads(output.getvalue())
+
+    monkeypatch.setenv("OUTBOXKIT_STACK_DIR", str(stack.dir))
+    code, processes = run_json("saga", "status")
+    assert code == 0
+    assert {p["name"]: (p["pid"], p["health"]) for p in processes} == {
+        **{s: (saga.pids[s], "ready") for s in SERVICES},
+        "consumers": (saga.pids["consumers"], "running"),
+    }
+    before = next(p for p in processes if p["name"] == "payments")
+    try:
+        code, processes = run_json("saga", "restart", "payments")
+    finally:
+        saga.pids.update(Saga.attach(stack, saga.workdir).pids)  # the fixture stops what runs
+    after = next(p for p in processes if p["name"] == "payments")
+    assert code == 0
+    assert after["pid"] != before["pid"] and not alive(before["pid"])
+    assert (after["port"], after["url"], after["health"]) == (
+        before["port"],
+        before["url"],
+        "ready",
+    )
+    code, report = run_json("stack", "status")
+    assert code == 0
+    recorded = {p["name"]: p for p in report["processes"]}
+    assert recorded["payments"]["pid"] == after["pid"]
+    assert all(os.path.exists(p["log"]) for p in recorded.values())
+    placed = saga.place_orders(20, seed=31, retry_share=0.5)  # it works on, new process
+    wait_all_final(saga, placed)
+    assert_consistent(saga, placed)
