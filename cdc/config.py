@@ -9,13 +9,14 @@ from typing import Final
 
 from outbox.envelope import MAX_AGGREGATE_TYPE_LENGTH
 from outbox.record import DEFAULT_TOPIC_PREFIX, topic_for
-from outbox.wire import HEADER_COLUMNS
+from outbox.wire import DEFAULT_MESSAGE_PREFIX, HEADER_COLUMNS
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"
 STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
 TOPIC_NAME_MATCHES = "org.apache.kafka.connect.transforms.predicates.TopicNameMatches"
+DECODE_MESSAGE = "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent"
 
 # Defaults of the connector settings (the stack's settings start from the same ones).
 DEFAULT_SERVER_NAME = "outboxkit"
@@ -62,6 +63,9 @@ class ConnectorSettings:
     # KIP-618 on a worker with exactly.once.source.support=enabled: records and source offsets
     # commit in one Kafka transaction per poll. Registration fails on a worker without it.
     exactly_once: bool = True
+    # Message mode: the connector also captures transactional logical decoding messages with
+    # this prefix and turns each into the record an outbox row gives (None: no messages).
+    message_prefix: str | None = DEFAULT_MESSAGE_PREFIX
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -94,9 +98,17 @@ def _check(settings: ConnectorSettings) -> None:
 
 
 def outbox_topic_pattern(settings: ConnectorSettings) -> str:
-    """Regex for the raw Debezium topics of the outbox tables (before routing)."""
-    names = "|".join(re.escape(f"{settings.server_name}.{t}") for t in settings.outbox_tables)
-    return f"^({names})$"
+    """Regex for the raw Debezium topics of the outbox tables and of the captured messages
+    (before routing)."""
+    raw = [f"{settings.server_name}.{t}" for t in settings.outbox_tables]
+    if settings.message_prefix is not None:
+        raw.append(message_topic(settings))
+    return "^(" + "|".join(re.escape(name) for name in raw) + ")$"
+
+
+def message_topic(settings: ConnectorSettings) -> str:
+    """The raw topic Debezium gives logical decoding messages (before routing)."""
+    return f"{settings.server_name}.message"
 
 
 def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
@@ -157,6 +169,7 @@ def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
                 "transforms.outbox.table.json.payload.null.behavior": "optional_bytes",
             }
         )
+    config.update(_message_capture(settings))
     if settings.exactly_once:
         config["exactly.once.support"] = "required"
         config["transaction.boundary"] = "poll"
@@ -170,10 +183,29 @@ def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
     return config
 
 
+def _message_capture(settings: ConnectorSettings) -> dict[str, str]:
+    """Message mode: capture the prefix's messages and decode each one's JSON content into the
+    row-shaped struct EventRouter routes (op 'c', ``after``). Nulls are kept, so a NULL
+    traceparent or headers field gives the same null header as an outbox row's NULL column."""
+    if settings.message_prefix is None:
+        return {"message.prefix.exclude.list": ".*"}
+    return {
+        "message.prefix.include.list": re.escape(settings.message_prefix),
+        "transforms": "decode,outbox",
+        "transforms.decode.type": DECODE_MESSAGE,
+        "transforms.decode.fields.null.include": "true",
+        "transforms.decode.predicate": "isMessage",
+        "predicates": "isOutboxTable,isMessage",
+        "predicates.isMessage.type": TOPIC_NAME_MATCHES,
+        "predicates.isMessage.pattern": "^" + re.escape(message_topic(settings)) + "$",
+    }
+
+
 __all__ = [
     "ConnectorConfigError",
     "ConnectorSettings",
     "build_connector_config",
+    "message_topic",
     "outbox_topic_pattern",
     "topic_for",
 ]

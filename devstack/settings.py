@@ -17,6 +17,7 @@ from cdc.config import (
     DEFAULT_SLOT_NAME,
 )
 from outbox.record import DEFAULT_TOPIC_PREFIX
+from outbox.wire import DEFAULT_MESSAGE_PREFIX
 
 
 def _default_cache_dir() -> Path:
@@ -56,6 +57,11 @@ class StackSettings(BaseSettings):
         default=DEFAULT_POLL_INTERVAL_MS, ge=1, description="Debezium's poll.interval.ms"
     )
     payload_encoding: Literal["text", "expand"] = DEFAULT_PAYLOAD_ENCODING
+
+    # How the saga's services (and their consumers) write events; the connectors capture
+    # logical decoding messages with message_prefix whatever the mode (None: none).
+    outbox_mode: Literal["delete", "retain", "message"] = "delete"
+    message_prefix: str | None = DEFAULT_MESSAGE_PREFIX
 
     # KIP-618: the embedded Connect worker commits Debezium's records and source offsets in one
     # Kafka transaction. Describes an external Connect cluster when connect_url is set.

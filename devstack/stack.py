@@ -227,6 +227,7 @@ class Stack:
             topic_prefix=self.settings.topic_prefix,
             payload_encoding=self.settings.payload_encoding,
             exactly_once=self.settings.connect_exactly_once,
+            message_prefix=self.settings.message_prefix,
         )
 
     def _register(self, state: StackState, cs: ConnectorSettings | None = None) -> None:

@@ -9,19 +9,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Text, cast, delete, insert, literal
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from outbox.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_MAX_RECORD_BYTES,
     Envelope,
-    extra_headers,
     make_envelope,
 )
 from outbox.errors import InvalidEvent
-from outbox.table import outbox_table
+from outbox.statements import Row, emit_messages, write_rows
+from outbox.wire import DEFAULT_MESSAGE_PREFIX
+
+MODES = ("delete", "retain", "message")
 
 
 @dataclass(frozen=True)
@@ -39,21 +39,25 @@ class NewEvent:
 
 @dataclass(frozen=True)
 class Outbox:
-    """How events are written: ``delete`` mode (default) or ``retain`` mode, and the size limits
-    (of the payload and of the whole Kafka record, both as the connector writes them).
+    """How events are written: ``delete`` mode (default), ``retain`` or ``message`` mode, and the
+    size limits (of the payload and of the whole Kafka record, both as the connector writes them).
 
     ``delete`` inserts the row and deletes it in the same transaction: the WAL still carries the
     insert, Debezium emits the event, and the table never grows, so no cleanup job is needed.
     ``retain`` keeps rows for audit or replay; run ``outboxkit outbox cleanup`` to bound them.
+    ``message`` writes no row: each event is a transactional logical decoding message
+    (``pg_logical_emit_message``, prefix ``message_prefix``) that the connector turns into the
+    same Kafka record; no table, index, delete or vacuum.
     """
 
     mode: str = "delete"
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    message_prefix: str = DEFAULT_MESSAGE_PREFIX
 
     def __post_init__(self) -> None:
-        if self.mode not in ("delete", "retain"):
-            raise ValueError(f"outbox mode must be 'delete' or 'retain', not {self.mode!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"outbox mode must be one of {', '.join(MODES)}, not {self.mode!r}")
 
     def publish(
         self,
@@ -70,8 +74,9 @@ class Outbox:
         return self.publish_many(session, [event])[0]
 
     def publish_many(self, session: Session, events: Sequence[NewEvent]) -> list[Envelope]:
-        """Validate every event, then write them in one INSERT (and, in delete mode, one DELETE)
-        in ``session``'s transaction; nothing is written when one is invalid."""
+        """Validate every event, then write them in one INSERT (and, in delete mode, one DELETE
+        in the same round trip; in message mode, one statement of messages) in ``session``'s
+        transaction; nothing is written when one is invalid."""
         if not isinstance(session, Session):
             raise InvalidEvent(f"publish needs a SQLAlchemy Session, got {type(session).__name__}")
         rows, envelopes = [], []
@@ -86,31 +91,9 @@ class Outbox:
                 max_record_bytes=self.max_record_bytes,
             )
             envelopes.append(envelope)
-            rows.append(_row(envelope, payload_json))
-        for start in range(0, len(rows), ROWS_PER_STATEMENT):
-            chunk = rows[start : start + ROWS_PER_STATEMENT]
-            session.execute(_INSERT.values(chunk))
-            if self.mode == "delete":
-                ids = [row["id"] for row in chunk]
-                session.execute(delete(outbox_table).where(outbox_table.c.id.in_(ids)))
+            rows.append(Row.of(envelope, payload_json))
+        if self.mode == "message":
+            emit_messages(session, self.message_prefix, rows)
+        else:
+            write_rows(session, rows, delete=self.mode == "delete")
         return envelopes
-
-
-def _row(envelope: Envelope, payload_json: str) -> dict[str, Any]:
-    extra = extra_headers(envelope)
-    return {
-        "id": envelope.event_id,
-        "aggregatetype": envelope.aggregate_type,
-        "aggregateid": envelope.aggregate_id,
-        "type": envelope.event_type,
-        "payload": cast(literal(payload_json, Text), JSONB),  # encoded once, by validation
-        "traceparent": envelope.traceparent,
-        "headers": extra or None,
-        "schema_version": envelope.schema_version,
-        "created_at": envelope.created_at,
-    }
-
-
-_INSERT = insert(outbox_table)
-# Postgres takes at most 65,535 bind parameters per statement (9 per outbox row).
-ROWS_PER_STATEMENT = 1000

@@ -8,15 +8,23 @@ from pydantic import BaseModel, Field
 
 from outbox.envelope import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RECORD_BYTES
 from outbox.publish import Outbox
+from outbox.wire import DEFAULT_MESSAGE_PREFIX
 
 
 class OutboxSettings(BaseModel):
     """How a service writes its events."""
 
-    mode: Literal["delete", "retain"] = Field(
+    mode: Literal["delete", "retain", "message"] = Field(
         default="delete",
         description="delete: insert and delete in one transaction (no cleanup); "
-        "retain: keep rows (run `outboxkit outbox cleanup`)",
+        "retain: keep rows (run `outboxkit outbox cleanup`); "
+        "message: a transactional logical decoding message per event, no table",
+    )
+    message_prefix: str = Field(
+        default=DEFAULT_MESSAGE_PREFIX,
+        min_length=1,
+        description="prefix of the logical decoding messages (message mode); the connector "
+        "captures this prefix",
     )
     max_payload_bytes: int = Field(
         default=DEFAULT_MAX_PAYLOAD_BYTES,
@@ -36,4 +44,5 @@ class OutboxSettings(BaseModel):
             mode=self.mode,
             max_payload_bytes=self.max_payload_bytes,
             max_record_bytes=self.max_record_bytes,
+            message_prefix=self.message_prefix,
         )

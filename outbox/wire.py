@@ -26,6 +26,12 @@ HEADER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("schema_version", SCHEMA_VERSION),
 )
 
+# Message mode: the prefix of the transactional logical decoding messages that carry events
+# (pg_logical_emit_message); the connector captures only messages with this prefix. Each
+# message's content is a JSON object with the outbox columns as fields, the payload and the
+# headers as their jsonb text (strings), so the record is the one an outbox row gives.
+DEFAULT_MESSAGE_PREFIX = "outbox"
+
 # Kafka's framing of a record sent alone (upper bounds, as the producer estimates it): batch
 # header 61 + record framing 21 + length varints of key, value and header count 15 = 97.
 RECORD_OVERHEAD_BYTES = 128

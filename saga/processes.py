@@ -134,7 +134,8 @@ class Saga:
 
     def env(self) -> dict[str, str]:
         """The child processes' environment: per service, its database, Kafka, the stack's
-        topic prefix and whether its Connect worker is exactly-once (``ORDERS_*`` etc.)."""
+        topic prefix, whether its Connect worker is exactly-once and the outbox mode
+        (``ORDERS_*`` etc.)."""
         env = {
             "PYTHONPATH": os.pathsep.join(
                 p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p
@@ -148,6 +149,9 @@ class Saga:
             env[f"{upper}_TOPIC_PREFIX"] = settings.topic_prefix
             env[f"{upper}_EXACTLY_ONCE_SOURCE"] = str(settings.connect_exactly_once).lower()
             env[f"{upper}_LEDGER"] = str(self.ledger).lower()
+            env[f"{upper}_OUTBOX__MODE"] = settings.outbox_mode
+            if settings.message_prefix is not None:
+                env[f"{upper}_OUTBOX__MESSAGE_PREFIX"] = settings.message_prefix
         return env
 
     def start_services(self, names: Sequence[str] = SERVICES) -> None:

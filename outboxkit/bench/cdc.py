@@ -38,7 +38,7 @@ from sqlalchemy.orm import Session
 
 from cdc.config import topic_for
 from devstack.stack import Stack
-from outbox.publish import Outbox
+from outbox.publish import MODES, Outbox
 from outboxkit.bench.report import (
     Progress,
     bar_plot,
@@ -158,11 +158,17 @@ class Bench:
         return aggregate_type, topic
 
     def write(
-        self, aggregate_type: str, n: int, *, writers: int = 1, per_transaction: int = 1
+        self,
+        aggregate_type: str,
+        n: int,
+        *,
+        writers: int = 1,
+        per_transaction: int = 1,
+        mode: str = "delete",
     ) -> float:
         """Commit ``n`` outbox events; returns the time the last commit returned."""
         assert self.engine is not None
-        engine, outbox = self.engine, Outbox()
+        engine, outbox = self.engine, Outbox(mode)
 
         def work(w: int) -> None:
             ks = range(w * n // writers, (w + 1) * n // writers)  # every k in 0..n-1 once
@@ -182,11 +188,13 @@ class Bench:
         return time.perf_counter()
 
     # -- measurements -----------------------------------------------------------------------
-    def streaming(self, n: int, writers: int, advance: Callable[[int], None]) -> dict[str, float]:
+    def streaming(
+        self, n: int, writers: int, advance: Callable[[int], None], mode: str = "delete"
+    ) -> dict[str, float]:
         aggregate_type, topic = self.new_topic("stream")
         with Seen(self.bootstrap, topic) as seen:
             started = time.perf_counter()
-            committed = self.write(aggregate_type, n, writers=writers)
+            committed = self.write(aggregate_type, n, writers=writers, mode=mode)
             last = seen.wait(n, 300, advance)
         return {
             "commit_rate": n / (committed - started),
@@ -241,19 +249,21 @@ def cdc(
     stack: Stack, out: Path, *, events: int = 20_000, reps: int = 3, writers: int = 4
 ) -> tuple[dict[str, Any], str]:
     rates: dict[str, list[float]] = {
-        "commit (writers alone)": [],
-        "streaming, commit -> Kafka": [],
+        **{f"commit (writers alone), {mode} mode": [] for mode in MODES},
+        **{f"streaming, commit -> Kafka, {mode} mode": [] for mode in MODES},
         "backlog drain -> Kafka": [],
         "raw produce": [],
     }
-    lags: list[float] = []
-    with Bench(stack) as bench, Progress("cdc", events * 3 * reps) as progress:
+    lags: dict[str, list[float]] = {mode: [] for mode in MODES}
+    total = events * (2 + len(MODES)) * reps
+    with Bench(stack) as bench, Progress("cdc", total) as progress:
         for rep in range(reps):
-            progress.update(f"cdc streaming ({rep + 1}/{reps})")
-            s = bench.streaming(events, writers, progress.advance)
-            rates["commit (writers alone)"].append(s["commit_rate"])
-            rates["streaming, commit -> Kafka"].append(s["kafka_rate"])
-            lags.append(s["lag_after_last_commit"])
+            for mode in MODES:
+                progress.update(f"cdc streaming, {mode} mode ({rep + 1}/{reps})")
+                s = bench.streaming(events, writers, progress.advance, mode)
+                rates[f"commit (writers alone), {mode} mode"].append(s["commit_rate"])
+                rates[f"streaming, commit -> Kafka, {mode} mode"].append(s["kafka_rate"])
+                lags[mode].append(s["lag_after_last_commit"])
             progress.update(f"cdc backlog drain ({rep + 1}/{reps})")
             drain, sample = bench.drain(events, progress.advance)
             rates["backlog drain -> Kafka"].append(drain)
@@ -267,10 +277,11 @@ def cdc(
         f"{PARTITIONS} partitions), {reps} repetitions interleaved. Streaming: {writers} writers, "
         "one event per transaction, rate from the first commit to the last event seen in Kafka "
         "(the writers' own commit rate is the first row). Drain: the backlog committed while the "
-        "connector was paused, rate from resume to the last event in Kafka. Raw produce: "
-        "confluent-kafka to the same broker, acks=all. Ratio = median / raw produce. Median lag "
-        f"between the last commit and its event in Kafka while streaming: "
-        f"{statistics.median(lags):.2f} s.\n"
+        "connector was paused (delete mode), rate from resume to the last event in Kafka. Raw "
+        "produce: confluent-kafka to the same broker, acks=all. Ratio = median / raw produce. "
+        "Median lag between the last commit and its event in Kafka while streaming: "
+        + ", ".join(f"{mode} mode {statistics.median(v):.2f} s" for mode, v in lags.items())
+        + ".\n"
         + describe(found)
         + "\n"
         + markdown_table(["path", "min events/s", "median", "max", "ratio"], rows)

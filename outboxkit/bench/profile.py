@@ -87,11 +87,11 @@ def profile_writes(url: str, transactions: int = 2000) -> dict[str, float]:
     upgrade(url)
     engine = create_engine(url, pool_size=1)
     writes.metadata.create_all(engine)
-    outbox = Outbox("delete")
+    publish = writes.publisher(Outbox("delete"))
 
     def write() -> None:
         for n in range(transactions):
-            writes.transaction(engine, outbox, n)
+            writes.transaction(engine, publish, n)
 
     totals = _profiled(write)
     writes.reset(engine)

@@ -1,22 +1,29 @@
-"""Outbox write overhead: the same service transaction with and without the outbox row.
+"""Outbox write overhead: the same service transaction with and without the outbox.
 
 The transaction is what a service endpoint does: insert one business row (an order) and, with the
 outbox, publish one event about it in the same transaction (validated envelope, JSONB payload).
 Variants, measured interleaved at 1, 4 and 16 concurrent writers (threads, one connection each):
 
 - no outbox: the business row alone (the baseline);
-- outbox, delete mode (the default): the outbox row is inserted and deleted in the transaction;
-- outbox, retain mode: the outbox row stays (cleanup runs elsewhere).
+- delete mode, before: the write path as it was (SQLAlchemy-compiled INSERT, then DELETE);
+- outbox, delete mode (the default): the row inserted and deleted in one round trip;
+- outbox, retain mode: the outbox row stays (cleanup runs elsewhere);
+- outbox, message mode: no row, a transactional logical decoding message.
 
-Commits are durable (the server's defaults: fsync on, synchronous_commit on).
+Besides transactions/s, each measurement records the benchmark process's CPU time (the client:
+SQLAlchemy, psycopg, validation) and the WAL the server wrote; per event, each is the variant's
+figure per transaction less the baseline's. Commits are durable (fsync on, synchronous_commit
+on).
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +36,22 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    Text,
+    cast,
     create_engine,
+    delete,
     func,
     insert,
+    literal,
     text,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from outbox.envelope import make_envelope
+from outbox.jsonb import render, utf8_size
 from outbox.publish import Outbox
+from outbox.table import outbox_table
 from outboxkit.bench.report import (
     Progress,
     bar_plot,
@@ -60,36 +75,92 @@ orders = Table(
 )
 
 WRITERS = (1, 4, 16)
-VARIANTS = ("no outbox", "outbox, delete mode", "outbox, retain mode")
+BASELINE, BEFORE = "no outbox", "delete mode, before"
+VARIANTS = (
+    BASELINE,
+    BEFORE,
+    "outbox, delete mode",
+    "outbox, retain mode",
+    "outbox, message mode",
+)
 ITEMS = [{"sku": "widget", "qty": 2}, {"sku": "gadget", "qty": 1}]
 
 
-def transaction(engine: Engine, outbox: Outbox | None, n: int) -> None:
-    """One service transaction: the order row, and its event when ``outbox`` is given."""
+def transaction(engine: Engine, write: Callable[[Session, str, int], None] | None, n: int) -> None:
+    """One service transaction: the order row, and its event when ``write`` is given."""
     order_id = str(uuid.uuid4())
     with Session(engine) as session, session.begin():
         session.execute(
             insert(orders).values(id=order_id, customer=f"cust-{n % 97}", items=ITEMS, amount=n)
         )
-        if outbox is not None:
-            outbox.publish(
-                session,
-                aggregate_type="order",
-                aggregate_id=order_id,
-                event_type="OrderPlaced",
-                payload={"id": order_id, "customer": f"cust-{n % 97}", "items": ITEMS, "n": n},
-            )
+        if write is not None:
+            write(session, order_id, n)
+
+
+def payload(order_id: str, n: int) -> dict[str, Any]:
+    return {"id": order_id, "customer": f"cust-{n % 97}", "items": ITEMS, "n": n}
+
+
+def publisher(outbox: Outbox) -> Callable[[Session, str, int], None]:
+    def write(session: Session, order_id: str, n: int) -> None:
+        outbox.publish(
+            session,
+            aggregate_type="order",
+            aggregate_id=order_id,
+            event_type="OrderPlaced",
+            payload=payload(order_id, n),
+        )
+
+    return write
+
+
+def publish_before(session: Session, order_id: str, n: int) -> None:
+    """Delete mode's write path before the lean one: the same validation, then an INSERT with
+    its values compiled by SQLAlchemy and a DELETE, two round trips."""
+    envelope, payload_json = make_envelope(
+        aggregate_type="order",
+        aggregate_id=order_id,
+        event_type="OrderPlaced",
+        payload=payload(order_id, n),
+    )
+    row = {
+        "id": envelope.event_id,
+        "aggregatetype": envelope.aggregate_type,
+        "aggregateid": envelope.aggregate_id,
+        "type": envelope.event_type,
+        "payload": cast(literal(payload_json, Text), JSONB),
+        "traceparent": envelope.traceparent,
+        "headers": None,
+        "schema_version": envelope.schema_version,
+        "created_at": envelope.created_at,
+    }
+    session.execute(insert(outbox_table).values([row]))
+    session.execute(delete(outbox_table).where(outbox_table.c.id.in_([envelope.event_id])))
+
+
+WRITES: dict[str, Callable[[Session, str, int], None] | None] = {
+    BASELINE: None,
+    BEFORE: publish_before,
+    "outbox, delete mode": publisher(Outbox("delete")),
+    "outbox, retain mode": publisher(Outbox("retain")),
+    "outbox, message mode": publisher(Outbox("message")),
+}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measurement: transactions/s, client CPU and WAL bytes per transaction."""
+
+    rate: float
+    cpu_us: float
+    wal_bytes: float
 
 
 def measure(
     engine: Engine, variant: str, writers: int, transactions: int, advance: Callable[[int], None]
-) -> float:
-    """Transactions/s of ``writers`` threads sharing ``transactions`` transactions."""
-    outbox = {
-        "no outbox": None,
-        "outbox, delete mode": Outbox("delete"),
-        "outbox, retain mode": Outbox("retain"),
-    }[variant]
+) -> Measured:
+    """``writers`` threads sharing ``transactions`` transactions."""
+    write = WRITES[variant]
     per_writer = transactions // writers
     start = threading.Barrier(writers + 1)
     errors: list[BaseException] = []
@@ -98,7 +169,7 @@ def measure(
         start.wait()
         try:
             for i in range(per_writer):
-                transaction(engine, outbox, w * per_writer + i)
+                transaction(engine, write, w * per_writer + i)
                 if i % 50 == 49:
                     advance(50)
         except BaseException as exc:  # reported by the caller
@@ -107,14 +178,33 @@ def measure(
     threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
     for thread in threads:
         thread.start()
+    wal_before = wal_position(engine)
+    cpu_before = time.process_time()
     start.wait()
     began = time.perf_counter()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - began
+    cpu = time.process_time() - cpu_before
+    wal = wal_bytes_since(engine, wal_before)
     if errors:
         raise errors[0]
-    return per_writer * writers / elapsed
+    done = per_writer * writers
+    return Measured(done / elapsed, cpu / done * 1e6, wal / done)
+
+
+def wal_position(engine: Engine) -> str:
+    with engine.connect() as conn:
+        return str(conn.scalar(text("SELECT pg_current_wal_insert_lsn()")))
+
+
+def wal_bytes_since(engine: Engine, lsn: str) -> float:
+    with engine.connect() as conn:
+        diff = conn.scalar(
+            text("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), CAST(:lsn AS pg_lsn))"),
+            {"lsn": lsn},
+        )
+    return float(diff or 0)
 
 
 def reset(engine: Engine) -> None:
@@ -123,25 +213,53 @@ def reset(engine: Engine) -> None:
 
 
 def summarise(
-    rates: dict[str, list[float]], params: dict[str, Any], found: dict[str, Any]
+    runs: dict[str, list[Measured]], params: dict[str, Any], found: dict[str, Any]
 ) -> tuple[dict[str, Any], str]:
+    rates = {k: [m.rate for m in v] for k, v in runs.items()}
     rows = []
     for writers in params["writers"]:
-        base = spread(rates[f"{writers} / no outbox"])["median"]
+        base = runs[f"{writers} / {BASELINE}"]
+        base_rate = spread([m.rate for m in base])["median"]
+        base_cpu = statistics.median(m.cpu_us for m in base)
+        base_wal = statistics.median(m.wal_bytes for m in base)
         for variant in VARIANTS:
-            samples = rates[f"{writers} / {variant}"]
+            measured = runs[f"{writers} / {variant}"]
+            samples = [m.rate for m in measured]
+            extra = variant != BASELINE
+            cpu = statistics.median(m.cpu_us for m in measured) - base_cpu
+            wal = statistics.median(m.wal_bytes for m in measured) - base_wal
             rows.append(
-                [writers, variant, *spread_cells(samples), ratio(spread(samples)["median"] / base)]
+                [
+                    writers,
+                    variant,
+                    *spread_cells(samples),
+                    ratio(spread(samples)["median"] / base_rate),
+                    f"{cpu:,.0f}" if extra else "",
+                    f"{wal:,.0f} ({wal / params['payload_bytes']:.2f}x)" if extra else "",
+                ]
             )
     md = (
         "### Outbox write overhead: service transactions/s\n\n"
         f"{params['transactions']:,} transactions per measurement (one order row, plus one "
-        f"outbox event in the outbox variants), {params['reps']} repetitions interleaved; "
-        "durable commits; ratio = median / median without outbox at the same writer count.\n"
+        f"outbox event in the outbox variants; payload {params['payload_bytes']} bytes as jsonb), "
+        f"{params['reps']} repetitions interleaved; durable commits; ratio = median / median "
+        "without outbox at the same writer count. Per event: the variant's client CPU (this "
+        "process: SQLAlchemy, psycopg, validation) and WAL bytes per transaction, medians, less "
+        "the baseline's; WAL also as a multiple of the payload.\n"
         + describe(found)
         + "\n"
         + markdown_table(
-            ["writers", "variant", "min tx/s", "median tx/s", "max tx/s", "ratio"], rows
+            [
+                "writers",
+                "variant",
+                "min tx/s",
+                "median tx/s",
+                "max tx/s",
+                "ratio",
+                "client CPU us/event",
+                "WAL bytes/event",
+            ],
+            rows,
         )
     )
     data = {
@@ -149,6 +267,8 @@ def summarise(
         "params": params,
         "machine": found,
         "transactions_per_second": {k: spread(v) | {"samples": v} for k, v in rates.items()},
+        "client_cpu_us_per_transaction": {k: [m.cpu_us for m in v] for k, v in runs.items()},
+        "wal_bytes_per_transaction": {k: [m.wal_bytes for m in v] for k, v in runs.items()},
     }
     return data, md
 
@@ -166,7 +286,7 @@ def run(
     upgrade(url)
     engine = create_engine(url, pool_size=max(writers), max_overflow=0)
     metadata.create_all(engine)
-    rates: dict[str, list[float]] = {f"{w} / {v}": [] for w in writers for v in VARIANTS}
+    runs: dict[str, list[Measured]] = {f"{w} / {v}": [] for w in writers for v in VARIANTS}
     per_rep = sum(transactions // w * w for w in writers) * len(VARIANTS)
     with Progress("outbox writes", per_rep * reps) as progress:
         for rep in range(reps):
@@ -174,13 +294,19 @@ def run(
                 for variant in VARIANTS:
                     progress.update(f"outbox writes: {w} writers, {variant} ({rep + 1}/{reps})")
                     reset(engine)
-                    rates[f"{w} / {variant}"].append(
+                    runs[f"{w} / {variant}"].append(
                         measure(engine, variant, w, transactions, progress.advance)
                     )
     reset(engine)
     engine.dispose()
-    params = {"transactions": transactions, "reps": reps, "writers": list(writers)}
-    data, md = summarise(rates, params, machine(url))
+    params = {
+        "transactions": transactions,
+        "reps": reps,
+        "writers": list(writers),
+        "payload_bytes": utf8_size(render(payload(str(uuid.uuid4()), 1000))),
+    }
+    data, md = summarise(runs, params, machine(url))
+    rates = {k: [m.rate for m in v] for k, v in runs.items()}
     data["plots"] = [
         str(
             bar_plot(

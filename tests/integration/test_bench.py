@@ -21,7 +21,12 @@ def test_outbox_and_inbox_benchmarks_measure_every_variant(stack: Stack, tmp_pat
     rates = data["transactions_per_second"]
     assert set(rates) == {f"{w} / {v}" for w in (1, 4) for v in writes.VARIANTS}
     assert all(r["samples"] and r["min"] > 0 for r in rates.values())
-    assert "| 4 | outbox, delete mode |" in markdown
+    assert "| 4 | outbox, delete mode |" in markdown and "| 1 | outbox, message mode |" in markdown
+    wal = data["wal_bytes_per_transaction"]
+    for w in (1, 4):  # every outbox variant writes more WAL than the business row alone
+        base = wal[f"{w} / no outbox"][0]
+        assert all(wal[f"{w} / {v}"][0] > base for v in writes.VARIANTS[1:]), wal
+    assert all(c[0] > 0 for c in data["client_cpu_us_per_transaction"].values())
     assert Path(data["plots"][0]).stat().st_size > 0
 
     data, markdown = inbox.run(url, tmp_path, events=400, reps=1, checkpoints=(400, 2000))

@@ -66,6 +66,28 @@ def test_event_router_applies_only_to_outbox_tables():
     assert build_connector_config(s)["predicates.isOutboxTable.pattern"] == pattern.pattern
 
 
+def test_messages_of_the_prefix_are_decoded_then_routed_like_outbox_rows():
+    s = settings(server_name="svc", message_prefix="outbox.v1")
+    config = build_connector_config(s)
+    assert config["message.prefix.include.list"] == r"outbox\.v1"  # a regex: the dot escaped
+    assert config["transforms"] == "decode,outbox"  # decode first, then the same EventRouter
+    assert config["transforms.decode.type"].endswith("DecodeLogicalDecodingMessageContent")
+    assert config["transforms.decode.fields.null.include"] == "true"  # NULL headers kept
+    decode_only = re.compile(config["predicates.isMessage.pattern"])
+    assert decode_only.match("svc.message") and not decode_only.match("svc.public.outbox")
+    route = re.compile(config["predicates.isOutboxTable.pattern"])
+    assert route.match("svc.message") and route.match("svc.public.outbox")
+    assert not route.match("svc.messages") and not route.match("svc.public.outbox_heartbeat")
+    assert set(config["predicates"].split(",")) == {"isOutboxTable", "isMessage"}
+
+
+def test_without_a_message_prefix_no_message_is_captured():
+    config = build_connector_config(settings(message_prefix=None))
+    assert config["message.prefix.exclude.list"] == ".*"
+    assert config["transforms"] == "outbox" and "transforms.decode.type" not in config
+    assert not re.compile(config["predicates.isOutboxTable.pattern"]).match("outboxkit.message")
+
+
 def test_expand_mode_keeps_json_nulls():
     config = build_connector_config(settings(payload_encoding="expand"))
     assert config["transforms.outbox.table.expand.json.payload"] == "true"

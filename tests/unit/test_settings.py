@@ -28,5 +28,5 @@ def test_slot_names_must_be_postgres_identifiers(name):
 
 
 def test_outbox_mode_is_checked():
-    with pytest.raises(ValueError, match="'delete' or 'retain'"):
+    with pytest.raises(ValueError, match="one of delete, retain, message, not 'keep'"):
         Outbox(mode="keep")

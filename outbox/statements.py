@@ -1,0 +1,181 @@
+"""The outbox's write path: SQL built once, executed on the session's own driver connection.
+
+Every service transaction pays for this path, so it avoids what costs client CPU per event:
+no ORM unit-of-work bookkeeping, no statement compiled per call (a multi-row ``insert().values()``
+is compiled anew each time), the same SQL text every time so that psycopg prepares it on the
+server after a few executions, and in delete mode the INSERT and the DELETE sent together in one
+round trip (psycopg's pipeline mode). A writable CTE cannot do that: the DELETE of a
+``WITH ... INSERT`` statement runs on the statement's snapshot and cannot see the rows the INSERT
+adds. Several events go in one statement (arrays unnested), whatever their number. Message mode
+writes no row: each event is a transactional logical decoding message (``emit_messages``).
+
+Drivers other than psycopg 3 get the same SQL through SQLAlchemy's ``text()`` (compiled once).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from outbox.envelope import Envelope, extra_headers
+
+_COLUMNS = (
+    "id, aggregatetype, aggregateid, type, payload, traceparent, headers, schema_version, "
+    "created_at"
+)
+INSERT_ONE = (
+    f"INSERT INTO outbox ({_COLUMNS}) "
+    "VALUES (%s, %s, %s, %s, CAST(%s AS jsonb), %s, CAST(%s AS jsonb), %s, %s)"
+)
+INSERT_MANY = (
+    f"INSERT INTO outbox ({_COLUMNS}) "
+    "SELECT * FROM unnest(CAST(%s AS uuid[]), CAST(%s AS text[]), CAST(%s AS text[]), "
+    "CAST(%s AS text[]), CAST(%s AS jsonb[]), CAST(%s AS text[]), CAST(%s AS jsonb[]), "
+    "CAST(%s AS int[]), CAST(%s AS timestamptz[]))"
+)
+# Message mode: one transactional logical decoding message per event, no table. The content is
+# built by Postgres so that payload and headers are exactly its jsonb text, as an outbox row's
+# jsonb columns reach the connector; the first parameter is the prefix.
+_CONTENT = (
+    "jsonb_build_object('id', CAST(e.id AS text), 'aggregatetype', e.aggregatetype, "
+    "'aggregateid', e.aggregateid, 'type', e.type, 'payload', CAST(e.payload AS text), "
+    "'traceparent', e.traceparent, 'headers', CAST(e.headers AS text), "
+    "'schema_version', e.schema_version)"
+)
+EMIT_ONE = (
+    f"SELECT pg_logical_emit_message(true, %s, CAST({_CONTENT} AS text)) FROM (VALUES "
+    "(CAST(%s AS uuid), CAST(%s AS text), CAST(%s AS text), CAST(%s AS text), "
+    "CAST(%s AS jsonb), CAST(%s AS text), CAST(%s AS jsonb), CAST(%s AS int))) "
+    "AS e(id, aggregatetype, aggregateid, type, payload, traceparent, headers, schema_version)"
+)
+EMIT_MANY = (
+    f"SELECT pg_logical_emit_message(true, %s, CAST({_CONTENT} AS text)) FROM unnest("
+    "CAST(%s AS uuid[]), CAST(%s AS text[]), CAST(%s AS text[]), CAST(%s AS text[]), "
+    "CAST(%s AS jsonb[]), CAST(%s AS text[]), CAST(%s AS jsonb[]), CAST(%s AS int[])) "
+    "WITH ORDINALITY AS e(id, aggregatetype, aggregateid, type, payload, traceparent, headers, "
+    "schema_version, n) ORDER BY e.n"
+)
+DELETE_ONE = "DELETE FROM outbox WHERE id = %s"
+DELETE_MANY = "DELETE FROM outbox WHERE id = ANY(CAST(%s AS uuid[]))"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One outbox row's values, in the order of the columns above."""
+
+    id: UUID
+    aggregatetype: str
+    aggregateid: str
+    type: str
+    payload: str  # JSON text (compact), cast to jsonb by the statement
+    traceparent: str | None
+    headers: str | None  # JSON text of the headers besides traceparent, or None
+    schema_version: int
+    created_at: datetime
+
+    @classmethod
+    def of(cls, envelope: Envelope, payload_json: str) -> Row:
+        """The row that carries ``envelope`` (its payload already encoded by validation)."""
+        extra = extra_headers(envelope)
+        return cls(
+            envelope.event_id,
+            envelope.aggregate_type,
+            envelope.aggregate_id,
+            envelope.event_type,
+            payload_json,
+            envelope.traceparent,
+            json.dumps(extra, ensure_ascii=False) if extra else None,
+            envelope.schema_version,
+            envelope.created_at,
+        )
+
+    def values(self) -> tuple[Any, ...]:
+        return (
+            self.id,
+            self.aggregatetype,
+            self.aggregateid,
+            self.type,
+            self.payload,
+            self.traceparent,
+            self.headers,
+            self.schema_version,
+            self.created_at,
+        )
+
+
+def write_rows(session: Session, rows: Sequence[Row], *, delete: bool) -> None:
+    """Insert ``rows`` into the outbox in ``session``'s transaction (and, with ``delete``,
+    delete them again in the same round trip); never commits."""
+    if not rows:
+        return
+    insert_params: tuple[Any, ...]
+    remove_params: tuple[Any, ...]
+    if len(rows) == 1:
+        insert, insert_params = INSERT_ONE, rows[0].values()
+        remove, remove_params = DELETE_ONE, (rows[0].id,)
+    else:
+        columns = zip(*(r.values() for r in rows), strict=True)
+        insert, insert_params = INSERT_MANY, tuple(list(c) for c in columns)
+        remove, remove_params = DELETE_MANY, ([r.id for r in rows],)
+    driver = _psycopg_connection(session)
+    if driver is None:
+        session.execute(_as_text(insert), _as_params(insert_params))
+        if delete:
+            session.execute(_as_text(remove), _as_params(remove_params))
+        return
+    with driver.cursor() as cursor:
+        if not delete:
+            cursor.execute(insert, insert_params)
+            return
+        with driver.pipeline():
+            cursor.execute(insert, insert_params)
+            cursor.execute(remove, remove_params)
+
+
+def emit_messages(session: Session, prefix: str, rows: Sequence[Row]) -> None:
+    """Write each of ``rows`` as a transactional logical decoding message with ``prefix``, in
+    ``session``'s transaction and in order (decoded at commit, with its other changes)."""
+    if not rows:
+        return
+    params: tuple[Any, ...]
+    if len(rows) == 1:
+        sql, params = EMIT_ONE, (prefix, *rows[0].values()[:-1])
+    else:
+        columns = zip(*(r.values()[:-1] for r in rows), strict=True)
+        sql, params = EMIT_MANY, (prefix, *(list(c) for c in columns))
+    driver = _psycopg_connection(session)
+    if driver is None:
+        session.execute(_as_text(sql), _as_params(params))
+        return
+    with driver.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def _psycopg_connection(session: Session) -> Any:
+    """The psycopg 3 connection under ``session`` (its transaction begun), else None."""
+    driver = session.connection().connection.driver_connection
+    return driver if isinstance(driver, psycopg.Connection) else None
+
+
+_TEXT_CACHE: dict[str, Any] = {}
+
+
+def _as_text(sql: str) -> Any:
+    """``sql`` with named binds (:p0, :p1...) for SQLAlchemy's text(), built once per statement."""
+    if sql not in _TEXT_CACHE:
+        parts = sql.split("%s")
+        named = parts[0] + "".join(f":p{n}{part}" for n, part in enumerate(parts[1:]))
+        _TEXT_CACHE[sql] = text(named)
+    return _TEXT_CACHE[sql]
+
+
+def _as_params(values: Sequence[Any]) -> dict[str, Any]:
+    return {f"p{n}": value for n, value in enumerate(values)}
