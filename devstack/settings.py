@@ -59,13 +59,18 @@ class StackSettings(BaseSettings):
     payload_encoding: Literal["text", "expand"] = DEFAULT_PAYLOAD_ENCODING
 
     # How the saga's services (and their consumers) write events; the connectors capture
-    # logical decoding messages with message_prefix whatever the mode (None: none).
+    # logical decoding messages with message_prefix whatever the mode (empty: none).
     outbox_mode: Literal["delete", "retain", "message"] = "delete"
     message_prefix: str | None = DEFAULT_MESSAGE_PREFIX
 
     # KIP-618: the embedded Connect worker commits Debezium's records and source offsets in one
     # Kafka transaction. Describes an external Connect cluster when connect_url is set.
     connect_exactly_once: bool = True
+
+    @field_validator("message_prefix")
+    @classmethod
+    def _no_empty_prefix(cls, value: str | None) -> str | None:
+        return value or None  # OUTBOXKIT_MESSAGE_PREFIX= (empty): capture no messages
 
     @field_validator("slot_name", "publication_name")
     @classmethod

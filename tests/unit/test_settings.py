@@ -30,3 +30,14 @@ def test_slot_names_must_be_postgres_identifiers(name):
 def test_outbox_mode_is_checked():
     with pytest.raises(ValueError, match="one of delete, retain, message, not 'keep'"):
         Outbox(mode="keep")
+
+
+def test_an_empty_message_prefix_captures_no_messages(monkeypatch):
+    from devstack.settings import StackSettings
+
+    monkeypatch.setenv("OUTBOXKIT_MESSAGE_PREFIX", "")
+    assert StackSettings().message_prefix is None
+    monkeypatch.setenv("OUTBOXKIT_MESSAGE_PREFIX", "events")
+    assert StackSettings().message_prefix == "events"
+    monkeypatch.delenv("OUTBOXKIT_MESSAGE_PREFIX")
+    assert StackSettings().message_prefix == "outbox"
