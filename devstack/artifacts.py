@@ -7,6 +7,7 @@ import hashlib
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +96,7 @@ def install_jars(cache: Path) -> Path:
     print(
         f"stack install: resolving Kafka {versions.kafka}, Debezium {versions.debezium} and "
         f"Spark's Kafka connector {versions.spark} from Maven Central",
+        file=sys.stderr,  # progress: stdout may carry a command's --json report
         flush=True,
     )
     argv = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cdc.config import (
@@ -66,6 +66,15 @@ class StackSettings(BaseSettings):
     # KIP-618: the embedded Connect worker commits Debezium's records and source offsets in one
     # Kafka transaction. Describes an external Connect cluster when connect_url is set.
     connect_exactly_once: bool = True
+
+    @model_validator(mode="after")
+    def _message_mode_needs_a_prefix(self) -> StackSettings:
+        if self.outbox_mode == "message" and self.message_prefix is None:
+            raise ValueError(
+                "outbox_mode 'message' needs a message_prefix: without one the connectors "
+                "capture no message and every event would be lost"
+            )
+        return self
 
     @field_validator("message_prefix")
     @classmethod

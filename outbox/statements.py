@@ -14,8 +14,9 @@ Drivers other than psycopg 3 get the same SQL through SQLAlchemy's ``text()`` (c
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,6 +24,7 @@ from uuid import UUID
 
 import psycopg
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from outbox.envelope import Envelope, extra_headers
@@ -131,11 +133,14 @@ def write_rows(session: Session, rows: Sequence[Row], *, delete: bool) -> None:
         if delete:
             session.execute(_as_text(remove), _as_params(remove_params))
         return
-    with driver.cursor() as cursor:
+    with _as_sqlalchemy_errors(insert, insert_params), driver.cursor() as cursor:
         if not delete:
             cursor.execute(insert, insert_params)
-            return
-        with driver.pipeline():
+        elif psycopg.Pipeline.is_supported():
+            with driver.pipeline():
+                cursor.execute(insert, insert_params)
+                cursor.execute(remove, remove_params)
+        else:  # libpq before 14 has no pipeline mode: two round trips
             cursor.execute(insert, insert_params)
             cursor.execute(remove, remove_params)
 
@@ -155,14 +160,27 @@ def emit_messages(session: Session, prefix: str, rows: Sequence[Row]) -> None:
     if driver is None:
         session.execute(_as_text(sql), _as_params(params))
         return
-    with driver.cursor() as cursor:
+    with _as_sqlalchemy_errors(sql, params), driver.cursor() as cursor:
         cursor.execute(sql, params)
 
 
 def _psycopg_connection(session: Session) -> Any:
-    """The psycopg 3 connection under ``session`` (its transaction begun), else None."""
+    """The psycopg 3 connection under ``session`` (its transaction begun, pending ORM objects
+    flushed first, as ``session.execute`` would), else None."""
+    session.flush()
     driver = session.connection().connection.driver_connection
     return driver if isinstance(driver, psycopg.Connection) else None
+
+
+@contextlib.contextmanager
+def _as_sqlalchemy_errors(sql: str, params: Sequence[Any]) -> Iterator[None]:
+    """A driver error raised as SQLAlchemy's (OperationalError, IntegrityError...), as it would
+    be through ``session.execute``: callers and ``outbox.errors.is_transient`` see one family
+    (a lost connection or a statement timeout is an outage, answered 503 and retried)."""
+    try:
+        yield
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(sql, params, exc, psycopg.Error) from exc
 
 
 _TEXT_CACHE: dict[str, Any] = {}

@@ -97,7 +97,7 @@ class Saga:
             if proc.get("port"):
                 saga.ports[name] = proc["port"]
                 saga.urls[name] = f"http://127.0.0.1:{proc['port']}"
-            if alive(proc.get("pid")):
+            if _runs(proc.get("pid"), name):
                 saga.pids[name] = proc["pid"]
         for service in SERVICES:
             saga._connect_database(service, stack.service_database_url(saga._database(service)))
@@ -275,8 +275,8 @@ class Saga:
         self.kill("consumers")
 
     def stop(self, names: Sequence[str] = PROCESSES, *, dispose: bool = True) -> None:
-        """Stop the named processes by PID (SIGTERM, then SIGKILL); ``dispose``: also close
-        the database engines (the saga is done with)."""
+        """Stop the named processes by PID (SIGTERM, then SIGKILL); ``dispose``: the saga is
+        done with (its record removed, its database engines closed)."""
         for name in names:
             pid = self.pids.pop(name, None)
             if pid is None:
@@ -286,10 +286,12 @@ class Saga:
             if name == "consumers":
                 with contextlib.suppress(ProcessLookupError):  # the JVM is in its group
                     os.killpg(pid, signal.SIGKILL)
-        self._save()
-        if dispose:
+        if dispose:  # done with: a later `saga up` prepares a new one
+            self.state_file.unlink(missing_ok=True)
             for engine in self.engines.values():
                 engine.dispose()
+        else:
+            self._save()
 
     # -- load and checks (saga.load, saga.invariants) ---------------------------------------
     def place_orders(
@@ -357,3 +359,23 @@ class Saga:
 
     def logs_tail(self) -> str:
         return "\n".join(f"--- {name}\n{tail(self.workdir / f'{name}.log')}" for name in PROCESSES)
+
+
+# What each recorded process runs: a PID is trusted only while it still runs that (a PID reused
+# by another program after a reboot must never be signalled).
+_COMMAND_MARKS = {
+    **{s: ("saga.serve", s) for s in SERVICES},
+    "consumers": ("outboxkit.cli", "consume"),
+}
+
+
+def _runs(pid: int | None, name: str) -> bool:
+    """True when ``pid`` is alive and its command line is the recorded process ``name``'s."""
+    if not alive(pid):
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    words = {a.decode(errors="replace") for a in argv}
+    return all(mark in words for mark in _COMMAND_MARKS.get(name, ("\0",)))

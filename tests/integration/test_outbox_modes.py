@@ -128,6 +128,22 @@ def test_rollback_sends_nothing_and_publishes_in_one_transaction_keep_their_orde
     assert [json.loads(r.value)["n"] for r in records] == list(range(7))
 
 
+def test_an_event_published_in_a_rolled_back_savepoint_is_not_sent(
+    stack, engine, aggregate_type, mode
+):
+    """The inbox redoes a failed event inside a savepoint: what the savepoint published before
+    it rolled back must not travel, in any mode (a message too is part of the subtransaction)."""
+    with Session(engine) as session, session.begin():
+        uow = unit(session, mode)
+        uow.publish(aggregate_type=aggregate_type, aggregate_id="k", event_type="X", payload=0)
+        savepoint = session.begin_nested()
+        uow.publish(aggregate_type=aggregate_type, aggregate_id="k", event_type="X", payload=-1)
+        savepoint.rollback()
+        uow.publish(aggregate_type=aggregate_type, aggregate_id="k", event_type="X", payload=1)
+    records = read(stack, aggregate_type, 2, idle=4.0)
+    assert [json.loads(r.value) for r in records] == [0, 1]
+
+
 def test_per_aggregate_order_under_concurrent_writers(stack, engine, aggregate_type, mode):
     writers, aggregates, events = 4, 20, 600
 
@@ -190,6 +206,7 @@ def test_kill_9_of_connect_mid_stream_loses_nothing(stack, engine, aggregate_typ
     writer = threading.Thread(target=stream, args=(engine, aggregate_type, mode, events, progress))
     writer.start()
     while progress[0] < events // 3:
+        assert writer.is_alive(), "the writer stopped before the kill point"
         time.sleep(0.01)
     pid = stack.state.connect.pid
     os.kill(pid, signal.SIGKILL)
