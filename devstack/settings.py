@@ -16,6 +16,7 @@ from cdc.config import (
     DEFAULT_SERVER_NAME,
     DEFAULT_SLOT_NAME,
 )
+from outbox.publish import OutboxMode
 from outbox.record import DEFAULT_TOPIC_PREFIX
 from outbox.wire import DEFAULT_MESSAGE_PREFIX
 
@@ -60,7 +61,7 @@ class StackSettings(BaseSettings):
 
     # How the saga's services (and their consumers) write events; the connectors capture
     # logical decoding messages with message_prefix whatever the mode (empty: none).
-    outbox_mode: Literal["delete", "retain", "message"] = "delete"
+    outbox_mode: OutboxMode = "delete"
     message_prefix: str | None = DEFAULT_MESSAGE_PREFIX
 
     # KIP-618: the embedded Connect worker commits Debezium's records and source offsets in one

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from sqlalchemy.orm import Session
 
@@ -21,7 +21,8 @@ from outbox.errors import InvalidEvent
 from outbox.statements import Row, emit_messages, write_rows
 from outbox.wire import DEFAULT_MESSAGE_PREFIX
 
-MODES = ("delete", "retain", "message")
+OutboxMode = Literal["delete", "retain", "message"]
+MODES: tuple[str, ...] = get_args(OutboxMode)
 
 
 @dataclass(frozen=True)

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, Field
 
 from outbox.envelope import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RECORD_BYTES
-from outbox.publish import Outbox
+from outbox.publish import Outbox, OutboxMode
 from outbox.wire import DEFAULT_MESSAGE_PREFIX
 
 
 class OutboxSettings(BaseModel):
     """How a service writes its events."""
 
-    mode: Literal["delete", "retain", "message"] = Field(
+    mode: OutboxMode = Field(
         default="delete",
         description="delete: insert and delete in one transaction (no cleanup); "
         "retain: keep rows (run `outboxkit outbox cleanup`); "

@@ -17,9 +17,8 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 import psycopg
@@ -69,8 +68,10 @@ DELETE_ONE = "DELETE FROM outbox WHERE id = %s"
 DELETE_MANY = "DELETE FROM outbox WHERE id = ANY(CAST(%s AS uuid[]))"
 
 
-@dataclass(frozen=True)
-class Row:
+Statement = tuple[str, tuple[Any, ...]]  # SQL with %s placeholders, and its parameters
+
+
+class Row(NamedTuple):
     """One outbox row's values, in the order of the columns above."""
 
     id: UUID
@@ -99,50 +100,19 @@ class Row:
             envelope.created_at,
         )
 
-    def values(self) -> tuple[Any, ...]:
-        return (
-            self.id,
-            self.aggregatetype,
-            self.aggregateid,
-            self.type,
-            self.payload,
-            self.traceparent,
-            self.headers,
-            self.schema_version,
-            self.created_at,
-        )
-
 
 def write_rows(session: Session, rows: Sequence[Row], *, delete: bool) -> None:
     """Insert ``rows`` into the outbox in ``session``'s transaction (and, with ``delete``,
     delete them again in the same round trip); never commits."""
     if not rows:
         return
-    insert_params: tuple[Any, ...]
-    remove_params: tuple[Any, ...]
     if len(rows) == 1:
-        insert, insert_params = INSERT_ONE, rows[0].values()
-        remove, remove_params = DELETE_ONE, (rows[0].id,)
+        insert: Statement = (INSERT_ONE, rows[0])
+        remove: Statement = (DELETE_ONE, (rows[0].id,))
     else:
-        columns = zip(*(r.values() for r in rows), strict=True)
-        insert, insert_params = INSERT_MANY, tuple(list(c) for c in columns)
-        remove, remove_params = DELETE_MANY, ([r.id for r in rows],)
-    driver = _psycopg_connection(session)
-    if driver is None:
-        session.execute(_as_text(insert), _as_params(insert_params))
-        if delete:
-            session.execute(_as_text(remove), _as_params(remove_params))
-        return
-    with _as_sqlalchemy_errors(insert, insert_params), driver.cursor() as cursor:
-        if not delete:
-            cursor.execute(insert, insert_params)
-        elif psycopg.Pipeline.is_supported():
-            with driver.pipeline():
-                cursor.execute(insert, insert_params)
-                cursor.execute(remove, remove_params)
-        else:  # libpq before 14 has no pipeline mode: two round trips
-            cursor.execute(insert, insert_params)
-            cursor.execute(remove, remove_params)
+        insert = (INSERT_MANY, tuple(list(column) for column in zip(*rows, strict=True)))
+        remove = (DELETE_MANY, ([r.id for r in rows],))
+    _execute(session, [insert, remove] if delete else [insert])
 
 
 def emit_messages(session: Session, prefix: str, rows: Sequence[Row]) -> None:
@@ -150,18 +120,31 @@ def emit_messages(session: Session, prefix: str, rows: Sequence[Row]) -> None:
     ``session``'s transaction and in order (decoded at commit, with its other changes)."""
     if not rows:
         return
-    params: tuple[Any, ...]
+    fields = [row[:-1] for row in rows]  # everything but created_at
     if len(rows) == 1:
-        sql, params = EMIT_ONE, (prefix, *rows[0].values()[:-1])
+        emit: Statement = (EMIT_ONE, (prefix, *fields[0]))
     else:
-        columns = zip(*(r.values()[:-1] for r in rows), strict=True)
-        sql, params = EMIT_MANY, (prefix, *(list(c) for c in columns))
+        emit = (EMIT_MANY, (prefix, *(list(column) for column in zip(*fields, strict=True))))
+    _execute(session, [emit])
+
+
+def _execute(session: Session, statements: Sequence[Statement]) -> None:
+    """Run ``statements`` in order in ``session``'s transaction: on its psycopg connection, in
+    one round trip when there are several (pipeline mode, libpq 14 and later); through
+    SQLAlchemy's ``text()`` for other drivers."""
     driver = _psycopg_connection(session)
     if driver is None:
-        session.execute(_as_text(sql), _as_params(params))
+        for sql, params in statements:
+            session.execute(_as_text(sql), _as_params(params))
         return
-    with _as_sqlalchemy_errors(sql, params), driver.cursor() as cursor:
-        cursor.execute(sql, params)
+    pipelined = len(statements) > 1 and psycopg.Pipeline.is_supported()
+    with (
+        _as_sqlalchemy_errors(statements[0]),
+        driver.cursor() as cursor,
+        driver.pipeline() if pipelined else contextlib.nullcontext(),
+    ):
+        for sql, params in statements:
+            cursor.execute(sql, params)
 
 
 def _psycopg_connection(session: Session) -> Any:
@@ -173,14 +156,14 @@ def _psycopg_connection(session: Session) -> Any:
 
 
 @contextlib.contextmanager
-def _as_sqlalchemy_errors(sql: str, params: Sequence[Any]) -> Iterator[None]:
+def _as_sqlalchemy_errors(statement: Statement) -> Iterator[None]:
     """A driver error raised as SQLAlchemy's (OperationalError, IntegrityError...), as it would
     be through ``session.execute``: callers and ``outbox.errors.is_transient`` see one family
     (a lost connection or a statement timeout is an outage, answered 503 and retried)."""
     try:
         yield
     except psycopg.Error as exc:
-        raise DBAPIError.instance(sql, params, exc, psycopg.Error) from exc
+        raise DBAPIError.instance(*statement, exc, psycopg.Error) from exc
 
 
 _TEXT_CACHE: dict[str, Any] = {}

@@ -136,6 +136,7 @@ def _chaos_markdown(campaign: Any, markdown_table: Callable[..., str]) -> str:
         ["probe latency without faults", f"{campaign.baseline:.1f} s"],
         ["duration", f"{campaign.duration / 60:.1f} min"],
         ["verdict", "OK" if campaign.ok else "FAILED"],
+        *(["problem", problem] for problem in campaign.problems),
     ]
     kinds = [
         [kind, v["rounds"], f"{v['recovery_p50']:.1f}", f"{v['recovery_max']:.1f}"]

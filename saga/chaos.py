@@ -20,7 +20,6 @@ the first round measures it).
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import statistics
@@ -30,10 +29,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from devstack.processes import alive, stop
+from devstack.processes import stop
 from devstack.stack import Stack
 from outbox.errors import is_transient
-from saga import load
+from saga import load, rules
 from saga.common import SERVICES
 from saga.invariants import Report
 from saga.load import Placed
@@ -45,8 +44,7 @@ def crash_postgres(stack: Stack) -> None:
     after a few seconds the database starts again on its port and data."""
     pid = stack.state.postgres.pid
     assert pid is not None
-    os.kill(pid, signal.SIGQUIT)
-    _wait_gone(pid)
+    stop(pid, sig=signal.SIGQUIT, timeout=30)
     time.sleep(6)
     stack.up()  # starts only what is not running: the database
 
@@ -73,8 +71,7 @@ def kill_connect(stack: Stack, pause: float) -> None:
     """kill -9 of the Connect worker; started again (on its REST port) after ``pause``."""
     pid = stack.state.connect.pid
     assert pid is not None
-    os.kill(pid, signal.SIGKILL)
-    _wait_gone(pid)
+    stop(pid, sig=signal.SIGKILL, timeout=30)
     time.sleep(pause)
     stack.up()
 
@@ -145,6 +142,9 @@ class Campaign:
     unavailable: int  # client retries (503, no connection)
     report_ok: bool
     audits: list[dict[str, Any]] = field(repr=False)
+    # Why report_ok is false: each saga invariant broken (with up to five order ids), retried
+    # POSTs answered with another order, consumers audited without a ledger.
+    problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -263,10 +263,20 @@ def run(
         unavailable=sum(p.unavailable for p in everything),
         report_ok=report.ok and all(a["exact"] for a in audits),
         audits=audits,
+        problems=problems(report, audits),
     )
 
 
-def _wait_gone(pid: int) -> None:
-    deadline = time.monotonic() + 30
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+def problems(report: Report, audits: list[dict[str, Any]]) -> list[str]:
+    """What made the saga's report or the audit fail, in words (empty when both hold)."""
+    found = [f"{name}: {ids[:5]}" for name, ids in report.violations.items() if ids]
+    if report.retried_same_order != report.retried_total:
+        found.append(
+            f"retried POSTs answered with the first order: "
+            f"{report.retried_same_order} of {report.retried_total}"
+        )
+    final = sum(report.by_status.get(s, 0) for s in rules.FINAL)
+    if final != report.orders:
+        found.append(f"final orders {final} of {report.orders} ({report.by_status})")
+    found += [f"no ledger for consumer {a.get('consumer')}" for a in audits if not a["exact"]]
+    return found

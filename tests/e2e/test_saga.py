@@ -271,6 +271,7 @@ def test_a_short_fault_campaign_of_every_kind_keeps_every_invariant(saga, stack)
     assert sorted(r.fault for r in campaign.rounds) == sorted(chaos.KINDS)
     assert campaign.stuck == 0
     assert (campaign.lost, campaign.duplicates) == (0, 0)
+    assert campaign.problems == []
     assert campaign.report_ok
     assert all(a["totals"]["applied"] > 0 for a in campaign.audits)
 
