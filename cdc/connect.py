@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.error
@@ -57,9 +58,18 @@ def parse_status(body: dict[str, Any]) -> ConnectorStatus:
 class ConnectClient:
     """A thin client for one Kafka Connect cluster's REST API."""
 
-    def __init__(self, url: str, *, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, *, timeout: float = 30.0, auth: tuple[str, str] | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if auth is not None:  # HTTP basic authentication (Connect's BasicAuthSecurityRestExtension)
+            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+            self._headers["Authorization"] = f"Basic {token}"
+
+    def __repr__(self) -> str:
+        return f"ConnectClient({self.url!r})"
 
     def _request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
@@ -69,7 +79,7 @@ class ConnectClient:
             self.url + path,
             data=data,
             method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            headers=self._headers,
         )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:

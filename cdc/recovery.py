@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from confluent_kafka import KafkaException
@@ -105,14 +105,19 @@ def diagnose_connector(
     return found
 
 
-def _set_topic_limit(bootstrap: str, topics: Sequence[str], value: int | None) -> None:
+def _set_topic_limit(
+    bootstrap: str,
+    topics: Sequence[str],
+    value: int | None,
+    kafka_config: Mapping[str, str] | None = None,
+) -> None:
     """Set (or, with None, delete) the topics' max.message.bytes."""
     if not topics:
         return
     op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
     entry = ConfigEntry(TOPIC_LIMIT, str(value or ""), incremental_operation=op)
     resources = [ConfigResource(ResourceType.TOPIC, t, incremental_configs=[entry]) for t in topics]
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(kafka_config or {})})
     for resource, future in admin.incremental_alter_configs(resources).items():
         try:
             future.result(timeout=30)
@@ -157,10 +162,11 @@ def raise_record_limit(
     topics: Sequence[str],
     max_bytes: int,
     timeout: float = 120.0,
+    kafka_config: Mapping[str, str] | None = None,
 ) -> ConnectorStatus:
     """Let records up to ``max_bytes`` through: the topics' max.message.bytes, the connector's
     producer max.request.size, then restart the failed task (nothing after it is lost)."""
-    _set_topic_limit(bootstrap, topics, max_bytes)
+    _set_topic_limit(bootstrap, topics, max_bytes, kafka_config)
     config = _config(client, connector)
     if config.get(PRODUCER_OVERRIDE) != str(max_bytes):
         client.put_config(connector, {**config, PRODUCER_OVERRIDE: str(max_bytes)})
@@ -174,6 +180,7 @@ def restore_record_limit(
     connector: str,
     topics: Sequence[str],
     timeout: float = 120.0,
+    kafka_config: Mapping[str, str] | None = None,
 ) -> ConnectorStatus:
     """Back to the cluster's limits once the large event is through: the connector's producer
     override and the topics' max.message.bytes removed (the records already written stay)."""
@@ -181,5 +188,5 @@ def restore_record_limit(
     if PRODUCER_OVERRIDE in config:
         del config[PRODUCER_OVERRIDE]
         client.put_config(connector, config)
-    _set_topic_limit(bootstrap, topics, None)
+    _set_topic_limit(bootstrap, topics, None, kafka_config)
     return _wait_recovered(client, connector, timeout)

@@ -5,18 +5,29 @@ from __future__ import annotations
 import base64
 import subprocess
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
 from cdc.limits import BROKER_SETTINGS
-from devstack.processes import StackError, log4j2_properties, port_open, start, wait_until
+from devstack.processes import (
+    StackError,
+    java_properties,
+    log4j2_properties,
+    port_open,
+    start,
+    wait_until,
+)
 
 LOG4J2 = log4j2_properties("WARN", {"kafka.server.BrokerServer": "INFO"})
 
 
-def server_properties(data: Path, port: int, controller_port: int) -> str:
-    """A single-node KRaft config: transactions and compaction work with replication factor 1."""
+def server_properties(
+    data: Path, port: int, controller_port: int, extra: Mapping[str, str] | None = None
+) -> str:
+    """A single-node KRaft config: transactions and compaction work with replication factor 1;
+    ``extra`` adds or replaces properties (e.g. a SASL listener)."""
     settings = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -43,8 +54,9 @@ def server_properties(data: Path, port: int, controller_port: int) -> str:
         "num.network.threads": "2",
         "num.io.threads": "2",
         "log.retention.hours": "168",
+        **(extra or {}),
     }
-    return "".join(f"{k}={v}\n" for k, v in settings.items())
+    return java_properties(settings)
 
 
 def cluster_id() -> str:
@@ -96,13 +108,20 @@ def ready(bootstrap: str) -> bool:
 
 
 def start_broker(
-    java: Path, libs: Path, workdir: Path, port: int, controller_port: int, log: Path
+    java: Path,
+    libs: Path,
+    workdir: Path,
+    port: int,
+    controller_port: int,
+    log: Path,
+    extra: Mapping[str, str] | None = None,
 ) -> int:
-    """Start the broker (formatting its storage the first time); return its PID once it answers."""
+    """Start the broker (formatting its storage the first time); return its PID once it answers
+    on its PLAINTEXT listener (``extra``: see `server_properties`)."""
     data = workdir / "data"
     workdir.mkdir(parents=True, exist_ok=True)
     props = workdir / "server.properties"
-    props.write_text(server_properties(data, port, controller_port))
+    props.write_text(server_properties(data, port, controller_port, extra))
     log4j = workdir / "log4j2.properties"
     log4j.write_text(LOG4J2)
     format_storage(java, libs, props, data, log)

@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from cdc.connect import ConnectClient
 from cdc.limits import WORKER_SETTINGS
-from devstack.processes import log4j2_properties, start, wait_until
+from devstack.processes import java_properties, log4j2_properties, start, wait_until
 
+# Connect's config provider for secrets: ${dir:<directory>:<file>} in a connector config is that
+# file's content, resolved inside the worker (KIP-297/KIP-632), so the REST API, the config topic
+# and the logs only ever hold the reference.
+SECRETS_PROVIDER = "dir"
+DIRECTORY_CONFIG_PROVIDER = "org.apache.kafka.common.config.provider.DirectoryConfigProvider"
 LOG4J2 = log4j2_properties("INFO", {"org.apache.kafka.clients": "WARN", "org.reflections": "ERROR"})
 
 
 def worker_properties(
-    bootstrap: str, rest_port: int, *, exactly_once: bool, group: str = "outboxkit-connect"
+    bootstrap: str,
+    rest_port: int,
+    *,
+    exactly_once: bool,
+    group: str = "outboxkit-connect",
+    secrets_dir: Path | None = None,
+    kafka_security: Mapping[str, str] | None = None,
 ) -> str:
-    """Worker config tuned for one small local worker on a single-node broker."""
+    """Worker config tuned for one small local worker on a single-node broker; with
+    ``kafka_security`` (outbox.kafka_security.connect_worker_config) for a SASL/TLS cluster."""
     settings = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
@@ -48,7 +61,17 @@ def worker_properties(
         # transaction, so a worker crash re-sends nothing a read_committed consumer can see.
         "exactly.once.source.support": "enabled" if exactly_once else "disabled",
     }
-    return "".join(f"{k}={v}\n" for k, v in settings.items())
+    if secrets_dir is not None:
+        settings.update(
+            {
+                "config.providers": SECRETS_PROVIDER,
+                f"config.providers.{SECRETS_PROVIDER}.class": DIRECTORY_CONFIG_PROVIDER,
+                # KIP-993: the provider reads this directory and nothing else.
+                f"config.providers.{SECRETS_PROVIDER}.param.allowed.paths": str(secrets_dir),
+            }
+        )
+    settings.update(kafka_security or {})
+    return java_properties(settings)
 
 
 def start_worker(
@@ -61,12 +84,23 @@ def start_worker(
     *,
     exactly_once: bool = True,
     group: str = "outboxkit-connect",
+    secrets_dir: Path | None = None,
+    kafka_security: Mapping[str, str] | None = None,
 ) -> int:
     """Start the worker and wait until its REST API answers; return its PID."""
     workdir.mkdir(parents=True, exist_ok=True)
     props = workdir / "worker.properties"
+    props.touch()
+    props.chmod(0o600)  # it may carry the Kafka cluster's SASL password
     props.write_text(
-        worker_properties(bootstrap, rest_port, exactly_once=exactly_once, group=group)
+        worker_properties(
+            bootstrap,
+            rest_port,
+            exactly_once=exactly_once,
+            group=group,
+            secrets_dir=secrets_dir,
+            kafka_security=kafka_security,
+        )
     )
     log4j = workdir / "log4j2.properties"
     log4j.write_text(LOG4J2)

@@ -1,4 +1,4 @@
-"""An embedded PostgreSQL 15 cluster: initdb once, logical WAL, loopback only."""
+"""An embedded PostgreSQL 15 cluster: initdb once, logical WAL, loopback only, SCRAM passwords."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import psycopg
 
 from devstack.processes import StackError, start, wait_until
 
+SUPERUSER = "postgres"
 SERVER_SETTINGS = {
     "listen_addresses": "127.0.0.1",
     "wal_level": "logical",
@@ -51,24 +52,43 @@ def _hand_over(path: Path, user: str | None) -> None:
             )
 
 
-def dsn(port: int, database: str = "postgres") -> str:
-    """A libpq connection string for the embedded cluster."""
-    return f"host=127.0.0.1 port={port} user=postgres dbname={database} connect_timeout=5"
+def dsn(port: int, passfile: Path, database: str = "postgres") -> str:
+    """A libpq connection string for the embedded cluster's superuser (set-up only)."""
+    return (
+        f"host=127.0.0.1 port={port} user={SUPERUSER} dbname={database} passfile={passfile} "
+        "connect_timeout=5"
+    )
 
 
-def url(port: int, database: str) -> str:
-    """The SQLAlchemy URL of one database of the embedded cluster."""
-    return f"postgresql+psycopg://postgres@127.0.0.1:{port}/{database}"
+def url(port: int, database: str, passfile: Path) -> str:
+    """The SQLAlchemy URL of one database of the embedded cluster, as the superuser; the
+    password is in ``passfile`` (libpq's password file), never in the URL."""
+    return f"postgresql+psycopg://{SUPERUSER}@127.0.0.1:{port}/{database}?passfile={passfile}"
 
 
-def initdb(bin_dir: Path, data_dir: Path, log: Path) -> None:
-    """Create the cluster once (trust auth on loopback)."""
+def initdb(bin_dir: Path, data_dir: Path, log: Path, password: str) -> None:
+    """Create the cluster once: password (SCRAM) authentication for every role, replication
+    included, the superuser's password being ``password``."""
     if (data_dir / "PG_VERSION").exists():
         return
     user = _run_as()
     data_dir.mkdir(parents=True, exist_ok=True)
     data_dir.chmod(0o700)
     _hand_over(data_dir, user)
+    # initdb reads the password from a file its user can read: one inside the new data
+    # directory (mode 0600), removed once the cluster exists.
+    pwfile = data_dir.parent / f".{data_dir.name}.pw"
+    fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(password + "\n")
+    _hand_over(pwfile, user)
+    try:
+        _initdb(bin_dir, data_dir, log, pwfile, user)
+    finally:
+        pwfile.unlink(missing_ok=True)
+
+
+def _initdb(bin_dir: Path, data_dir: Path, log: Path, pwfile: Path, user: str | None) -> None:
     with log.open("ab") as out:
         result = subprocess.run(
             [
@@ -76,9 +96,10 @@ def initdb(bin_dir: Path, data_dir: Path, log: Path) -> None:
                 "-D",
                 str(data_dir),
                 "-A",
-                "trust",
+                "scram-sha-256",
+                f"--pwfile={pwfile}",
                 "-U",
-                "postgres",
+                SUPERUSER,
                 "-E",
                 "UTF8",
                 "--no-instructions",
@@ -93,28 +114,28 @@ def initdb(bin_dir: Path, data_dir: Path, log: Path) -> None:
         raise StackError(f"initdb failed (exit {result.returncode}); see {log}")
 
 
-def _ready(port: int) -> bool:
+def _ready(port: int, passfile: Path) -> bool:
     try:
-        with psycopg.connect(dsn(port), autocommit=True) as conn:
+        with psycopg.connect(dsn(port, passfile), autocommit=True) as conn:
             conn.execute("SELECT 1")
         return True
     except psycopg.Error:
         return False
 
 
-def start_server(bin_dir: Path, data_dir: Path, port: int, log: Path) -> int:
+def start_server(bin_dir: Path, data_dir: Path, port: int, log: Path, passfile: Path) -> int:
     """Start the postmaster on ``port`` and wait until it accepts queries; return its PID."""
     argv = [str(bin_dir / "postgres"), "-D", str(data_dir), "-p", str(port), "-k", str(data_dir)]
     for key, value in SERVER_SETTINGS.items():
         argv += ["-c", f"{key}={value}"]
     pid = start("postgres", argv, log=log, user=_run_as())
-    wait_until("postgres", lambda: _ready(port), timeout=60, pid=pid, log=log)
+    wait_until("postgres", lambda: _ready(port, passfile), timeout=60, pid=pid, log=log)
     return pid
 
 
-def create_database(port: int, name: str) -> None:
+def create_database(port: int, name: str, passfile: Path) -> None:
     """Create the database if it does not exist."""
-    with psycopg.connect(dsn(port), autocommit=True) as conn:
+    with psycopg.connect(dsn(port, passfile), autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{name}"')

@@ -32,6 +32,17 @@ def log4j2_properties(root_level: str, loggers: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def java_properties(settings: Mapping[str, str]) -> str:
+    """A Java .properties file of ``settings``, each value escaped as java.util.Properties reads
+    it (a backslash, e.g. in a JAAS password, would otherwise be taken as an escape)."""
+    return "".join(f"{key}={_property_value(value)}\n" for key, value in settings.items())
+
+
+def _property_value(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    return "\\" + escaped if escaped[:1] in (" ", "\t", "\f") else escaped
+
+
 def free_port() -> int:
     """A TCP port free on the loopback interface right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

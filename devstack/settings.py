@@ -16,6 +16,7 @@ from cdc.config import (
     DEFAULT_SERVER_NAME,
     DEFAULT_SLOT_NAME,
 )
+from outbox.kafka_security import KafkaSecuritySettings
 from outbox.publish import OutboxMode
 from outbox.record import DEFAULT_TOPIC_PREFIX
 from outbox.wire import DEFAULT_MESSAGE_PREFIX
@@ -32,10 +33,19 @@ class StackSettings(BaseSettings):
 
     # External services. When a URL is set, that component is EXTERNAL and never started.
     database_url: str | None = Field(
-        default=None, description="SQLAlchemy URL of an external Postgres (postgresql+psycopg://)"
+        default=None,
+        description="SQLAlchemy URL of an external Postgres (postgresql+psycopg://), as a role "
+        "that may create roles and databases; used at set-up only",
+    )
+    database_password_file: Path | None = Field(
+        default=None, description="file holding database_url's password (a mounted secret)"
     )
     kafka_bootstrap_servers: str | None = Field(
         default=None, description="bootstrap servers of an external Kafka cluster"
+    )
+    kafka_security: KafkaSecuritySettings = Field(
+        default_factory=KafkaSecuritySettings,
+        description="SASL/TLS of the external Kafka cluster (OUTBOXKIT_KAFKA_SECURITY_PROTOCOL...)",
     )
     connect_url: str | None = Field(
         default=None, description="REST URL of an external Kafka Connect cluster"
@@ -45,6 +55,18 @@ class StackSettings(BaseSettings):
     connect_database_port: int | None = None
 
     stack_dir: Path = Path(".outboxkit/stack")
+    # Role passwords, one file per role (<role>.password), generated where missing; the stack's
+    # own directory when unset. connect_secrets_dir is the same directory as the Connect worker
+    # sees it (its DirectoryConfigProvider reads the CDC role's password there).
+    secrets_dir: Path | None = None
+    connect_secrets_dir: str | None = None
+    cdc_role: str = Field(
+        default="outboxkit_cdc",
+        description="the login role the connectors use: REPLICATION, and SELECT on the outbox only",
+    )
+    # Basic authentication for an external Connect cluster's REST API.
+    connect_user: str | None = None
+    connect_password_file: Path | None = None
     cache_dir: Path = Field(default_factory=_default_cache_dir)
     database_name: str = "outboxkit"
 
@@ -82,7 +104,7 @@ class StackSettings(BaseSettings):
     def _no_empty_prefix(cls, value: str | None) -> str | None:
         return value or None  # OUTBOXKIT_MESSAGE_PREFIX= (empty): capture no messages
 
-    @field_validator("slot_name", "publication_name")
+    @field_validator("slot_name", "publication_name", "cdc_role")
     @classmethod
     def _postgres_identifier(cls, value: str) -> str:
         if not value.replace("_", "").isalnum() or not value.islower() or len(value) > 63:

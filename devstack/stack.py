@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import psycopg
+from psycopg.conninfo import make_conninfo
 from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
 
@@ -17,11 +19,14 @@ from cdc.config import ConnectorSettings, build_connector_config
 from cdc.connect import ConnectClient, ConnectError
 from cdc.preflight import drop_slot, slot_lag
 from cdc.recovery import diagnose_connector
-from devstack import artifacts, broker, connect, postgres, transactions
+from devstack import artifacts, broker, connect, postgres, roles, transactions
 from devstack.processes import StackError, alive, free_port, port_open, stop, wait_until
+from devstack.secrets import SecretStore, write_pgpass
 from devstack.settings import StackSettings
 from devstack.transactions import TransactionTool
 from migrations import runner
+from outbox.kafka_security import KafkaSecurity, connect_worker_config, librdkafka_config
+from outbox.secrets import read_secret
 
 EMBEDDED, EXTERNAL = "embedded", "external"
 
@@ -79,6 +84,10 @@ class Stack:
         self.logs = self.dir / "logs"
         self.state_file = self.dir / "state.json"
         self.echo = echo
+        self.secrets = SecretStore((settings.secrets_dir or self.dir / "secrets").resolve())
+        # libpq's password file: the stack's own connections (set-up, tests, tools) find the
+        # passwords there, so no URL, state file or command output carries one.
+        self.pgpass = self.dir / "pgpass"
 
     # -- endpoints -----------------------------------------------------------------------
     @property
@@ -96,9 +105,35 @@ class Stack:
         """Kafka bootstrap servers."""
         return self.state.broker.endpoint
 
-    def connect_client(self) -> ConnectClient:
-        """A client for the stack's Kafka Connect REST API."""
-        return ConnectClient(self.state.connect.endpoint)
+    def kafka_security(self) -> KafkaSecurity:
+        """The Kafka clients' SASL/TLS (``OUTBOXKIT_KAFKA_*``), for an external cluster only:
+        the embedded broker listens PLAINTEXT on loopback."""
+        security = self.settings.kafka_security
+        if security.security_protocol != "PLAINTEXT" and not self.settings.kafka_bootstrap_servers:
+            raise StackError(
+                f"OUTBOXKIT_KAFKA_SECURITY_PROTOCOL={security.security_protocol} needs an external "
+                "Kafka (OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS): the embedded broker is PLAINTEXT"
+            )
+        return security.resolve()
+
+    def kafka_client_config(self) -> dict[str, str | int | float | bool]:
+        """A confluent-kafka client's bootstrap servers and security for the stack's broker."""
+        return {
+            "bootstrap.servers": self.bootstrap_servers(),
+            **librdkafka_config(self.kafka_security()),
+        }
+
+    def connect_client(self, endpoint: str | None = None, *, timeout: float = 30) -> ConnectClient:
+        """A client for the stack's Kafka Connect REST API (authenticated when configured)."""
+        auth = None
+        if self.settings.connect_user:
+            password = (
+                read_secret(self.settings.connect_password_file)
+                if self.settings.connect_password_file
+                else ""
+            )
+            auth = (self.settings.connect_user, password)
+        return ConnectClient(endpoint or self.state.connect.endpoint, timeout=timeout, auth=auth)
 
     # -- up -----------------------------------------------------------------------------
     def up(self) -> StackState:
@@ -144,17 +179,47 @@ class Stack:
         self, found: artifacts.Artifacts | None, previous: StackState | None
     ) -> Component:
         if self.settings.database_url:
-            return Component(EXTERNAL, endpoint=self.settings.database_url)
+            return Component(
+                EXTERNAL, endpoint=self._external_admin_url(self.settings.database_url)
+            )
         assert found is not None
+        superuser_password = self.secrets.password(postgres.SUPERUSER)
+        self._write_pgpass()
         old = previous.postgres if previous else None
         data = self.dir / "pgdata"
         if old and old.mode == EMBEDDED and alive(old.pid) and old.port and port_open(old.port):
             return old
         port = old.port if old and old.port and not port_open(old.port) else free_port()
-        postgres.initdb(found.postgres_bin, data, self.logs / "postgres.log")
-        pid = postgres.start_server(found.postgres_bin, data, port, self.logs / "postgres.log")
-        postgres.create_database(port, self.settings.database_name)
-        return Component(EMBEDDED, postgres.url(port, self.settings.database_name), pid, port)
+        log = self.logs / "postgres.log"
+        postgres.initdb(found.postgres_bin, data, log, superuser_password)
+        pid = postgres.start_server(found.postgres_bin, data, port, log, self.pgpass)
+        postgres.create_database(port, self.settings.database_name, self.pgpass)
+        endpoint = postgres.url(port, self.settings.database_name, self.pgpass)
+        return Component(EMBEDDED, endpoint, pid, port)
+
+    def _external_admin_url(self, given: str) -> str:
+        """The external database's set-up URL without a password: the password (from
+        database_password_file, else the URL, else the secrets directory) goes to the stack's
+        libpq password file."""
+        self._write_pgpass()
+        bare = make_url(given).set(password=None)
+        bare = bare.update_query_dict({"passfile": str(self.pgpass)})
+        return bare.render_as_string(hide_password=False)
+
+    def _admin_password(self) -> dict[str, str]:
+        """The external set-up role's password, when one is given."""
+        if not self.settings.database_url:
+            return {}  # embedded: the superuser's password is in the secrets directory
+        url = make_url(self.settings.database_url)
+        user = url.username or postgres.SUPERUSER
+        if self.settings.database_password_file:
+            return {user: read_secret(self.settings.database_password_file)}
+        return {user: url.password} if url.password else {}
+
+    def _write_pgpass(self) -> None:
+        """Every role with a password file, and the set-up role, in libpq's password file."""
+        entries = {role: self.secrets.password(role) for role in self.secrets.roles()}
+        write_pgpass(self.pgpass, {**entries, **self._admin_password()}.items())
 
     def _broker(
         self, found: artifacts.Artifacts | None, previous: StackState | None
@@ -192,7 +257,7 @@ class Stack:
         assert found is not None
         old = previous.connect if previous else None
         if old and old.mode == EMBEDDED and alive(old.pid):
-            if not broker_restarted and ConnectClient(old.endpoint, timeout=5).alive():
+            if not broker_restarted and self.connect_client(old.endpoint, timeout=5).alive():
                 return old
             stop(old.pid)  # its broker restarted: a fresh worker rejoins cleanly
         # A restarted worker keeps its REST port, so clients holding the URL keep working.
@@ -206,6 +271,8 @@ class Stack:
             self.logs / "connect.log",
             exactly_once=self.settings.connect_exactly_once,
             group=f"{self.settings.connector_name}-connect",
+            secrets_dir=self.secrets.dir,
+            kafka_security=connect_worker_config(self.kafka_security()),
         )
         return Component(EMBEDDED, f"http://127.0.0.1:{port}", pid, port)
 
@@ -217,8 +284,12 @@ class Stack:
             database_host=self.settings.connect_database_host or parsed.host or "127.0.0.1",
             database_port=self.settings.connect_database_port or parsed.port or 5432,
             database_name=parsed.database or self.settings.database_name,
-            database_user=parsed.username or "postgres",
-            database_password=parsed.password or "",
+            # The connector logs in as the CDC role; Connect's config provider reads its
+            # password where the worker sees the secrets, so Connect's REST API, its config topic
+            # and its logs only ever show the placeholder.
+            database_user=self.settings.cdc_role,
+            database_password=self._password_placeholder(self.settings.cdc_role),
+            publication_autocreate="disabled",
             server_name=self.settings.server_name,
             slot_name=self.settings.slot_name,
             publication_name=self.settings.publication_name,
@@ -230,10 +301,34 @@ class Stack:
             message_prefix=self.settings.message_prefix,
         )
 
+    def _password_placeholder(self, role: str) -> str:
+        """The Connect config-provider reference to ``role``'s password file."""
+        directory = self.settings.connect_secrets_dir or str(self.secrets.dir)
+        return f"${{{connect.SECRETS_PROVIDER}:{directory}:{self.secrets.file(role).name}}}"
+
+    def _prepare_capture(self, state: StackState, cs: ConnectorSettings) -> None:
+        """The CDC role, its grants on the outbox tables of ``cs``'s database and the connector's
+        publication, made by the set-up role."""
+        self.secrets.password(cs.database_user)
+        self._write_pgpass()
+        admin = make_url(state.postgres.endpoint).set(database=cs.database_name)
+        with _admin_connection(admin) as conn:
+            roles.ensure_role(
+                conn, cs.database_user, self.secrets.password(cs.database_user), replication=True
+            )
+            heartbeat = cs.heartbeat_table if cs.heartbeat_interval_ms else None
+            roles.grant_capture(
+                conn, cs.database_name, cs.database_user, cs.outbox_tables, heartbeat
+            )
+            roles.ensure_publication(
+                conn, cs.publication_name, [*cs.outbox_tables, *([heartbeat] if heartbeat else [])]
+            )
+
     def _register(self, state: StackState, cs: ConnectorSettings | None = None) -> None:
         cs = cs or self.connector_settings(state.postgres.endpoint)
+        self._prepare_capture(state, cs)
         config = build_connector_config(cs)
-        client = ConnectClient(state.connect.endpoint)
+        client = self.connect_client(state.connect.endpoint)
         wait_until("kafka connect", client.ready, timeout=240, pid=state.connect.pid)
         if client.get_config(cs.name) != config:
             client.put_config(cs.name, config)
@@ -252,28 +347,36 @@ class Stack:
         self.echo(f"connector  {status.name} {status.state}")
 
     def service_database_url(self, name: str) -> str:
-        """The URL of service ``name``'s database on the stack's Postgres (see add_service)."""
-        url = make_url(self.state.postgres.endpoint).set(database=name)
+        """The URL of service ``name``'s database on the stack's Postgres, as its own role
+        (named after it, see add_service); the stack's password file holds the password."""
+        url = make_url(self.state.postgres.endpoint).set(username=name, database=name)
         return url.render_as_string(hide_password=False)
 
+    def service_connection(self, name: str) -> tuple[str, Path]:
+        """What service ``name``'s processes are given: its database URL without any password,
+        and the file holding its role's password (``<SERVICE>_DATABASE_PASSWORD_FILE``)."""
+        url = make_url(self.service_database_url(name))
+        bare = url.set(query={k: v for k, v in url.query.items() if k != "passfile"})
+        return bare.render_as_string(hide_password=False), self.secrets.file(name)
+
     def add_service(self, name: str) -> str:
-        """A service's own database on the stack's Postgres, with the framework migrations and
-        its own outbox connector (slot, publication and server name derived from ``name``).
+        """A service's own role and database on the stack's Postgres (the role owns the database
+        and may connect to nothing else), the framework migrations run as that role, and the
+        service's own outbox connector (slot, publication and server name derived from ``name``).
         Safe to repeat. Returns the database URL."""
         if not name.isidentifier() or not name.islower():
             raise StackError(f"service name {name!r}: use lower-case letters, digits, underscores")
         state = self.state
-        url = make_url(self.service_database_url(name))
-        admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
-        try:
-            with admin.connect() as conn:
-                if not conn.execute(
-                    text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}
-                ).first():
-                    conn.execute(text(f'CREATE DATABASE "{name}"'))
-        finally:
-            admin.dispose()
-        service_url = url.render_as_string(hide_password=False)
+        password = self.secrets.password(name)
+        self._write_pgpass()
+        admin = make_url(state.postgres.endpoint)
+        with _admin_connection(admin.set(database="postgres")) as conn:
+            roles.ensure_role(conn, name, password)
+            roles.ensure_database(conn, name, owner=name)
+        with _admin_connection(admin.set(database=name)) as conn:
+            roles.hand_over_objects(conn, name)
+            roles.grant_messages(conn, name)
+        service_url = self.service_database_url(name)
         runner.upgrade(service_url)
         base = self.connector_settings(service_url)
         cs = replace(
@@ -312,7 +415,7 @@ class Stack:
     def _connector_report(self, state: StackState) -> tuple[dict[str, str], dict[str, Any]]:
         """Each connector's state (FAILED when a task failed, though Connect says the connector
         RUNS) and, for a failed one, the reason and the way out."""
-        client = ConnectClient(state.connect.endpoint, timeout=5)
+        client = self.connect_client(state.connect.endpoint, timeout=5)
         states: dict[str, str] = {}
         failures: dict[str, Any] = {}
         for name in state.connectors:
@@ -350,7 +453,7 @@ class Stack:
     def _connect_product(self, state: StackState) -> dict[str, Any]:
         """Connect's version (from its REST API) and whether it runs exactly-once source."""
         try:
-            version = ConnectClient(state.connect.endpoint, timeout=5).version()
+            version = self.connect_client(state.connect.endpoint, timeout=5).version()
         except ConnectError as exc:
             version = f"unreachable: {exc}"
         return {
@@ -382,7 +485,7 @@ class Stack:
         if state is None:
             self.echo("stack: nothing recorded, nothing to stop")
             return
-        client = ConnectClient(state.connect.endpoint, timeout=10)
+        client = self.connect_client(state.connect.endpoint, timeout=10)
         if state.connect.mode == EXTERNAL or alive(state.connect.pid):
             for name in state.connectors:
                 try:
@@ -437,3 +540,13 @@ class Stack:
                     target.dispose()
         finally:
             engine.dispose()
+
+
+def _admin_connection(url: Any) -> psycopg.Connection:
+    """An autocommit psycopg connection for set-up statements (CREATE DATABASE cannot run in a
+    transaction)."""
+    params = {k: v for k, v in url.query.items() if isinstance(v, str)}
+    conninfo = make_conninfo(
+        host=url.host, port=url.port, user=url.username, dbname=url.database, **params
+    )
+    return psycopg.connect(conninfo, password=url.password, autocommit=True)

@@ -125,9 +125,11 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
     from cdc.connect import ConnectClient
     from cdc.preflight import connector_check, run_checks
     from devstack.stack import Stack, StackState
+    from outbox.kafka_security import librdkafka_config
 
     # The Connect URL and the bootstrap servers: from the settings, else the local stack's.
-    recorded = StackState.load(Stack(settings).state_file)
+    stack = Stack(settings)
+    recorded = StackState.load(stack.state_file)
     connect_url = settings.connect_url or (recorded.connect.endpoint if recorded else None)
     bootstrap = settings.kafka_bootstrap_servers or (recorded.broker.endpoint if recorded else None)
     client = ConnectClient(connect_url) if connect_url else None
@@ -135,17 +137,27 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
     if args.action != "preflight":
         if client is None or bootstrap is None:
             raise ValueError("set OUTBOXKIT_CONNECT_URL and OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS")
+        kafka_config = librdkafka_config(stack.kafka_security())
         if args.action == "restart":
             status = recovery.restart_failed(client, name)
         elif args.action == "raise-limit":
             if not args.topic or not args.max_bytes:
                 raise ValueError("raise-limit needs --topic and --max-bytes (see stack status)")
             status = recovery.raise_record_limit(
-                client, bootstrap, connector=name, topics=args.topic, max_bytes=args.max_bytes
+                client,
+                bootstrap,
+                connector=name,
+                topics=args.topic,
+                max_bytes=args.max_bytes,
+                kafka_config=kafka_config,
             )
         else:
             status = recovery.restore_record_limit(
-                client, bootstrap, connector=name, topics=args.topic or []
+                client,
+                bootstrap,
+                connector=name,
+                topics=args.topic or [],
+                kafka_config=kafka_config,
             )
         print(f"connector {name}: {status.state}, tasks {[t[1] for t in status.tasks]}")
         return 0
@@ -216,7 +228,7 @@ def _audit(args: argparse.Namespace, settings: Settings) -> int:
     results = []
     for spec in args.jobs:
         job = load_job(spec)
-        engine = create_engine(job.database_url)
+        engine = create_engine(job.engine_url())
         try:
             with engine.connect() as conn:
                 results.append(audit(job, conn))
@@ -329,7 +341,7 @@ def _inbox_redrive(args: argparse.Namespace) -> int:
     if not args.job:
         raise ValueError("redrive needs --job module:attr (its handlers apply the records)")
     job = load_job(args.job)
-    inbox = job.inbox(create_engine(job.database_url))
+    inbox = job.inbox(create_engine(job.engine_url()))
     topic, partition, key = args.topic, args.partition, args.key
     if args.id is not None:  # the parked record's partition and exact key
         found = admin.show(inbox.engine, int(args.id))

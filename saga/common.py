@@ -59,7 +59,11 @@ def job_of(service: str, aggregate_types: tuple[str, ...], handlers: BatchHandle
         # Job.handlers is typed without BatchHandler, which Inbox takes (inbox.apply.Handlers).
         handlers=handlers,
         database_url=settings.database_url,
+        database_password_file=(
+            str(settings.database_password_file) if settings.database_password_file else None
+        ),
         bootstrap_servers=settings.kafka_bootstrap_servers,
+        kafka_security=settings.kafka_security.resolve(),
         outbox=settings.outbox.build(),
         **settings.job_options(),
     )

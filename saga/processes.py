@@ -117,7 +117,7 @@ class Saga:
             url = self.stack.add_service(self._database(service))
             migrations_of(service).upgrade(url)
             self._connect_database(service, url)
-        admin = AdminClient({"bootstrap.servers": self.stack.bootstrap_servers()})
+        admin = AdminClient(self.stack.kafka_client_config())
         prefix = self.stack.settings.topic_prefix
         wanted = [
             topic_for(t, topic_prefix=prefix) for t in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT)
@@ -142,9 +142,13 @@ class Saga:
             ),
         }
         settings = self.stack.settings
-        for service, url in self.database_urls.items():
+        for service in self.database_urls:
             upper = service.upper()
+            # Each service and its consumer job log in as the service's own role, the password
+            # read from its file (as a container's mounted secret is).
+            url, password_file = self.stack.service_connection(self._database(service))
             env[f"{upper}_DATABASE_URL"] = url
+            env[f"{upper}_DATABASE_PASSWORD_FILE"] = str(password_file)
             env[f"{upper}_KAFKA_BOOTSTRAP_SERVERS"] = self.stack.bootstrap_servers()
             env[f"{upper}_TOPIC_PREFIX"] = settings.topic_prefix
             env[f"{upper}_EXACTLY_ONCE_SOURCE"] = str(settings.connect_exactly_once).lower()

@@ -50,10 +50,9 @@ class ServiceApp:
                 conn.execute(text("SELECT 1"))
         except Exception as exc:
             return [f"database unreachable: {str(exc).splitlines()[0]}"]
-        url = self.engine.url.render_as_string(hide_password=False)
         problems = []
         for migrations in (FRAMEWORK, *self.migrations):
-            current, head = migrations.current(url), migrations.head()
+            current, head = migrations.current(self.engine.url), migrations.head()
             if current != head:
                 problems.append(f"{migrations.version_table} at {current}, head is {head}")
         return problems
@@ -71,9 +70,14 @@ def create_app(
     """A FastAPI app with the service's routers plus /health, /ready, /metrics and /docs."""
     logs.configure(settings.name, settings.log_level, settings.log_json)
     engine = engine or create_engine(
-        settings.database_url, pool_size=settings.pool_size, pool_pre_ping=True
+        settings.engine_url(), pool_size=settings.pool_size, pool_pre_ping=True
     )
-    metrics = Metrics(engine, settings.consumers, settings.kafka_bootstrap_servers)
+    metrics = Metrics(
+        engine,
+        settings.consumers,
+        settings.kafka_bootstrap_servers,
+        settings.kafka_security.resolve(),
+    )
     app = FastAPI(title=title or settings.name, description=description)
     app.state.service = ServiceApp(settings, engine, metrics, tuple(migrations))
     errors.install(app)

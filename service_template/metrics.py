@@ -13,6 +13,7 @@ from sqlalchemy.engine import Engine
 
 from inbox.operations import parked_counts, watermark_rows
 from outbox.envelope import Envelope
+from outbox.kafka_security import PLAINTEXT, KafkaSecurity, librdkafka_config
 
 log = logging.getLogger(__name__)
 
@@ -22,8 +23,15 @@ class InboxCollector(Collector):
     consumer. Lag needs Kafka: the partition's end offset (transaction markers count as offsets,
     so a fully applied transactional partition may show a lag of one marker)."""
 
-    def __init__(self, engine: Engine, consumers: list[str], bootstrap: str | None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        consumers: list[str],
+        bootstrap: str | None,
+        kafka_security: KafkaSecurity = PLAINTEXT,
+    ) -> None:
         self.engine, self.consumers, self.bootstrap = engine, consumers, bootstrap
+        self.kafka_security = kafka_security
         self._kafka: Any = None
 
     def _end_offset(self, topic: str, partition: int) -> int | None:
@@ -33,7 +41,11 @@ class InboxCollector(Collector):
 
         if self._kafka is None:
             self._kafka = Consumer(
-                {"bootstrap.servers": self.bootstrap, "group.id": "outboxkit-metrics"}
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "group.id": "outboxkit-metrics",
+                    **librdkafka_config(self.kafka_security),
+                }
             )
         try:
             _, high = self._kafka.get_watermark_offsets(
@@ -74,7 +86,13 @@ class InboxCollector(Collector):
 class Metrics:
     """One registry per app (several apps can live in one process, e.g. in tests)."""
 
-    def __init__(self, engine: Engine, consumers: list[str], bootstrap: str | None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        consumers: list[str],
+        bootstrap: str | None,
+        kafka_security: KafkaSecurity = PLAINTEXT,
+    ) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "outboxkit_http_requests",
@@ -94,7 +112,7 @@ class Metrics:
             ["aggregate_type", "event_type"],
             registry=self.registry,
         )
-        self.registry.register(InboxCollector(engine, consumers, bootstrap))
+        self.registry.register(InboxCollector(engine, consumers, bootstrap, kafka_security))
 
     def published(self, events: Iterable[Envelope]) -> None:
         """Count events whose transaction committed (a `PublishedObserver`)."""

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import URL
 
+from outbox.kafka_security import KafkaSecuritySettings
+from outbox.secrets import url_with_password
 from outbox.settings import OutboxSettings
 
 
@@ -19,9 +24,19 @@ class ServiceSettings(BaseSettings):
     )
 
     name: str = Field(default="service", description="service name, in logs and metrics")
-    database_url: str = Field(description="SQLAlchemy URL of the service's own database")
+    database_url: str = Field(
+        description="SQLAlchemy URL of the service's own database, without its password"
+    )
+    database_password_file: Path | None = Field(
+        default=None, description="file holding the database password (a mounted secret)"
+    )
     kafka_bootstrap_servers: str | None = Field(
         default=None, description="for the inbox-lag metric (end offsets); unset: no lag metric"
+    )
+    kafka_security: KafkaSecuritySettings = Field(
+        default_factory=KafkaSecuritySettings,
+        description="SASL/TLS of the Kafka clients, read from OUTBOXKIT_KAFKA_* (one for all "
+        "services of a cluster)",
     )
     consumers: list[str] = Field(
         default_factory=list,
@@ -34,3 +49,8 @@ class ServiceSettings(BaseSettings):
     pool_size: int = 10
     log_level: str = "INFO"
     log_json: bool = True
+
+    def engine_url(self) -> URL:
+        """The database URL with its password from ``database_password_file`` (masked when
+        printed)."""
+        return url_with_password(self.database_url, self.database_password_file)

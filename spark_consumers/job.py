@@ -6,10 +6,12 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import URL, Engine
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, Handlers, Inbox
+from outbox.kafka_security import PLAINTEXT, KafkaSecurity
 from outbox.publish import Outbox
+from outbox.secrets import url_with_password
 from outbox.unit import PublishedObserver
 from spark_consumers.retry import BATCH_RETRY
 
@@ -24,7 +26,7 @@ class Job:
     topics: tuple[str, ...]
     consumer: str
     handlers: Handlers  # per event type, one callable, or a BatchHandler
-    database_url: str
+    database_url: str  # without its password (see database_password_file)
     bootstrap_servers: str
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     # True when every topic is written with exactly-once delivery (Debezium on a Connect worker
@@ -36,6 +38,10 @@ class Job:
     window: int | None = None
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     kafka_options: Mapping[str, str] = field(default_factory=dict)
+    # SASL/TLS of every Kafka client of the job, rendered for Spark's Java source and for the
+    # confluent-kafka clients (librdkafka rejects Java's JAAS and truststore properties, so
+    # kafka_options, given to both, cannot carry it).
+    kafka_security: KafkaSecurity = PLAINTEXT
     # How the handlers' events are written: the consuming service's outbox.
     outbox: Outbox = field(default_factory=Outbox)
     # Seconds a micro-batch's inbox transactions are retried while the database is unreachable
@@ -44,6 +50,13 @@ class Job:
     # Append every applied event to the inbox ledger, for `outboxkit audit` (off by default: it
     # grows with the message count).
     ledger: bool = False
+    # The file holding the database password (a mounted secret), read where the engine is made:
+    # on each executor, so the password never travels in a task.
+    database_password_file: str | None = None
+
+    def engine_url(self) -> URL:
+        """The database URL with its password (masked when printed)."""
+        return url_with_password(self.database_url, self.database_password_file)
 
     def dedup_window(self) -> int:
         """The event-id window this job's inbox keeps (0: watermark only)."""

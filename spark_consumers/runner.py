@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import create_engine
 
 from inbox.recorder import Recorder
+from outbox.kafka_security import librdkafka_config, spark_source_options
 from spark_consumers.job import Job
 from spark_consumers.progress import ProgressLog
 from spark_consumers.retry import RestartBudget
@@ -32,7 +33,7 @@ BatchCallback = Callable[[str, int, list[dict[str, Any]]], None]
 
 def inbox_positions(job: Job) -> dict[tuple[str, int], int]:
     """Next offset per (topic, partition) from the inbox watermarks (job without checkpoint)."""
-    engine = create_engine(job.database_url)
+    engine = create_engine(job.engine_url())
     try:
         with engine.connect() as conn:
             return Recorder(job.consumer).positions(conn, job.topics)
@@ -45,7 +46,13 @@ def existing_partitions(jobs: Sequence[Job]) -> dict[str, list[int]]:
     from confluent_kafka.admin import AdminClient
 
     first = jobs[0]
-    admin = AdminClient({"bootstrap.servers": first.bootstrap_servers, **first.kafka_options})
+    admin = AdminClient(
+        {
+            "bootstrap.servers": first.bootstrap_servers,
+            **librdkafka_config(first.kafka_security),
+            **first.kafka_options,
+        }
+    )
     metadata = admin.list_topics(timeout=30)
     return {
         topic: sorted(metadata.topics[topic].partitions)
@@ -78,7 +85,7 @@ def starting_offsets(
 
 def source_key(job: Job) -> tuple[Any, ...]:
     """Jobs with the same key can share one query (same brokers and client options)."""
-    return (job.bootstrap_servers, tuple(sorted(job.kafka_options.items())))
+    return (job.bootstrap_servers, job.kafka_security, tuple(sorted(job.kafka_options.items())))
 
 
 def query_groups(jobs: Sequence[Job], shared: bool) -> list[tuple[Job, ...]]:
@@ -120,6 +127,8 @@ def source_frame(session: Any, jobs: Sequence[Job]) -> Any:
         .option("kafka.fetch.max.wait.ms", FETCH_MAX_WAIT_MS)
         .option("startingOffsets", json.dumps(offsets) if offsets else "earliest")
     )
+    for key, value in spark_source_options(first.kafka_security).items():
+        reader = reader.option(key, value)
     for key, value in first.kafka_options.items():
         reader = reader.option(f"kafka.{key}", value)
     log.info(

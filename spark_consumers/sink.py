@@ -22,13 +22,14 @@ RESULT_SCHEMA = (
 _ENGINES: dict[str, Any] = {}
 
 
-def _engine(url: str) -> Any:
+def _engine(job: Job) -> Any:
     """One engine per executor process and database, reused across batches."""
-    if url not in _ENGINES:
+    key = f"{job.database_url} {job.database_password_file}"
+    if key not in _ENGINES:
         from sqlalchemy import create_engine
 
-        _ENGINES[url] = create_engine(url, pool_size=2, pool_pre_ping=True)
-    return _ENGINES[url]
+        _ENGINES[key] = create_engine(job.engine_url(), pool_size=2, pool_pre_ping=True)
+    return _ENGINES[key]
 
 
 def records_from_arrow(batch: pa.RecordBatch) -> list[KafkaRecord]:
@@ -92,7 +93,7 @@ def apply_batches(
         for job in jobs:
             if topic not in job.topics:
                 continue
-            inbox = job.inbox(_engine(job.database_url))
+            inbox = job.inbox(_engine(job))
             # The database unreachable (restart, failover): the same records again, after a
             # backoff; the inbox makes a retry idempotent. Data errors never get here: they park.
             result, retries = retrying(

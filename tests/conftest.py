@@ -117,6 +117,7 @@ def at_least_once_stack(stack: Stack) -> Iterator[Stack]:
         "outboxkit-alo-",
         "alo stack",
         database_url=stack.database_url(),
+        secrets_dir=stack.secrets.dir,  # one Postgres cluster, one set of role passwords
         kafka_bootstrap_servers=stack.bootstrap_servers(),
         connect_exactly_once=False,
         connector_name=f"it-alo-{tag}",

@@ -41,6 +41,7 @@ def service(stack: Stack, empty_database: str, tmp_path: Path) -> Iterator[Stack
     own = Stack(
         Settings(
             database_url=empty_database,
+            secrets_dir=stack.secrets.dir,
             kafka_bootstrap_servers=stack.bootstrap_servers(),
             connect_url=stack.state.connect.endpoint,
             stack_dir=tmp_path / "stack",

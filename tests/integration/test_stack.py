@@ -94,6 +94,7 @@ def test_external_components_are_not_started_and_down_drops_their_slot(stack, en
     external = Stack(
         Settings(
             database_url=stack.database_url(),
+            secrets_dir=stack.secrets.dir,
             kafka_bootstrap_servers=stack.bootstrap_servers(),
             connect_url=stack.state.connect.endpoint,
             stack_dir=tmp_path / "external",
