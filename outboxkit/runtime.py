@@ -29,7 +29,7 @@ def recorded_saga(stack: Any) -> Any:
 
 
 def saga_command(args: argparse.Namespace, settings: Settings) -> int:
-    """`outboxkit saga ACTION [NAME...]`: up, status, start, stop, restart or kill -9."""
+    """`outboxkit saga ACTION [NAME...]`: prepare, up, status, start, stop, restart or kill -9."""
     from devstack.stack import Stack
     from saga.processes import PROCESSES, Saga
 
@@ -38,6 +38,13 @@ def saga_command(args: argparse.Namespace, settings: Settings) -> int:
     unknown = sorted(set(names) - set(PROCESSES))
     if unknown:
         raise ValueError(f"unknown saga process(es) {unknown}: choose from {list(PROCESSES)}")
+    if args.action == "prepare":
+        # Set-up only, as a deployment's one-shot job runs it: roles, databases, migrations,
+        # connectors, topics. Its processes run elsewhere (containers), with their own roles.
+        stack.up()
+        Saga(stack, stack.dir / "saga", echo=progress).prepare()
+        progress("saga prepared: service roles and databases, migrations, connectors, topics")
+        return 0
     if args.action == "up":
         stack.up()
         saga = recorded_saga(stack)
@@ -170,9 +177,13 @@ def print_processes(processes: Sequence[dict[str, Any]]) -> None:
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The ``saga`` and ``chaos`` commands."""
     saga = sub.add_parser(
-        "saga", help="the saga's services and consumer driver: up, status, start, stop, restart"
+        "saga",
+        help="the saga's services and consumer driver: prepare (set-up only), up, status, start, "
+        "stop, restart",
     )
-    saga.add_argument("action", choices=["up", "status", "start", "stop", "restart", "kill"])
+    saga.add_argument(
+        "action", choices=["prepare", "up", "status", "start", "stop", "restart", "kill"]
+    )
     saga.add_argument(
         "names", nargs="*", metavar="NAME", help="orders, payments, shipping, consumers (all)"
     )
