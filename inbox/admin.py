@@ -73,4 +73,7 @@ def _redrive_one(inbox: Inbox, session: Session, topic: str, row: Any) -> Handle
         return HandlerOutcome(0, f"undecodable: {decoded.problem}")
     if not inbox.handles(decoded.envelope.event_type):
         return HandlerOutcome(0, f"unknown event type {decoded.envelope.event_type!r}")
+    invalid = inbox.batch.invalid(decoded.envelope)
+    if invalid is not None:
+        return HandlerOutcome(0, f"invalid payload: {invalid}")
     return inbox.apply_one(session, decoded.envelope)

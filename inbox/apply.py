@@ -42,10 +42,23 @@ class BatchHandler:
     apply: Callable[[Sequence[Envelope], UnitOfWork], None]
     # The event types it applies (others are parked as unknown); None: every type.
     event_types: frozenset[str] | None = None
+    # Why an event's payload must not be applied, None when it may (pure: no I/O). An event it
+    # rejects is parked with that reason before ``apply`` sees it, not retried. None: no check.
+    validate: Callable[[Envelope], str | None] | None = None
 
     def handles(self, event_type: str) -> bool:
         """True when ``event_type`` is applied by this handler."""
         return self.event_types is None or event_type in self.event_types
+
+    def invalid(self, event: Envelope) -> str | None:
+        """Why ``event`` must not be applied (``validate`` rejected it), else None."""
+        if self.validate is None or not self.handles(event.event_type):
+            return None
+        try:
+            return self.validate(event)
+        except Exception as exc:  # a check crashing on a payload rejects it: parked, not lost
+            log.warning("the payload check of event %s failed", event.event_id, exc_info=True)
+            return f"the payload check failed: {type(exc).__name__}: {exc}"
 
 
 Handlers = Mapping[str, Handler] | Handler | BatchHandler
@@ -261,7 +274,7 @@ class Inbox:
         first = decoded[0].record
         done = _Slice(BatchResult(first.topic, first.partition, view.watermark))
         decider = Decider(view, known_types=self.batch.event_types)
-        decisions = [(item, decider.decide(_incoming(item))) for item in decoded]
+        decisions = [(item, decider.decide(_incoming(item, self.batch))) for item in decoded]
         events = [item.envelope for item, d in decisions if d.action is Action.APPLY]
         uow = UnitOfWork(session, self.outbox)
         try:
@@ -287,7 +300,7 @@ class Inbox:
         done = _Slice(BatchResult(first.topic, first.partition, view.watermark))
         decider = Decider(view, known_types=self.batch.event_types)
         for item in decoded:
-            incoming = _incoming(item)
+            incoming = _incoming(item, self.batch)
             decision = decider.decide(incoming)
             action, reason, attempts = decision.action, decision.reason, 1
             if action is Action.APPLY:
@@ -323,5 +336,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _incoming(item: Decoded) -> Incoming:
-    return Incoming(item.record.offset, item.key, item.event_id, item.event_type, item.problem)
+def _incoming(item: Decoded, batch: BatchHandler) -> Incoming:
+    invalid = None if item.envelope is None else batch.invalid(item.envelope)
+    record = item.record
+    return Incoming(record.offset, item.key, item.event_id, item.event_type, item.problem, invalid)

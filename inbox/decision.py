@@ -13,7 +13,7 @@ class Action(enum.Enum):
     APPLY = "apply"
     SKIP_REPLAY = "skip_replay"  # offset at or below the partition's watermark
     SKIP_DUPLICATE = "skip_duplicate"  # event id already applied: a CDC re-send at a new offset
-    PARK = "park"  # undecodable, unknown type, or handler kept failing
+    PARK = "park"  # undecodable, unknown type, invalid payload, or handler kept failing
     HOLD = "hold"  # same key as a parked record: parked behind it to keep per-key order
 
 
@@ -26,6 +26,7 @@ class Incoming:
     event_id: str | None
     event_type: str | None = None
     decode_error: str | None = None
+    invalid: str | None = None  # why its payload must not be applied (the handler's check)
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ class Decider:
             return Decision(record.offset, Action.PARK, f"undecodable: {record.decode_error}")
         if self._types is not None and record.event_type not in self._types:
             return Decision(record.offset, Action.PARK, f"unknown event type {record.event_type!r}")
+        if record.invalid is not None:
+            return Decision(record.offset, Action.PARK, f"invalid payload: {record.invalid}")
         return Decision(record.offset, Action.APPLY)
 
 

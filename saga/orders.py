@@ -34,6 +34,7 @@ from inbox.apply import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of
+from saga.payloads import MAX_ITEMS, Amount, Customer, Item, payload_problem
 from saga.rules import ORDER_ID
 from service_template import Problem, UnitOfWork, create_app, idempotent, unit_of_work
 from service_template.app import service_router
@@ -65,17 +66,12 @@ timeline = Table(
 )
 
 
-class Item(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    sku: str = Field(pattern=r"^[a-z0-9-]{1,32}$", examples=["widget"])
-    qty: int = Field(ge=1, le=100)
-
-
 class PlaceOrder(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    customer: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$", examples=["vip-ada"])
-    items: list[Item] = Field(min_length=1, max_length=20)
-    amount: int = Field(ge=1, le=1_000_000, description="whole currency units")
+    # Strict: `true` is no amount and "5" no quantity (a 422, never coerced).
+    model_config = ConfigDict(extra="forbid", strict=True)
+    customer: Customer
+    items: list[Item] = Field(min_length=1, max_length=MAX_ITEMS)
+    amount: Amount
 
 
 class TimelineEntry(BaseModel):
@@ -227,7 +223,7 @@ def _entry(event: Envelope, status_after: str) -> dict[str, Any]:
     }
 
 
-HANDLERS = BatchHandler(apply_slice, frozenset(rules.ORDER_MOVES))
+HANDLERS = BatchHandler(apply_slice, frozenset(rules.ORDER_MOVES), payload_problem)
 
 
 def app() -> FastAPI:

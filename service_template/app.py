@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from migrations.runner import FRAMEWORK, Migrations
 from outbox.publish import Outbox
 from service_template import errors, logs
+from service_template.limits import BodyLimit
 from service_template.measure import TraceAndMeasure
 from service_template.metrics import Metrics
 from service_template.settings import ServiceSettings
@@ -82,7 +83,8 @@ def create_app(
     app.state.service = ServiceApp(settings, engine, metrics, tuple(migrations))
     errors.install(app)
 
-    app.add_middleware(TraceAndMeasure, metrics=metrics)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(TraceAndMeasure, metrics=metrics)  # outermost: it sees the 413s too
 
     @app.get("/health", tags=["operations"], summary="the process is alive")
     def health() -> dict[str, str]:

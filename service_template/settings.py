@@ -46,6 +46,12 @@ class ServiceSettings(BaseSettings):
         default_factory=OutboxSettings,
         description="how the service writes events (e.g. ORDERS_OUTBOX__MODE=retain)",
     )
+    max_request_bytes: int = Field(
+        default=64 * 1024,
+        gt=0,
+        description="largest request body accepted, declared or streamed; larger is a 413 "
+        "(e.g. ORDERS_MAX_REQUEST_BYTES)",
+    )
     pool_size: int = 10
     log_level: str = "INFO"
     log_json: bool = True

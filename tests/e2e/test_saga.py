@@ -12,6 +12,7 @@ import signal
 import threading
 import time
 import uuid
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -22,7 +23,7 @@ from devstack.processes import alive
 from devstack.stack import Stack
 from inbox.tables import parked, watermarks
 from outboxkit.bench.report import percentile
-from saga import chaos, rules
+from saga import chaos, orders, payments, rules, shipping
 from saga.common import SERVICES
 from saga.processes import Saga
 
@@ -171,7 +172,57 @@ def poison_records(tag: str) -> list[tuple[str, bytes, bytes | None, list[tuple[
         ),
         (payment, f"pay-{tag}".encode(), b"\x00", headers("PaymentCaptured", payment)),
         (payment, f"pay2-{tag}".encode(), b"{}", headers("PaymentCaptured", payment, headers=b"[")),
+        *forged_records(tag),
     ]
+
+
+def forged_id(tag: str, n: int) -> str:
+    """The id of forged order ``n`` of a run: well-formed (a UUID), unlike its payload."""
+    return f"{tag}-0000-4000-8000-{n:012d}"
+
+
+def forged_records(tag: str) -> list[tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]]:
+    """Records of the saga's own event types, well-formed but for one value out of range, as a
+    hostile producer forges them; each reader parks them for the reason in FORGED_REASONS."""
+
+    def forged(aggregate: str, event_type: str, n: int, **payload: object) -> tuple[Any, ...]:
+        order_id = forged_id(tag, n)
+        headers = [
+            ("id", str(uuid.uuid4()).encode()),
+            ("eventType", event_type.encode()),
+            ("aggregateType", aggregate.encode()),
+        ]
+        value = json.dumps({"order_id": order_id, **payload}).encode()
+        return (aggregate, order_id.encode(), value, headers)
+
+    items = [{"sku": forged_sku(tag), "qty": 1}]
+    return [
+        forged(rules.ORDER, rules.ORDER_PLACED, 0, customer="vip-eve", items=items, amount=-5),
+        forged(rules.ORDER, rules.ORDER_PLACED, 1, customer="vip-eve", items=items, amount=True),
+        forged(
+            rules.PAYMENT,
+            rules.PAYMENT_CAPTURED,
+            2,
+            customer="vip-eve",
+            items=[{"sku": forged_sku(tag), "qty": -5}],
+            amount=5,
+            reason="within limit 1000",
+        ),
+        forged(rules.SHIPMENT, rules.SHIPMENT_FAILED, 3, reason=True),
+    ]
+
+
+FORGED_REASONS = [  # in the order of forged_records
+    "invalid payload: amount: Input should be greater than or equal to 1 (got -5)",
+    "invalid payload: amount: Input should be a valid integer (got True)",
+    "invalid payload: items.0.qty: Input should be greater than or equal to 1 (got -5)",
+    "invalid payload: reason: Input should be a valid string (got True)",
+]
+FORGED_STOCK = 7  # of the forged SKU, which no real order asks for
+
+
+def forged_sku(tag: str) -> str:
+    return f"forged-{tag}"
 
 
 def test_poison_records_on_the_saga_topics_are_parked_and_every_order_completes(saga, stack):
@@ -181,6 +232,7 @@ def test_poison_records_on_the_saga_topics_are_parked_and_every_order_completes(
     tag = uuid.uuid4().hex[:8]
     poison = poison_records(tag)
     prefix = stack.settings.topic_prefix
+    shipping.set_stock(saga.engines["shipping"], {forged_sku(tag): FORGED_STOCK})
     producer = Producer({"bootstrap.servers": stack.bootstrap_servers()})
 
     def produce() -> None:
@@ -197,7 +249,11 @@ def test_poison_records_on_the_saga_topics_are_parked_and_every_order_completes(
     assert_consistent(saga, placed)
     assert alive(saga.pids["consumers"]), saga.logs_tail()
 
-    readers = {rules.ORDER: ("payments",), rules.PAYMENT: ("shipping", "orders")}
+    readers = {
+        rules.ORDER: ("payments",),
+        rules.PAYMENT: ("shipping", "orders"),
+        rules.SHIPMENT: ("payments", "orders"),
+    }
     expected = {(service, key) for aggregate, key, _, _ in poison for service in readers[aggregate]}
     deadline = time.monotonic() + 120
     while True:
@@ -214,6 +270,45 @@ def test_poison_records_on_the_saga_topics_are_parked_and_every_order_completes(
             break
         time.sleep(1)
     assert found == expected
+    assert_forged_parked_and_not_applied(saga, tag, readers)
+
+
+def assert_forged_parked_and_not_applied(
+    saga: Saga, tag: str, readers: dict[str, tuple[str, ...]]
+) -> None:
+    """Every reader parked each forged record for its payload, and none was applied: no order,
+    payment or shipment of a forged id, the forged SKU's stock as it was set."""
+    forged = forged_records(tag)
+    keys = [key for _, key, _, _ in forged]
+    reasons = {}
+    for service in SERVICES:
+        with saga.engines[service].connect() as conn:
+            rows = conn.execute(
+                select(parked.c.consumer, parked.c.raw_key, parked.c.error).where(
+                    parked.c.raw_key.in_(keys)
+                )
+            ).all()
+        reasons |= {(consumer, bytes(key)): error for consumer, key, error in rows}
+    assert reasons == {
+        (service, key): reason
+        for (aggregate, key, _, _), reason in zip(forged, FORGED_REASONS, strict=True)
+        for service in readers[aggregate]
+    }
+    ids = [key.decode() for key in keys]
+    tables = {
+        "orders": (orders.orders.c.id, orders.timeline.c.order_id),
+        "payments": (payments.payments.c.order_id, payments.payment_log.c.order_id),
+        "shipping": (shipping.shipments.c.order_id,),
+    }
+    for service, columns in tables.items():
+        with saga.engines[service].connect() as conn:
+            for column in columns:
+                assert conn.execute(select(column).where(column.in_(ids))).all() == []
+    with saga.engines["shipping"].connect() as conn:
+        stock = conn.execute(
+            select(shipping.stock.c.available).where(shipping.stock.c.sku == forged_sku(tag))
+        ).scalar_one()
+    assert stock == FORGED_STOCK
 
 
 FAULTS = chaos.ROUTINE  # postgres-crash, broker-restart, connect-task-restart

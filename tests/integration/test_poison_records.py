@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 
 from inbox import admin
-from inbox.apply import Inbox
+from inbox.apply import BatchHandler, Inbox
 from inbox.decision import Action
 from inbox.operations import parked_record
 from inbox.tables import parked, skipped, watermarks
@@ -234,6 +234,38 @@ def test_redrive_applies_the_raw_record_after_the_handler_is_fixed(engine):
     done = admin.redrive(fixed, TOPIC, 0, key=weird_key.decode())
     assert done.applied == 1
     assert applied_keys(engine, consumer) == [weird_key.decode()]
+
+
+def test_a_payload_the_handler_rejects_is_parked_unapplied_and_stays_parked_on_redrive(engine):
+    """BatchHandler.validate: a payload it rejects is parked with its reason at once (one
+    attempt, the handler never runs on it), holds its key, and redrive keeps it parked."""
+    consumer = f"poison-{uuid.uuid4().hex[:8]}"
+    seen: list[str] = []
+
+    def apply(events, uow):
+        seen.extend(e.aggregate_id for e in events)
+        for event in events:
+            handler(consumer)(event, uow)
+
+    def validate(envelope):
+        n = envelope.payload.get("n")
+        return None if type(n) is int and n > 0 else f"n must be a positive int, got {n!r}"
+
+    inbox = Inbox(engine, consumer, BatchHandler(apply, frozenset({"Tick"}), validate))
+    negative = KafkaRecord(TOPIC, 0, 0, b"k", b'{"n": -3}', headers_of(), None)
+    boolean = KafkaRecord(TOPIC, 0, 1, b"j", b'{"n": true}', headers_of(), None)
+    result = inbox.apply_partition([negative, boolean, good(2, "k"), good(3, "other")])
+    assert (result.count(Action.PARK), result.count(Action.HOLD)) == (2, 1)
+    assert seen == applied_keys(engine, consumer) == ["other"]
+    rows = parked_rows(engine, consumer)
+    assert [(r.offset, r.error, r.attempts) for r in rows] == [
+        (0, "invalid payload: n must be a positive int, got -3", 1),
+        (1, "invalid payload: n must be a positive int, got True", 1),
+        (2, "held behind a parked record of key k", 1),
+    ]
+    done = admin.redrive(inbox, TOPIC, 0)
+    assert (done.applied, done.still_parked) == (0, 3)
+    assert seen == applied_keys(engine, consumer) == ["other"]
 
 
 def test_a_handler_breaking_a_deferred_constraint_parks_only_its_record(engine):

@@ -3,23 +3,32 @@ and no 5xx for any input hypothesis can think of (the orders service's OpenAPI s
 
 from __future__ import annotations
 
+import http.client
+import json
+import select as io_select
+import socket
+import threading
 import uuid
+from collections.abc import Iterator
 from urllib.parse import quote
 
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import create_engine, func, select
 from sqlalchemy.engine import make_url
 
+from devstack.processes import free_port, wait_until
 from inbox.tables import idempotency
 from saga import orders
-from saga.common import migrations_of
+from saga.common import migrations_of, settings_of
 from service_template import ServiceSettings, create_app
 from tests.proxy import Proxy
 
 BODY = {"customer": "vip-ada", "items": [{"sku": "widget", "qty": 2}], "amount": 120}
+JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +99,123 @@ def test_bad_input_is_a_4xx_problem_with_a_message(client):
     assert negative.status_code == 422 and "amount" in negative.json()["detail"]
     long_key = client.post("/orders", json=BODY, headers={"Idempotency-Key": "k" * 300})
     assert long_key.status_code == 400
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ({**BODY, "amount": True}, "body.amount"),
+        ({**BODY, "amount": "120"}, "body.amount"),
+        ({**BODY, "amount": 120.0}, "body.amount"),
+        ({**BODY, "items": [{"sku": "widget", "qty": "2"}]}, "body.items.0.qty"),
+        ({**BODY, "items": [{"sku": "widget", "qty": False}]}, "body.items.0.qty"),
+        ({**BODY, "customer": 42}, "body.customer"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_a_422_never_coerced(client, orders_url, body, where):
+    before = count_orders(orders_url)
+    refused = client.post("/orders", json=body)
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["detail"].startswith(f"{where}: Input should be a valid ")
+    assert count_orders(orders_url) == before
+
+
+LIMIT = ServiceSettings.model_fields["max_request_bytes"].default
+
+
+def test_max_request_bytes_defaults_to_64_kib_and_reads_its_env(monkeypatch):
+    assert LIMIT == 64 * 1024
+    monkeypatch.setenv("ORDERS_MAX_REQUEST_BYTES", "1000")
+    monkeypatch.setenv("ORDERS_DATABASE_URL", "postgresql+psycopg://orders@127.0.0.1/orders")
+    assert settings_of("orders").max_request_bytes == 1000
+
+
+def chunks(total: int, size: int = 8192) -> Iterator[bytes]:
+    """A JSON body of ``total`` bytes (an order padded with spaces) in ``size``-byte pieces: sent
+    chunked, without a Content-Length."""
+    order = json.dumps(BODY).encode()
+    padded = order + b" " * (total - len(order))
+    for start in range(0, total, size):
+        yield padded[start : start + size]
+
+
+def test_a_body_over_the_limit_is_a_413_problem_with_or_without_content_length(client, orders_url):
+    before = count_orders(orders_url)
+    declared = client.post("/orders", content=b"".join(chunks(LIMIT + 1)), headers=JSON)
+    streamed = client.post("/orders", content=chunks(LIMIT + 1), headers=JSON)
+    assert "content-length" not in streamed.request.headers  # chunked
+    for refused, detail in (
+        (declared, f"the request body is {LIMIT + 1} bytes"),
+        (streamed, f"the request body passed {LIMIT} bytes"),
+    ):
+        assert refused.status_code == 413, refused.text
+        assert refused.headers["content-type"] == "application/problem+json"
+        assert refused.json() == {
+            "type": "about:blank",
+            "title": "Content Too Large",
+            "status": 413,
+            "detail": f"{detail}; the limit is {LIMIT} bytes (setting max_request_bytes)",
+        }
+    assert count_orders(orders_url) == before
+    # At the limit, declared or streamed, the body is the app's.
+    assert client.post("/orders", content=b"".join(chunks(LIMIT)), headers=JSON).status_code == 201
+    assert client.post("/orders", content=chunks(LIMIT), headers=JSON).status_code == 201
+    assert count_orders(orders_url) == before + 2
+
+
+@pytest.fixture(scope="module")
+def server(orders_url) -> Iterator[int]:
+    """The orders app under a real uvicorn (HTTP/1.1 over TCP, chunked bodies), on its port."""
+    settings = ServiceSettings(name="orders", database_url=orders_url, log_json=False)
+    app = create_app(settings, routers=[orders.router], migrations=[migrations_of("orders")])
+    port = free_port()
+    running = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=running.run, daemon=True)
+    thread.start()
+    wait_until("uvicorn serving the orders app", lambda: running.started, timeout=30)
+    yield port
+    running.should_exit = True
+    thread.join(30)
+
+
+def upload(port: int, total: int, *, chunked: bool) -> tuple[http.client.HTTPResponse, int]:
+    """POST a ``total``-byte body, declared (Content-Length) or chunked, sending only while the
+    server has not answered; the response and the bytes of body sent."""
+    length = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total}"
+    head = "POST /orders HTTP/1.1\r\nHost: orders\r\nContent-Type: application/json\r\n"
+    piece = b" " * 65536
+    framed = f"{len(piece):x}\r\n".encode() + piece + b"\r\n" if chunked else piece
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    sock.sendall(f"{head}{length}\r\n\r\n".encode())
+    sent = 0
+    while sent < total:
+        readable, writable, _ = io_select.select([sock], [sock], [], 60)
+        if readable or not writable:
+            break
+        sock.sendall(framed)
+        sent += len(piece)
+    response = http.client.HTTPResponse(sock)
+    response.begin()
+    return response, sent
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_300_mb_body_is_refused_with_413_before_it_is_sent(server, orders_url, chunked):
+    """On a real server: the 413 comes while the client is still sending (the body is never
+    read whole), declared or not, and the server serves the next request."""
+    total = 300 * 1024 * 1024
+    before = count_orders(orders_url)
+    response, sent = upload(server, total, chunked=chunked)
+    body = json.loads(response.read())
+    print(f"413 after {sent} of {total} bytes sent")
+    assert response.status == 413 and body["status"] == 413, body
+    assert response.getheader("content-type") == "application/problem+json"
+    assert sent < total
+    assert count_orders(orders_url) == before
+    again = http.client.HTTPConnection("127.0.0.1", server, timeout=60)
+    again.request("POST", "/orders", body=json.dumps(BODY), headers=JSON)
+    assert again.getresponse().status == 201
 
 
 def test_health_ready_metrics_and_trace(client, orders_url):
