@@ -11,7 +11,8 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from saga.common import SERVICES
 
@@ -31,8 +32,10 @@ def test_the_running_saga_never_connects_as_a_superuser(saga, stack):
     done = threading.Event()
 
     def sample() -> None:
-        # As a service's role: pg_stat_activity shows every session's user to any role.
-        with saga.engines["orders"].connect() as conn:
+        # The sampler needs pg_read_all_stats to see other roles' sessions: it is the test's
+        # superuser session, in the maintenance database, so it is not among those it samples.
+        admin = create_engine(make_url(stack.database_url()).set(database="postgres"))
+        with admin.connect() as conn:
             while not done.is_set():
                 seen.update(tuple(r) for r in conn.execute(ACTIVITY, {"databases": databases}))
                 conn.rollback()
