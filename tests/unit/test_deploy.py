@@ -1,32 +1,231 @@
-"""deploy/ runs the versions the embedded stack runs (one set of pins: devstack/java/pom.xml)."""
+"""deploy/ runs the saga as production would, with the versions the embedded stack runs (one set
+of pins: devstack/java/pom.xml). Checked without Docker: the compose file, the Dockerfile and the
+scripts are read, and the settings classes are built from each container's environment."""
 
 from __future__ import annotations
 
+import functools
+import importlib
+import os
 import re
+import shutil
+import subprocess
 import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
 
 from devstack.artifacts import pinned_versions
+from saga.common import SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+SECRETS = "/run/secrets"
+ONE_SHOT = ("kafka-init", "setup")
+CONSUMERS = {f"{service}-consumer": service for service in SERVICES}
+# Read by spark_consumers.session from the environment directly (no settings class).
+PLAIN_ENVIRONMENT = {"OUTBOXKIT_SPARK_MASTER"}
 
 
-def _images() -> dict[str, str]:
-    text = (ROOT / "deploy" / "docker-compose.yml").read_text()
-    return dict(re.findall(r"image:\s*([\w./-]+):([\w.-]+)", text))
+# -- reading deploy/ -------------------------------------------------------------------------
+@functools.cache
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    return loaded
 
 
-def test_compose_images_use_the_pinned_kafka_and_debezium_versions():
+def services() -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = compose()["services"]
+    return found
+
+
+def example_env() -> dict[str, str]:
+    """deploy/.env.example, as make-secrets.sh turns it into .env (a cluster id filled in)."""
+    lines = (DEPLOY / ".env.example").read_text().splitlines()
+    pairs = dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+    return {**pairs, "KAFKA_CLUSTER_ID": pairs.get("KAFKA_CLUSTER_ID") or "MkU3OEVBNTcwNTJENDM2Qk"}
+
+
+def interpolate(value: Any) -> str:
+    """Compose's variable substitution with deploy/.env.example: ${V}, ${V:-default}, ${V:?err},
+    and $$ for a literal dollar."""
+    env = example_env()
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, op, arg = match.group(1), match.group(2), match.group(3) or ""
+        if env.get(name):
+            return env[name]
+        if op == ":?":
+            raise AssertionError(f"${{{name}}} is required: {arg}")
+        return arg if op == ":-" else ""
+
+    return re.sub(r"\$\$|\$\{(\w+)(?:(:-|:\?)([^}]*))?\}", substitute, str(value))
+
+
+def environment(service: str) -> dict[str, str]:
+    env = services()[service].get("environment", {})
+    return {name: interpolate(value) for name, value in env.items()}
+
+
+def mounted_secrets(service: str) -> dict[str, str]:
+    """Where each of the service's secrets is mounted -> the file it comes from."""
+    defined = compose()["secrets"]
+    mounted = {}
+    for secret in services()[service].get("secrets", []):
+        source = secret["source"] if isinstance(secret, dict) else secret
+        target = secret.get("target", source) if isinstance(secret, dict) else source
+        path = target if target.startswith("/") else f"{SECRETS}/{target}"
+        mounted[path] = defined[source]["file"]
+    return mounted
+
+
+def mounted_files(service: str) -> dict[str, Path]:
+    """Bind-mounted files of deploy/ (``./x:/container/path:ro``): container path -> file."""
+    mounts = {}
+    for volume in services()[service].get("volumes", []):
+        source, target = volume.split(":")[:2]
+        if source.startswith("./"):
+            mounts[target] = DEPLOY / source
+    return mounts
+
+
+def command(service: str) -> list[str]:
+    return [interpolate(part) for part in services()[service]["command"]]
+
+
+def properties(env: dict[str, str], prefix: str) -> dict[str, str]:
+    """Properties from variables as the images derive them (PREFIX_FOO_BAR -> foo.bar)."""
+    return {
+        name[len(prefix) :].lower().replace("_", "."): value
+        for name, value in env.items()
+        if name.startswith(prefix)
+    }
+
+
+def connect_worker() -> dict[str, str]:
+    """The Connect worker's properties, as Debezium's image entrypoint writes them."""
+    env = environment("connect")
+    named = {
+        "bootstrap.servers": env["BOOTSTRAP_SERVERS"],
+        "group.id": env["GROUP_ID"],
+        "config.storage.topic": env["CONFIG_STORAGE_TOPIC"],
+        "offset.storage.topic": env["OFFSET_STORAGE_TOPIC"],
+        "status.storage.topic": env["STATUS_STORAGE_TOPIC"],
+    }
+    return {**named, **properties(env, "CONNECT_")}
+
+
+def broker() -> dict[str, str]:
+    return properties(environment("kafka"), "KAFKA_CFG_")
+
+
+def image(service: str) -> tuple[str, str]:
+    name, _, tag = services()[service]["image"].rpartition(":")
+    return (name, tag) if name and "/" not in tag else (services()[service]["image"], "")
+
+
+def dockerfile() -> str:
+    return (DEPLOY / "Dockerfile").read_text()
+
+
+# -- settings built from a container's environment -------------------------------------------
+@pytest.fixture
+def container_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Any]:
+    """``apply(service)``: the process environment of that container, its mounted secrets as
+    files under tmp_path (an unmounted secret is missing, as in the container)."""
+
+    def apply(service: str) -> dict[str, str]:
+        for name in list(os.environ):
+            if name.startswith(("OUTBOXKIT_", *(f"{s.upper()}_" for s in SERVICES))):
+                monkeypatch.delenv(name)
+        secrets = tmp_path / service / "secrets"
+        secrets.mkdir(parents=True)
+        for target in mounted_secrets(service):
+            (secrets / Path(target).name).write_text(f"secret-of-{Path(target).name}")
+        env = environment(service)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value.replace(SECRETS, str(secrets)))
+        return env
+
+    monkeypatch.chdir(tmp_path)  # no stray .env file is read
+    yield apply
+
+
+def known_variable(name: str, settings: Any) -> bool:
+    """Whether ``name`` (with its prefix cut) is a field (``a__b``: a nested field) of
+    ``settings``."""
+    field, _, nested = name.lower().partition("__")
+    if field not in type(settings).model_fields:
+        return False
+    return not nested or nested in type(getattr(settings, field)).model_fields
+
+
+# -- images and versions ---------------------------------------------------------------------
+def test_every_image_is_pinned_to_a_version():
+    for name in services():
+        repository, tag = image(name)
+        assert tag, f"{name}: image {repository} has no tag"
+        assert tag != "latest" and re.search(r"\d", tag), f"{name}: {repository}:{tag}"
+    for line in re.findall(r"(?m)^FROM\s+(\S+)", dockerfile()):
+        assert re.fullmatch(r"[\w./-]+:[\w.-]*\d[\w.-]*", line), f"Dockerfile: FROM {line}"
+
+
+def test_images_run_the_pinned_versions():
     pins = pinned_versions()
-    images = _images()
-    assert images["apache/kafka"] == pins.kafka
-    assert images["quay.io/debezium/connect"] == pins.debezium
+    assert image("kafka") == ("apache/kafka", pins.kafka)
+    assert image("kafka-init") == ("apache/kafka", pins.kafka)
+    assert image("connect") == ("quay.io/debezium/connect", pins.debezium)
+    repository, tag = image("postgres")
+    assert repository == "postgres" and tag.split(".")[0].split("-")[0] == "15"
+
+
+def test_one_image_built_from_this_repository_runs_every_python_process():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    ours = [*SERVICES, *CONSUMERS, "setup"]
+    for name in ours:
+        assert image(name) == ("outboxkit", project["version"]), name
+        build = services()[name]["build"]
+        assert (DEPLOY / build["context"]).resolve() == ROOT
+        assert (ROOT / build["dockerfile"]).resolve() == DEPLOY / "Dockerfile"
+    text = dockerfile()
+    minimum = re.search(r">=\s*(\d+\.\d+)", project["requires-python"])
+    assert minimum and f"FROM python:{minimum.group(1)}." in text
+    assert re.search(r"pip install \"?/\S+\[service,spark\]", text)
+    users = re.findall(r"(?m)^USER\s+(\S+)", text)
+    assert users and users[-1] not in ("root", "0"), "the image must run as a non-root user"
 
 
 def test_pyspark_is_pinned_to_the_spark_kafka_connector_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     spark = [d for d in project["optional-dependencies"]["spark"] if d.startswith("pyspark")]
     assert spark == [f"pyspark=={pinned_versions().spark}"]
+
+
+def test_spark_kafka_connector_comes_from_the_pinned_pom():
+    """The image resolves Spark's Kafka connector from devstack/java (spark.version) into the
+    directory the consumer jobs put on spark-submit's --jars; no other version is named."""
+    text = dockerfile()
+    assert re.search(r"mvn .*-f /\S+/java/pom\.xml -pl spark dependency:copy-dependencies", text)
+    assert "COPY devstack/java " in text
+    module = (ROOT / "devstack/java/spark/pom.xml").read_text()
+    assert re.search(
+        r"<artifactId>spark-sql-kafka-0-10_2\.13</artifactId>\s*<version>\$\{spark\.version\}",
+        module,
+    )
+    jars = re.search(r"COPY --from=spark-jars /\S+/spark/ (\S+)", text)
+    assert jars
+    for name in CONSUMERS:
+        argv = command(name)
+        assert argv[argv.index("--jars") + 1].startswith(jars.group(1).rstrip("/") + "/")
+    everything = "\n".join(p.read_text() for p in DEPLOY.rglob("*") if p.is_file())
+    for version in re.findall(r"spark-sql-kafka-0-10_2\.13[:-](\d[\w.]*\d)", everything):
+        assert version == pinned_versions().spark
 
 
 def test_kraft_cluster_ids_never_look_like_an_option():
@@ -36,22 +235,12 @@ def test_kraft_cluster_ids_never_look_like_an_option():
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
 
 
-def _environment(service: str) -> dict[str, str]:
-    """A compose service's environment, names turned into the properties the images derive
-    from them (``KAFKA_MESSAGE_MAX_BYTES`` -> ``message.max.bytes``, ``CONNECT_`` likewise)."""
-    text = (ROOT / "deploy" / "docker-compose.yml").read_text()
-    block = re.search(rf"(?ms)^  {service}:\n(.*?)(?=^  \w|\Z)", text)
-    assert block, f"no service {service!r} in deploy/docker-compose.yml"
-    env = dict(re.findall(r"(?m)^      (KAFKA_\w+|CONNECT_\w+):\s*(\S+)", block.group(1)))
-    return {name.split("_", 1)[1].lower().replace("_", "."): value for name, value in env.items()}
-
-
+# -- record limits (cdc/limits.py) -----------------------------------------------------------
 def test_compose_sets_the_kafka_record_limits_of_cdc_limits():
     from cdc.limits import BROKER_SETTINGS, WORKER_SETTINGS
 
-    broker, worker = _environment("kafka"), _environment("connect")
-    assert {k: broker.get(k) for k in BROKER_SETTINGS} == BROKER_SETTINGS
-    assert {k: worker.get(k) for k in WORKER_SETTINGS} == WORKER_SETTINGS
+    assert {k: broker().get(k) for k in BROKER_SETTINGS} == BROKER_SETTINGS
+    assert {k: connect_worker().get(k) for k in WORKER_SETTINGS} == WORKER_SETTINGS
 
 
 def test_the_embedded_stack_sets_the_same_record_limits():
@@ -62,15 +251,13 @@ def test_the_embedded_stack_sets_the_same_record_limits():
     def parse(props: str) -> dict[str, str]:
         return dict(line.split("=", 1) for line in props.splitlines() if line)
 
-    broker = parse(server_properties(Path("/data"), 9092, 9093))
+    embedded_broker = parse(server_properties(Path("/data"), 9092, 9093))
     worker = parse(worker_properties("127.0.0.1:9092", 8083, exactly_once=True))
-    assert BROKER_SETTINGS.items() <= broker.items()
+    assert BROKER_SETTINGS.items() <= embedded_broker.items()
     assert WORKER_SETTINGS.items() <= worker.items()
 
 
 def test_limits_are_kafkas_defaults_and_leave_room_above_the_publish_limit():
-    import importlib
-
     from cdc import limits
 
     assert limits.PRODUCER_MAX_REQUEST_SIZE == 1 << 20
@@ -80,3 +267,375 @@ def test_limits_are_kafkas_defaults_and_leave_room_above_the_publish_limit():
     )
     if publish_limit:  # the publish-side record limit (issue 14) once outbox.envelope has it
         assert publish_limit < limits.PRODUCER_MAX_REQUEST_SIZE <= limits.BROKER_MESSAGE_MAX_BYTES
+
+
+# -- lifecycle: health checks, restart policies, the one-shot jobs ---------------------------
+def test_every_long_running_service_has_a_health_check_and_a_restart_policy():
+    for name, service in services().items():
+        if name in ONE_SHOT:
+            continue
+        check = service.get("healthcheck", {})
+        assert check.get("test") and not check.get("disable"), f"{name}: no health check"
+        assert service.get("restart") in ("always", "unless-stopped", "on-failure"), name
+
+
+def test_one_shot_jobs_never_restart_and_what_needs_them_waits_for_their_success():
+    for name in ONE_SHOT:
+        assert services()[name]["restart"] == "no", name
+    for name in [*SERVICES, *CONSUMERS]:
+        assert services()[name]["depends_on"]["setup"] == {
+            "condition": "service_completed_successfully"
+        }
+    for name in ("connect", "setup"):
+        assert services()[name]["depends_on"]["kafka-init"] == {
+            "condition": "service_completed_successfully"
+        }
+    assert services()["setup"]["depends_on"]["connect"]["condition"] == "service_healthy"
+    assert services()["setup"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_the_setup_job_prepares_the_saga():
+    assert command("setup") == ["outboxkit", "saga", "prepare"]
+
+
+def test_services_run_uvicorn_workers_on_the_app_factory_and_report_readiness():
+    for service in SERVICES:
+        argv = command(service)
+        assert argv[:2] == ["uvicorn", f"saga.{service}:app"] and "--factory" in argv
+        assert callable(importlib.import_module(f"saga.{service}").app)
+        assert int(argv[argv.index("--workers") + 1]) >= 1
+        port = argv[argv.index("--port") + 1]
+        assert argv[argv.index("--host") + 1] == "0.0.0.0"
+        check = " ".join(services()[service]["healthcheck"]["test"])
+        assert re.search(rf"http://127\.0\.0\.1:{port}/(ready|health)\b", check), check
+        assert [p.rsplit(":", 1)[1] for p in services()[service]["ports"]] == [port]
+
+
+def test_consumer_jobs_are_spark_submitted_in_client_mode():
+    for name, service in CONSUMERS.items():
+        argv = command(name)
+        env = environment(name)
+        assert argv[0] == "spark-submit"
+        assert argv[argv.index("--deploy-mode") + 1] == "client"
+        # build_session sets the master again: it must be the one spark-submit was given.
+        assert argv[argv.index("--master") + 1] == env["OUTBOXKIT_SPARK_MASTER"]
+        resource = next(a for a in argv if a.endswith(".py"))
+        assert f"COPY deploy/spark/consume.py {resource}" in dockerfile()
+        assert argv[argv.index(resource) + 1] == f"saga.jobs:{service}"
+        checkpoint = argv[argv.index("--checkpoint") + 1]
+        volumes = [v.split(":")[1] for v in services()[name].get("volumes", [])]
+        assert checkpoint in volumes, f"{name}: checkpoints must outlive the container"
+
+
+# -- environment: every variable the code reads, from the settings classes -------------------
+@pytest.mark.parametrize("container", [*SERVICES, *CONSUMERS])
+def test_each_service_process_gets_its_settings(container: str, container_env: Any):
+    from saga.common import settings_of
+
+    service = CONSUMERS.get(container, container)
+    env = container_env(container)
+    settings = settings_of(service)
+    prefix = f"{service.upper()}_"
+    for field, info in type(settings).model_fields.items():
+        if info.is_required():
+            assert f"{prefix}{field.upper()}" in env, f"{container}: {prefix}{field.upper()}"
+    contract = ["DATABASE_URL", "DATABASE_PASSWORD_FILE", "KAFKA_BOOTSTRAP_SERVERS"]
+    contract += ["TOPIC_PREFIX", "EXACTLY_ONCE_SOURCE", "OUTBOX__MODE", "MAX_REQUEST_BYTES"]
+    for name in contract:
+        assert f"{prefix}{name}" in env and known_variable(name, settings), f"{prefix}{name}"
+    for name in env:
+        if name.startswith(prefix):
+            assert known_variable(name[len(prefix) :], settings), f"{container}: {name} unread"
+
+    url = settings.engine_url()
+    assert (url.username, url.database, url.host) == (service, service, "postgres")
+    assert url.password == f"secret-of-{service}.password"  # from its mounted secret
+    login = env[f"{prefix}DATABASE_URL"].split("//")[1].split("@")[0]
+    assert login == service, "the URL names the role and never a password"
+    assert settings.kafka_bootstrap_servers == "kafka:9092"
+    assert settings.exactly_once_source is True
+    assert settings.outbox.mode == "delete"
+    assert settings.topic_prefix == environment("kafka-init")["TOPIC_PREFIX"]
+    security = settings.kafka_security.resolve()
+    assert security.protocol.startswith("SASL_") and security.sasl is not None
+    assert security.sasl.username == service
+    assert security.sasl.password == f"secret-of-kafka-{service}.password"
+
+
+def test_the_setup_job_gets_the_stack_settings(container_env: Any):
+    from devstack import connect
+    from outbox.kafka_security import KafkaSecuritySettings
+    from outboxkit.settings import Settings
+
+    env = container_env("setup")
+    settings = Settings()
+    for name in env:
+        rest = name.removeprefix("OUTBOXKIT_")
+        assert rest.lower() in Settings.model_fields or (
+            rest.startswith("KAFKA_")
+            and rest[len("KAFKA_") :].lower() in KafkaSecuritySettings.model_fields
+        ), f"setup: {name} is read by nothing"
+    # Every component external: setup must never start an embedded one.
+    assert settings.database_url == "postgresql+psycopg://postgres@postgres:5432/outboxkit"
+    assert settings.kafka_bootstrap_servers == "kafka:9092"
+    assert settings.connect_url == "http://connect:8083"
+    assert settings.connect_database_host == "postgres"
+    assert settings.connect_exactly_once is True
+    assert settings.outbox_mode == "delete"
+    assert settings.topic_prefix == environment("kafka-init")["TOPIC_PREFIX"]
+    mounted = mounted_secrets("setup")
+    assert env["OUTBOXKIT_DATABASE_PASSWORD_FILE"] in mounted
+    assert env["OUTBOXKIT_SECRETS_DIR"] == SECRETS
+    for role in ("postgres", *SERVICES, settings.cdc_role):
+        assert f"{SECRETS}/{role}.password" in mounted, f"setup: no password file for {role}"
+    assert settings.connect_user and env["OUTBOXKIT_CONNECT_PASSWORD_FILE"] in mounted
+    security = settings.kafka_security.resolve()
+    assert security.sasl is not None and security.sasl.username == "setup"
+    # The CDC password reaches the connector as a reference Connect's worker resolves.
+    worker = connect_worker()
+    provider = connect.SECRETS_PROVIDER
+    assert worker["config.providers"] == provider
+    assert worker[f"config.providers.{provider}.class"] == connect.DIRECTORY_CONFIG_PROVIDER
+    directory = env["OUTBOXKIT_CONNECT_SECRETS_DIR"]
+    assert directory in worker[f"config.providers.{provider}.param.allowed.paths"].split(",")
+    assert f"{directory}/{settings.cdc_role}.password" in mounted_secrets("connect")
+
+
+def test_consumer_jobs_read_what_the_saga_jobs_consume(container_env: Any):
+    import saga.jobs
+
+    for name, service in CONSUMERS.items():
+        container_env(name)
+        job = getattr(saga.jobs, service)()
+        assert job.consumer == service and job.exactly_once_source
+        assert job.kafka_security.sasl is not None
+        assert job.kafka_security.sasl.username == service
+        assert Path(str(job.database_password_file)).exists()
+        assert set(job.topics) == readable_topics(service), name
+
+
+# -- secrets ---------------------------------------------------------------------------------
+# password=... / password: ... (not a key like postgres_password: or a *_PASSWORD_FILE name)
+PASSWORD_VALUE = re.compile(r"(?i)(?<![\w-])password\s*[=:]\s*\"?([^\"\s;,\]]*)")
+
+
+def deploy_texts() -> dict[str, str]:
+    names = ["docker-compose.yml", "Dockerfile", ".env.example", "make-secrets.sh"]
+    files = [DEPLOY / n for n in names] + sorted((DEPLOY / "kafka").glob("*"))
+    files += sorted((DEPLOY / "connect").glob("*"))
+    return {str(f.relative_to(DEPLOY)): f.read_text() for f in files}
+
+
+def test_no_password_is_written_in_deploy():
+    for name, text in deploy_texts().items():
+        for value in PASSWORD_VALUE.findall(text):
+            assert value in ("", "%s") or value.startswith("$"), f"{name}: password {value!r}"
+    for name, service in services().items():
+        for variable in service.get("environment", {}):
+            if "PASSWORD" in variable:
+                assert variable.endswith("_FILE"), f"{name}: {variable} must name a file"
+    assert not re.search(r"(?im)^[^#]*PASSWORD\w*=", (DEPLOY / ".env.example").read_text())
+
+
+def test_every_password_file_named_in_an_environment_is_mounted():
+    for name in services():
+        mounted = mounted_secrets(name)
+        for variable, value in environment(name).items():
+            if variable.endswith("_FILE") and value.startswith(SECRETS):
+                assert value in mounted, f"{name}: {variable}={value} is not mounted"
+        refs = re.findall(r"\$\{dir:([^:}]+):([^}]+)\}", str(services()[name]))
+        for directory, file in refs:
+            assert f"{directory}/{file}" in mounted, f"{name}: {directory}/{file} not mounted"
+
+
+def test_secrets_are_generated_not_committed(tmp_path: Path):
+    ignored = (DEPLOY / ".gitignore").read_text().split()
+    assert "/.env" in ignored and "/secrets/" in ignored
+    subprocess.run(["bash", str(DEPLOY / "make-secrets.sh"), str(tmp_path)], check=True)
+    files = {Path(s["file"]).name for s in compose()["secrets"].values()}
+    assert all(s["file"].startswith("./secrets/") for s in compose()["secrets"].values())
+    values = {name: (tmp_path / "secrets" / name).read_text() for name in files}
+    passwords = [v for n, v in values.items() if n.endswith(".password")]
+    assert all(len(v) >= 24 and v.strip() == v for v in passwords), "weak or padded password"
+    assert len(set(passwords)) == len(passwords), "every password is its own"
+    env = dict(
+        line.split("=", 1)
+        for line in (tmp_path / ".env").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    cluster = env["KAFKA_CLUSTER_ID"]
+    assert len(cluster) == 22 and not cluster.startswith("-")
+    user = environment("connect")["OUTBOXKIT_CONNECT_USER"]
+    assert values["connect-rest.users"].strip() == f"{user}: {values['connect-rest.password']}"
+
+
+def test_published_ports_bind_loopback_only():
+    for name, service in services().items():
+        for port in service.get("ports", []):
+            assert interpolate(port).startswith("127.0.0.1:"), f"{name}: {port}"
+
+
+# -- Kafka: KRaft, SASL everywhere, ACLs -----------------------------------------------------
+def test_kafka_runs_kraft_with_sasl_on_every_listener_and_an_authorizer():
+    props = broker()
+    assert set(props["process.roles"].split(",")) == {"broker", "controller"}
+    assert not any(k.startswith("zookeeper") for k in props)
+    assert props["authorizer.class.name"] == (
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    )
+    assert props["super.users"] == "User:admin"
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    protocols = dict(p.split(":") for p in props["listener.security.protocol.map"].split(","))
+    listeners = [entry.split(":")[0] for entry in props["listeners"].split(",")]
+    start = (DEPLOY / "kafka/start.sh").read_text()
+    for listener in listeners:
+        assert protocols[listener].startswith("SASL_"), f"{listener} is {protocols[listener]}"
+        assert f"listener.name.{listener.lower()}." in start, f"no JAAS for {listener}"
+    mechanisms = props["sasl.enabled.mechanisms"].split(",")
+    clients = [environment(n).get("OUTBOXKIT_KAFKA_SASL_MECHANISM") for n in services()]
+    assert {m for m in clients if m} <= set(mechanisms)
+    assert connect_worker()["sasl.mechanism"] in mechanisms
+    assert services()["kafka"]["entrypoint"][-1] in mounted_files("kafka")
+
+
+@dataclass(frozen=True)
+class Grant:
+    principal: str
+    resource: str
+    pattern: str
+    name: str
+    operations: frozenset[str]
+
+    def covers(self, resource: str, name: str) -> bool:
+        if resource != self.resource:
+            return False
+        return name.startswith(self.name) if self.pattern == "prefixed" else name == self.name
+
+
+@functools.cache
+def grants() -> tuple[Grant, ...]:
+    """The `grant` lines of deploy/kafka/init.sh, loops unrolled, variables substituted."""
+    text = (DEPLOY / "kafka/init.sh").read_text()
+
+    def unroll(match: re.Match[str]) -> str:
+        var, values, body = match.groups()
+        return "\n".join(
+            body.replace(f"${{{var}}}", v).replace(f"${var}", v) for v in values.split()
+        )
+
+    text = re.sub(r"(?ms)^for (\w+) in ([^;]+); do\n(.*?)\ndone", unroll, text)
+    env = environment("kafka-init")
+    for name, value in env.items():
+        text = text.replace(f"${{{name}}}", value).replace(f"${name}", value)
+    found = []
+    for line in re.findall(r"(?m)^\s*grant (\S.*)$", text):
+        principal, resource, pattern, name, *ops = line.replace('"', "").split()
+        found.append(Grant(principal, resource, pattern, name, frozenset(ops)))
+    return tuple(found)
+
+
+def allowed(principal: str, operation: str, resource: str, name: str) -> bool:
+    return any(
+        g.principal == principal and g.covers(resource, name) and operation in g.operations
+        for g in grants()
+    )
+
+
+def outbox_topics() -> set[str]:
+    from outbox.record import topic_for
+    from saga import rules
+
+    prefix = environment("kafka-init")["TOPIC_PREFIX"]
+    return {topic_for(t, topic_prefix=prefix) for t in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT)}
+
+
+def readable_topics(principal: str) -> set[str]:
+    worker = connect_worker()
+    internal = {worker[f"{k}.storage.topic"] for k in ("config", "offset", "status")}
+    return {t for t in outbox_topics() | internal if allowed(principal, "Read", "topic", t)}
+
+
+def test_only_connect_writes_the_outbox_and_its_own_topics():
+    principals = {g.principal for g in grants()}
+    worker = connect_worker()
+    internal = {worker[f"{k}.storage.topic"] for k in ("config", "offset", "status")}
+    for topic in outbox_topics() | internal:
+        writers = {p for p in principals if allowed(p, "Write", "topic", topic)}
+        assert writers == {"connect"}, f"{topic} written by {writers}"
+    for topic in internal:
+        assert allowed("connect", "Read", "topic", topic)
+    group = worker["group.id"]
+    assert allowed("connect", "Read", "group", group)
+    # KIP-618: the leader's and each task's transactional ids.
+    assert allowed("connect", "Write", "transactional-id", f"connect-cluster-{group}")
+    assert allowed("connect", "Write", "transactional-id", f"{group}-outboxkit-orders-0")
+    assert allowed("connect", "IdempotentWrite", "cluster", "kafka-cluster")
+    for topic in outbox_topics():
+        assert allowed("setup", "Create", "topic", topic)
+
+
+def test_each_service_reads_only_what_its_job_consumes_and_its_own_groups(container_env: Any):
+    import saga.jobs
+
+    for service in SERVICES:
+        container_env(f"{service}-consumer")
+        assert readable_topics(service) == set(getattr(saga.jobs, service)().topics), service
+        assert not any(g.principal == service and "Write" in g.operations for g in grants())
+        assert allowed(service, "Read", "group", f"outboxkit-{service}")
+        for other in set(SERVICES) - {service}:
+            assert not allowed(service, "Read", "group", f"outboxkit-{other}")
+
+
+def test_every_client_principal_has_a_scram_user_and_its_password():
+    users = re.search(r"(?m)^for principal in ([^;]+); do", (DEPLOY / "kafka/init.sh").read_text())
+    assert users
+    created = set(users.group(1).split())
+    used = {environment(n).get("OUTBOXKIT_KAFKA_SASL_USERNAME") for n in services()} - {None}
+    jaas = connect_worker()["sasl.jaas.config"]
+    connect_user = re.search(r'username="([^"]+)"', jaas)
+    assert connect_user
+    used.add(connect_user.group(1))
+    assert used == created
+    for principal in created:
+        assert f"{SECRETS}/kafka-{principal}.password" in mounted_secrets("kafka-init")
+
+
+# -- Connect: exactly-once source, secrets provider, SASL, authenticated REST ----------------
+def test_connect_runs_exactly_once_with_secrets_from_files_and_sasl():
+    from outbox.kafka_security import CONNECT_CLIENT_PREFIXES
+
+    worker = connect_worker()
+    assert worker["exactly.once.source.support"] == "enabled"
+    assert worker["config.providers"] == "dir"
+    assert worker["config.providers.dir.class"] == (
+        "org.apache.kafka.common.config.provider.DirectoryConfigProvider"
+    )
+    assert worker["config.providers.dir.param.allowed.paths"] == SECRETS
+    for prefix in CONNECT_CLIENT_PREFIXES:
+        assert worker[f"{prefix}security.protocol"].startswith("SASL_"), prefix
+        assert worker[f"{prefix}sasl.mechanism"] == worker["sasl.mechanism"]
+        jaas = worker[f"{prefix}sasl.jaas.config"]
+        assert re.search(r'password="\$\{dir:/run/secrets:[\w.-]+\}"', jaas), prefix
+
+
+def test_connect_rest_api_asks_for_basic_authentication():
+    worker = connect_worker()
+    assert worker["rest.extension.classes"] == (
+        "org.apache.kafka.connect.rest.basic.auth.extension.BasicAuthSecurityRestExtension"
+    )
+    options = environment("connect")["KAFKA_OPTS"]
+    login = re.search(r"-Djava\.security\.auth\.login\.config=(\S+)", options)
+    assert login and login.group(1) in mounted_files("connect")
+    jaas = mounted_files("connect")[login.group(1)].read_text()
+    assert re.search(r"KafkaConnect\s*\{\s*\S+\.PropertyFileLoginModule required", jaas)
+    users = re.search(r'file="([^"]+)"', jaas)
+    assert users and users.group(1) in mounted_secrets("connect")
+    check = " ".join(services()["connect"]["healthcheck"]["test"])
+    assert " -u " in check, "the health check authenticates too"
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
+def test_deploy_shell_scripts_parse():
+    for script in [*(DEPLOY / "kafka").glob("*.sh")]:
+        subprocess.run(["sh", "-n", str(script)], check=True)
+    subprocess.run(["bash", "-n", str(DEPLOY / "make-secrets.sh")], check=True)

@@ -1,0 +1,79 @@
+#!/bin/sh
+# kafka-init: the SCRAM users of every client principal (passwords from the mounted secrets;
+# re-running updates them) and their ACLs. Idempotent; runs once per `docker compose up`.
+#
+# Principals: connect (Debezium's worker: the only writer of the outbox topics), setup
+# (`outboxkit saga prepare`: creates the topics), and one per service (orders, payments,
+# shipping: its HTTP process and its Spark consumer job read only the topics that job consumes).
+set -eu
+umask 077
+
+: "${TOPIC_PREFIX:?}" "${CONNECT_GROUP_ID:?}" "${CONNECT_TOPICS_PREFIX:?}"
+bootstrap="${KAFKA_BOOTSTRAP:-kafka:9092}"
+conf=/tmp/outboxkit-kafka-init
+mkdir -p "$conf"
+admin="$conf/admin.properties"
+cat >"$admin" <<PROPS
+security.protocol=SASL_PLAINTEXT
+sasl.mechanism=SCRAM-SHA-512
+sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="$(cat /run/secrets/kafka-admin.password)";
+PROPS
+
+scram_user() {  # PRINCIPAL: create or update its SCRAM-SHA-512 credential
+  printf 'SCRAM-SHA-512=[iterations=8192,password=%s]\n' \
+    "$(cat "/run/secrets/kafka-$1.password")" >"$conf/$1.scram"
+  /opt/kafka/bin/kafka-configs.sh --bootstrap-server "$bootstrap" --command-config "$admin" \
+    --alter --entity-type users --entity-name "$1" --add-config-file "$conf/$1.scram"
+  rm -f "$conf/$1.scram"
+}
+
+grant() {  # PRINCIPAL RESOURCE PATTERN NAME OPERATION...  (RESOURCE: topic, group,
+  principal="$1" resource="$2" pattern="$3" name="$4"  # transactional-id or cluster)
+  shift 4
+  set -- $(for op in "$@"; do printf -- '--operation %s ' "$op"; done)
+  if [ "$resource" = cluster ]; then
+    target="--cluster"
+  else
+    target="--$resource $name --resource-pattern-type $pattern"
+  fi
+  # shellcheck disable=SC2086 # target and the operations are meant to split into words
+  /opt/kafka/bin/kafka-acls.sh --bootstrap-server "$bootstrap" --command-config "$admin" \
+    --add --allow-principal "User:$principal" $target "$@" >/dev/null
+  echo "granted User:$principal $* on $resource $pattern $name"
+}
+
+for principal in connect setup orders payments shipping; do
+  scram_user "$principal"
+done
+
+# --- ACLs (tests/unit/test_deploy.py reads the `grant` lines below) -------------------------
+# Connect: the outbox topics (and Debezium's heartbeat topics), its internal topics, its group,
+# the transactional ids of exactly-once source (KIP-618: the leader's connect-cluster-<group>
+# and <group>-<connector>-<task> for each task), idempotent writes.
+grant connect topic prefixed "$TOPIC_PREFIX" Write Describe Create DescribeConfigs
+grant connect topic prefixed __debezium-heartbeat. Write Describe Create DescribeConfigs
+grant connect topic prefixed "$CONNECT_TOPICS_PREFIX" Read Write Describe Create DescribeConfigs
+grant connect group literal "$CONNECT_GROUP_ID" Read Describe
+grant connect transactional-id prefixed "$CONNECT_GROUP_ID" Write Describe
+grant connect transactional-id literal "connect-cluster-$CONNECT_GROUP_ID" Write Describe
+grant connect cluster literal kafka-cluster Describe DescribeConfigs IdempotentWrite
+
+# Setup: creates the outbox topics (and reads their metadata); writes nothing.
+grant setup topic prefixed "$TOPIC_PREFIX" Create Describe DescribeConfigs
+grant setup cluster literal kafka-cluster Describe
+
+# Each service reads the topics its saga job consumes (saga/jobs.py), nothing else, and has its
+# own consumer groups (outboxkit-<service>...). Spark's Kafka source assigns partitions and never
+# commits; its generated group ids (spark-kafka-source-...) are allowed until the jobs name
+# their own. The inbox-lag metric's consumer (group outboxkit-metrics) only reads end offsets.
+grant orders topic literal "${TOPIC_PREFIX}payment" Read Describe
+grant orders topic literal "${TOPIC_PREFIX}shipment" Read Describe
+grant payments topic literal "${TOPIC_PREFIX}order" Read Describe
+grant payments topic literal "${TOPIC_PREFIX}shipment" Read Describe
+grant shipping topic literal "${TOPIC_PREFIX}payment" Read Describe
+for service in orders payments shipping; do
+  grant "$service" group prefixed "outboxkit-$service" Read Describe
+  grant "$service" group prefixed spark-kafka-source- Read Describe
+  grant "$service" group literal outboxkit-metrics Describe
+done
+echo "kafka-init: SCRAM users and ACLs in place"

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Generate this deployment's secrets: one random password per file under DIR/secrets/, and
+# DIR/.env from .env.example with a fresh KRaft cluster id. DIR defaults to this script's folder.
+# Existing files are kept (re-running never rotates a password behind a running cluster's back);
+# delete a file and re-run to rotate it, then `docker compose up -d` the services that use it.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+dir="${1:-$here}"
+secrets="$dir/secrets"
+
+# Postgres login roles (<role>.password, as OUTBOXKIT_SECRETS_DIR expects them), the Kafka
+# principals (kafka-<principal>.password) and the Connect REST API user.
+ROLES=(postgres orders payments shipping outboxkit_cdc)
+KAFKA_PRINCIPALS=(admin connect setup orders payments shipping)
+
+random_password() {
+  # 32 letters and digits: no character any of JAAS, SCRAM or libpq would need escaped.
+  LC_ALL=C tr -dc 'A-Za-z0-9' </dev/urandom | head -c 32 || true
+}
+
+# FILE CONTENT: created once. The files are world-readable (the containers' users differ) but sit
+# in a 0700 directory: on the host only its owner reaches them; Compose bind-mounts each file.
+# No trailing line break: Connect's DirectoryConfigProvider hands a file's bytes over verbatim.
+write_secret() {
+  local file="$1" content="$2"
+  [[ -s "$file" ]] && return 0
+  (umask 022 && printf '%s' "$content" >"$file.partial")
+  mv "$file.partial" "$file"
+  echo "generated $file"
+}
+
+mkdir -p "$secrets"
+chmod 0700 "$secrets"
+for role in "${ROLES[@]}"; do
+  write_secret "$secrets/$role.password" "$(random_password)"
+done
+for principal in "${KAFKA_PRINCIPALS[@]}"; do
+  write_secret "$secrets/kafka-$principal.password" "$(random_password)"
+done
+write_secret "$secrets/connect-rest.password" "$(random_password)"
+
+env_file="$dir/.env"
+if [[ ! -s "$env_file" ]]; then
+  cluster_id=""
+  until [[ -n "$cluster_id" && "$cluster_id" != -* ]]; do  # never mistaken for an option
+    cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' | head -c 22)"
+  done
+  sed "s/^KAFKA_CLUSTER_ID=.*/KAFKA_CLUSTER_ID=$cluster_id/" "$here/.env.example" >"$env_file"
+  echo "generated $env_file"
+fi
+
+# Connect's REST users file (PropertyFileLoginModule: "user: password"), for the user in .env.
+rest_user="$(sed -n 's/^CONNECT_REST_USER=//p' "$env_file" | tail -n 1)"
+rest_user="${rest_user:-outboxkit}"
+users="$secrets/connect-rest.users"
+(umask 022 && printf '%s: %s\n' "$rest_user" "$(cat "$secrets/connect-rest.password")" \
+  >"$users.partial")
+mv "$users.partial" "$users"
