@@ -47,6 +47,21 @@ def slot_lag(connection: Connection, slot_name: str) -> SlotLag | None:
     return SlotLag(slot_name=slot_name, active=bool(row[0]), lag_bytes=row[1])
 
 
+def database_slots(connection: Connection) -> list[SlotLag]:
+    """The logical replication slots of the connected database and how far each is behind."""
+    rows = connection.execute(
+        text(
+            "SELECT slot_name, active, "
+            "pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint "
+            "FROM pg_replication_slots "
+            "WHERE database = current_database() AND slot_type = 'logical' ORDER BY slot_name"
+        )
+    ).all()
+    return [
+        SlotLag(slot_name=name, active=bool(active), lag_bytes=lag) for name, active, lag in rows
+    ]
+
+
 def _check(name: str, ok: bool, detail: str, fix: str) -> Check:
     """A check whose detail carries the fix only when it failed."""
     return Check(name, ok, detail if ok else f"{detail}: {fix}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,10 +16,12 @@ from sqlalchemy.orm import Session
 
 from inbox.decision import Action, Decider, Incoming, PartitionView
 from inbox.recorder import Recorder
+from inbox.spans import RecordSpans, ended
 from outbox.envelope import Envelope
 from outbox.errors import is_transient
 from outbox.publish import Outbox
 from outbox.record import Decoded, KafkaRecord, read
+from outbox.trace import TraceContext
 from outbox.unit import PublishedObserver, UnitOfWork
 
 # A handler applies one event in the inbox's transaction through the unit of work it is given:
@@ -276,18 +279,26 @@ class Inbox:
         decider = Decider(view, known_types=self.batch.event_types)
         decisions = [(item, decider.decide(_incoming(item, self.batch))) for item in decoded]
         events = [item.envelope for item, d in decisions if d.action is Action.APPLY]
-        uow = UnitOfWork(session, self.outbox)
+        spans = RecordSpans(self.consumer, [item for item, _ in decisions])
+        uow = UnitOfWork(session, self.outbox, event_spans=spans.by_event_id())
+        started = time.perf_counter()
         try:
             with session.begin_nested():
                 if events:
                     self.batch.apply(cast(list[Envelope], events), uow)
         except Exception as exc:  # a handler failed: redo record by record, retrying
+            spans.end_all(f"the slice's handler failed, redone record by record: {exc!r}")
             if is_transient(exc):  # the database went away: the whole batch is retried
                 raise
             log.info("%s[%d]: per-record apply after %r", first.topic, first.partition, exc)
             return None
-        for item, decision in decisions:
+        took = time.perf_counter() - started  # the slice's, shared by its applied events
+        for (item, decision), traced in zip(decisions, spans.started, strict=True):
             done.count(item, decision.action, decision.reason)
+            applied = decision.action is Action.APPLY
+            ended(
+                traced, decision.action, decision.reason, handler_seconds=took if applied else None
+            )
         done.result.published.extend(uow.published)
         return done
 
@@ -299,27 +310,35 @@ class Inbox:
         first = decoded[0].record
         done = _Slice(BatchResult(first.topic, first.partition, view.watermark))
         decider = Decider(view, known_types=self.batch.event_types)
+        spans = RecordSpans(self.consumer)
         for item in decoded:
             incoming = _incoming(item, self.batch)
             decision = decider.decide(incoming)
-            action, reason, attempts = decision.action, decision.reason, 1
+            action, reason, attempts, took = decision.action, decision.reason, 1, None
+            traced = spans.start(item)
             if action is Action.APPLY:
                 assert item.envelope is not None  # decided APPLY: it decoded
-                outcome = self.apply_one(session, item.envelope)
-                attempts = outcome.attempts
+                started = time.perf_counter()
+                outcome = self.apply_one(session, item.envelope, spans.context(traced))
+                took, attempts = time.perf_counter() - started, outcome.attempts
                 if outcome.ok:
                     done.result.published.extend(outcome.published)
                 else:
                     action, reason = Action.PARK, str(outcome.error)
                     decider.parked(incoming)  # later records of this key wait behind it
             done.count(item, action, reason, attempts)
+            ended(traced, action, reason, handler_seconds=took, attempts=attempts)
         return done
 
-    def apply_one(self, session: Session, envelope: Envelope) -> HandlerOutcome:
-        """Run the handler for one event in a savepoint, retrying up to ``max_attempts`` times."""
+    def apply_one(
+        self, session: Session, envelope: Envelope, span: TraceContext | None = None
+    ) -> HandlerOutcome:
+        """Run the handler for one event in a savepoint, retrying up to ``max_attempts`` times
+        (``span``: the span applying it, which the events the handler publishes continue)."""
         error = ""
+        event_spans = {str(envelope.event_id): span} if span is not None else None
         for attempt in range(1, self.max_attempts + 1):
-            uow = UnitOfWork(session, self.outbox)
+            uow = UnitOfWork(session, self.outbox, event_spans=event_spans)
             try:
                 with session.begin_nested():
                     self.batch.apply([envelope], uow)

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Table,
     and_,
     delete,
     func,
@@ -86,6 +87,16 @@ def parked_counts(conn: Connection, consumers: Sequence[str]) -> dict[str, int]:
     if consumers:
         query = query.where(parked.c.consumer.in_(consumers))
     return {c: int(n) for c, n in conn.execute(query).all()}
+
+
+def partition_counts(conn: Connection, table: Table, consumer: str) -> dict[tuple[str, int], int]:
+    """Rows of ``table`` (parked, skipped or the ledger) per (topic, partition) of ``consumer``."""
+    query = (
+        select(table.c.topic, table.c.partition, func.count())
+        .where(table.c.consumer == consumer)
+        .group_by(table.c.topic, table.c.partition)
+    )
+    return {(t, int(p)): int(n) for t, p, n in conn.execute(query).all()}
 
 
 def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: int) -> int:

@@ -8,8 +8,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from opentelemetry.trace import SpanKind
 from sqlalchemy.orm import Session
 
+from outbox import spans
 from outbox.envelope import Envelope
 from outbox.publish import NewEvent, Outbox
 from outbox.trace import TraceContext
@@ -23,8 +25,9 @@ class UnitOfWork:
     """Publish events into ``session``'s transaction; the owner of the unit commits it.
 
     ``trace`` is the span of the unit (an HTTP request, the application of one event): every
-    event published gets a ``traceparent`` of a new child span of it, unless the caller passed
-    one."""
+    event published gets a publish span, a child of it, whose context its ``traceparent``
+    carries, unless the caller passed one. ``event_spans``: the spans applying the consumed
+    events, by event id (set by the inbox); an event published ``caused_by`` one continues it."""
 
     def __init__(
         self,
@@ -32,18 +35,20 @@ class UnitOfWork:
         outbox: Outbox | None = None,
         trace: TraceContext | None = None,
         published: list[Envelope] | None = None,
+        event_spans: Mapping[str, TraceContext] | None = None,
     ) -> None:
         self.session = session
         self.outbox = outbox or Outbox()
         self.trace = trace
         self.published: list[Envelope] = [] if published is None else published
+        self.event_spans: Mapping[str, TraceContext] = event_spans or {}
 
     def for_event(self, event: Envelope) -> UnitOfWork:
         """The unit of applying ``event`` inside this one: same transaction and ``published``
-        list, its span a child of the ``traceparent`` the event carried (a new trace when none)."""
-        return UnitOfWork(
-            self.session, self.outbox, TraceContext.continuing(event.traceparent), self.published
-        )
+        list, its span the inbox's span of the event (else a child of the ``traceparent`` it
+        carried; a new trace when none)."""
+        trace = self._applying(event)
+        return UnitOfWork(self.session, self.outbox, trace, self.published, self.event_spans)
 
     def publish(
         self,
@@ -65,21 +70,46 @@ class UnitOfWork:
     def publish_many(self, events: Sequence[NewEvent]) -> list[Envelope]:
         """Validate every event, then add them all to this unit's transaction in one statement
         (nothing is written when one is invalid)."""
+        started = [self._publish_span(e) for e in events]
         with_trace = [
-            replace(e, headers=self._traced(e)) if e.caused_by or self.trace else e for e in events
+            e
+            if s is None
+            else replace(e, headers={**(e.headers or {}), TRACEPARENT: s.context.header()})
+            for e, s in zip(events, started, strict=True)
         ]
-        envelopes = self.outbox.publish_many(self.session, with_trace)
+        try:
+            envelopes = self.outbox.publish_many(self.session, with_trace)
+        except Exception as exc:
+            for s in started:
+                if s is not None:
+                    s.end(error=f"{type(exc).__name__}: {exc}")
+            raise
+        for s, envelope in zip(started, envelopes, strict=True):
+            if s is not None:
+                s.end({"outboxkit.event.id": str(envelope.event_id)})
         self.published.extend(envelopes)
         return envelopes
 
-    def _traced(self, event: NewEvent) -> dict[str, str]:
-        merged = dict(event.headers or {})
-        if TRACEPARENT not in merged:
-            span = (
-                TraceContext.continuing(event.caused_by.traceparent)
-                if event.caused_by is not None
-                else self.trace
-            )
-            assert span is not None  # only called with a cause or a trace
-            merged[TRACEPARENT] = span.child().header()
-        return merged
+    def _applying(self, event: Envelope) -> TraceContext:
+        """The span applying ``event``: the inbox's, else a child of the event's traceparent."""
+        known = self.event_spans.get(str(event.event_id))
+        return known if known is not None else TraceContext.continuing(event.traceparent)
+
+    def _publish_span(self, event: NewEvent) -> spans.Traced | None:
+        """The publish span of ``event``, a child of its cause's span or of the unit's; None
+        when it has neither or carries its own traceparent."""
+        if TRACEPARENT in (event.headers or {}):
+            return None
+        parent = self._applying(event.caused_by) if event.caused_by is not None else self.trace
+        if parent is None:
+            return None
+        return spans.start(
+            f"publish {event.aggregate_type} {event.event_type}",
+            parent=parent,
+            kind=SpanKind.PRODUCER,
+            attributes={
+                "outboxkit.aggregate.type": event.aggregate_type,
+                "outboxkit.aggregate.id": event.aggregate_id,
+                "outboxkit.event.type": event.event_type,
+            },
+        )

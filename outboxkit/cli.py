@@ -205,16 +205,45 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
         )
 
     console.print(f"consuming {', '.join(j.name for j in jobs)} (checkpoints in {args.checkpoint})")
-    run_jobs(
-        jobs,
-        checkpoint=Path(args.checkpoint),
-        trigger_seconds=args.trigger,
-        once=args.once,
-        on_batch=report,
-        jars=cached_spark_jars(settings.cache_dir),
-        shared=not args.query_per_job,
-    )
+    metrics = _consumer_metrics(args, settings, jobs, console)
+    listeners = [] if metrics is None else [metrics.listener]
+
+    def on_batch(name: str, batch_id: int, rows: list[dict[str, object]]) -> None:
+        report(name, batch_id, rows)
+        if metrics is not None:
+            metrics.on_batch(name, batch_id, rows)
+
+    try:
+        run_jobs(
+            jobs,
+            checkpoint=Path(args.checkpoint),
+            trigger_seconds=args.trigger,
+            once=args.once,
+            on_batch=on_batch,
+            jars=cached_spark_jars(settings.cache_dir),
+            shared=not args.query_per_job,
+            listeners=listeners,
+        )
+    finally:
+        if metrics is not None:
+            metrics.close()
     return 0
+
+
+def _consumer_metrics(
+    args: argparse.Namespace, settings: Settings, jobs: Sequence[Any], console: Any
+) -> Any:
+    """The driver's metrics, served when a port is set (--metrics-port, else settings)."""
+    port = settings.consumer_metrics_port if args.metrics_port is None else args.metrics_port
+    if port is None:
+        return None
+    from spark_consumers.metrics import DriverMetrics
+
+    host = args.metrics_host or settings.consumer_metrics_host
+    metrics = DriverMetrics(jobs)
+    bound = metrics.serve(host, port)
+    console.print(f"metrics on http://{host}:{bound}/metrics")
+    return metrics
 
 
 def _audit(args: argparse.Namespace, settings: Settings) -> int:
@@ -447,6 +476,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--query-per-job",
         action="store_true",
         help="one streaming query per job (default: one per Kafka cluster, each topic read once)",
+    )
+    consume.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port, 0: a free one "
+        "(default: OUTBOXKIT_CONSUMER_METRICS_PORT; unset: none)",
+    )
+    consume.add_argument(
+        "--metrics-host", help="metrics address (default: OUTBOXKIT_CONSUMER_METRICS_HOST)"
     )
     consume.set_defaults(run=_consume)
 

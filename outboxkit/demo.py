@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -11,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from rich.table import Table
 
 from devstack.stack import Stack
+from outbox import tracing
 from outboxkit.bench.report import percentile
 from outboxkit.settings import Settings
 
@@ -57,11 +59,13 @@ def run_demo(
         sample = _interesting(saga, report, placed)
         if sample:
             _print_timeline(console, saga.timeline(sample))
+            _print_trace(console, next((p.trace_id for p in placed if p.order_id == sample), None))
         console.print(f"demo took {time.monotonic() - started:.0f}s")
         if keep_running:
             console.print("left running:")
             for name, url in saga.urls.items():
-                console.print(f"  {name:9} {url}/docs")
+                pages = ("/metrics",) if name == "consumers" else ("/docs", "/metrics")
+                console.print(f"  {name:9} " + "  ".join(f"{url}{page}" for page in pages))
             console.print(f"  stack: {json.dumps(stack.status(), default=str)[:300]}...")
             console.print(
                 "see them with: .venv/bin/outboxkit saga status (restart one: saga restart NAME); "
@@ -75,6 +79,25 @@ def run_demo(
             with console.status("stopping services, Spark and the stack..."):
                 saga.stop()
                 stack.down()
+
+
+def _print_trace(console: Console, trace_id: str | None) -> None:
+    """The trace id of the order shown (its POST's, which its events carry on), and where its
+    spans went."""
+    if trace_id is None:
+        return
+    console.print(
+        f"trace id of this order: [bold]{trace_id}[/] "
+        "(the trace_id of its POST in the orders service's log)"
+    )
+    if tracing.exporters_wanted(os.environ):
+        endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "the configured exporter")
+        console.print(f"  its spans went to {endpoint}: search the trace id there (e.g. Jaeger)")
+    else:
+        console.print(
+            "  no spans recorded: set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://localhost:4318) "
+            "to send the services' and consumers' spans to a collector or Jaeger"
+        )
 
 
 def _print_report(console: Console, report: Any) -> None:

@@ -15,6 +15,8 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
+from outbox.trace import TraceContext
+from outbox.wire import TRACEPARENT
 from saga import orders, rules
 
 
@@ -33,6 +35,8 @@ class Placed:
     # Times the service answered 503 (its database unreachable) or could not be reached, and the
     # client sent the same request again after Retry-After.
     unavailable: int = 0
+    # The trace of the first POST (its response's traceparent): the saga's events continue it.
+    trace_id: str | None = None
 
     @property
     def retry_mapped(self) -> bool:
@@ -80,6 +84,8 @@ def place_orders(
         first, unavailable = post_until_served(client, body, key)
         placed = Placed(first.json()["id"], body["customer"], body["amount"], retry, posted)
         placed.unavailable = unavailable
+        answered = TraceContext.parse(first.headers.get(TRACEPARENT))
+        placed.trace_id = answered.trace_id if answered else None
         if retry:  # the client lost the answer and tries again with the same key
             again, unavailable = post_until_served(client, body, key)
             placed.unavailable += unavailable

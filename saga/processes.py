@@ -50,6 +50,9 @@ class Saga:
     database_prefix: str = ""
     # The consumers append every applied event to their inbox ledger, for `audit`.
     ledger: bool = True
+    # OTEL_* settings of every process (e.g. OTEL_EXPORTER_OTLP_ENDPOINT), over the ones in the
+    # environment; each process gets its own OTEL_SERVICE_NAME (orders, ..., consumers).
+    telemetry: dict[str, str] = field(default_factory=dict)
     urls: dict[str, str] = field(default_factory=dict)
     database_urls: dict[str, str] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
@@ -176,20 +179,25 @@ class Saga:
     def _start_service(self, service: str) -> None:
         if alive(self.pids.get(service)):
             raise RuntimeError(f"{service} is running (pid {self.pids[service]})")
-        port = self.ports.get(service) or free_port()
-        deadline = time.monotonic() + 30
-        while port_open(port) and time.monotonic() < deadline:  # its last process lets go
-            time.sleep(0.2)
+        port = self._port(service)
         pid = start(
             service,
             [sys.executable, "-m", "saga.serve", service, "--port", str(port)],
             log=self.workdir / f"{service}.log",
-            env=self.env(),
+            env={**self.env(), **self.telemetry, "OTEL_SERVICE_NAME": service},
             cwd=ROOT,
         )
         self.pids[service], self.ports[service] = pid, port
         self.urls[service] = f"http://127.0.0.1:{port}"
         self._save()
+
+    def _port(self, name: str) -> int:
+        """The process's recorded port once its last process let go of it, else a free one."""
+        port = self.ports.get(name) or free_port()
+        deadline = time.monotonic() + 30
+        while port_open(port) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return port
 
     def _ready(self, service: str) -> bool:
         return self.health(service) == "ready"
@@ -208,10 +216,12 @@ class Saga:
         return "ready" if code == 200 else "not ready"
 
     def start_consumers(self, trigger: float = 0.5) -> int:
-        """The three Spark jobs in one driver process (its own process group)."""
+        """The three Spark jobs in one driver process (its own process group), serving its
+        metrics on its recorded port, else a free one (``urls["consumers"]``/metrics)."""
         if alive(self.pids.get("consumers")):
             raise RuntimeError(f"the consumers are running (pid {self.pids['consumers']})")
         log = self.workdir / "consumers.log"
+        port = self._port("consumers")
         pid = start(
             "consumers",
             [
@@ -224,14 +234,20 @@ class Saga:
                 str(trigger),
                 "--checkpoint",
                 str(self.workdir / "checkpoints"),
+                "--metrics-port",
+                str(port),
             ],
             log=log,
-            env=self.env(),
+            env={**self.env(), **self.telemetry, "OTEL_SERVICE_NAME": "consumers"},
             cwd=ROOT,
         )
-        self.pids["consumers"] = pid
+        self.pids["consumers"], self.ports["consumers"] = pid, port
+        self.urls["consumers"] = f"http://127.0.0.1:{port}"
         self._save()
-        self.echo(f"consumers saga_payments, saga_shipping, saga_orders (pid {pid})")
+        self.echo(
+            f"consumers saga_payments, saga_shipping, saga_orders (pid {pid}), "
+            f"metrics {self.urls['consumers']}/metrics"
+        )
         return pid
 
     def start(self, names: Sequence[str] = PROCESSES) -> None:

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from migrations.runner import FRAMEWORK, Migrations
+from outbox import tracing
 from outbox.publish import Outbox
 from service_template import errors, logs
 from service_template.limits import BodyLimit
@@ -70,6 +71,7 @@ def create_app(
 ) -> FastAPI:
     """A FastAPI app with the service's routers plus /health, /ready, /metrics and /docs."""
     logs.configure(settings.name, settings.log_level, settings.log_json)
+    tracing.configure(settings.name)  # when OTEL_* ask for it (OTEL_SERVICE_NAME wins)
     engine = engine or create_engine(
         settings.engine_url(), pool_size=settings.pool_size, pool_pre_ping=True
     )

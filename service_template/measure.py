@@ -6,10 +6,14 @@ decorator cost per request."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
 
+from opentelemetry.trace import SpanKind
+
+from outbox import spans
 from outbox.trace import TraceContext
 from outbox.wire import TRACEPARENT
 from service_template import logs
@@ -25,7 +29,10 @@ Send = Any
 
 class TraceAndMeasure:
     """The request's span (a child of the caller's traceparent, echoed in the response),
-    request count and latency per route template, and one log line per request."""
+    request count and latency per route template, and one log line per request.
+
+    With tracing on, the span is FastAPI's own server span (its built-in telemetry, current
+    here), else, on a FastAPI without it, a server span of this middleware."""
 
     def __init__(self, app: Any, metrics: Metrics) -> None:
         self.app = app
@@ -36,7 +43,16 @@ class TraceAndMeasure:
             await self.app(scope, receive, send)
             return
         caller = dict(scope.get("headers") or ()).get(_TRACEPARENT)
-        trace = TraceContext.continuing(caller.decode("latin-1") if caller else None)
+        request = None
+        trace = spans.recording()  # FastAPI's own request span, when its telemetry records
+        if trace is None:
+            request = spans.start(
+                scope["method"],  # named "METHOD /route/template" once routed
+                parent=TraceContext.parse(caller.decode("latin-1") if caller else None),
+                kind=SpanKind.SERVER,
+                attributes={"http.request.method": scope["method"], "url.path": scope["path"]},
+            )
+            trace = request.context
         status = 500  # when the app fails before answering
 
         async def answer(message: dict[str, Any]) -> None:
@@ -50,12 +66,20 @@ class TraceAndMeasure:
         token = logs.current_trace.set(trace)
         started = time.perf_counter()
         try:
-            await self.app(scope, receive, answer)
+            with spans.as_current(request) if request else contextlib.nullcontext():
+                await self.app(scope, receive, answer)
         finally:
-            self._measure(scope, status, time.perf_counter() - started)
+            template = self._measure(scope, status, time.perf_counter() - started)
             logs.current_trace.reset(token)
+            if request is not None:
+                request.span.update_name(f"{scope['method']} {template}")
+                request.end(
+                    {"http.route": template, "http.response.status_code": status},
+                    error=f"HTTP {status}" if status >= 500 else None,
+                )
 
-    def _measure(self, scope: Scope, status: int, elapsed: float) -> None:
+    def _measure(self, scope: Scope, status: int, elapsed: float) -> str:
+        """Count and log the request; returns its route template."""
         method, path = scope["method"], scope["path"]
         template = getattr(scope.get("route"), "path", "unmatched")
         self.metrics.requests.labels(method, template, str(status)).inc()
@@ -72,3 +96,4 @@ class TraceAndMeasure:
                 "ms": round(elapsed * 1000, 1),
             },
         )
+        return str(template)

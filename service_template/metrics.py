@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -13,7 +12,8 @@ from sqlalchemy.engine import Engine
 
 from inbox.operations import parked_counts, watermark_rows
 from outbox.envelope import Envelope
-from outbox.kafka_security import PLAINTEXT, KafkaSecurity, librdkafka_config
+from outbox.kafka_offsets import PartitionOffsets
+from outbox.kafka_security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
 
@@ -30,31 +30,12 @@ class InboxCollector(Collector):
         bootstrap: str | None,
         kafka_security: KafkaSecurity = PLAINTEXT,
     ) -> None:
-        self.engine, self.consumers, self.bootstrap = engine, consumers, bootstrap
-        self.kafka_security = kafka_security
-        self._kafka: Any = None
+        self.engine, self.consumers = engine, consumers
+        self.offsets = PartitionOffsets(bootstrap, kafka_security) if bootstrap else None
 
     def _end_offset(self, topic: str, partition: int) -> int | None:
-        if not self.bootstrap:
-            return None
-        from confluent_kafka import Consumer, TopicPartition
-
-        if self._kafka is None:
-            self._kafka = Consumer(
-                {
-                    "bootstrap.servers": self.bootstrap,
-                    "group.id": "outboxkit-metrics",
-                    **librdkafka_config(self.kafka_security),
-                }
-            )
-        try:
-            _, high = self._kafka.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=2, cached=False
-            )
-            return int(high)
-        except Exception as exc:  # a scrape must not fail because Kafka is slow
-            log.warning("no end offset for %s[%d]: %s", topic, partition, exc)
-            return None
+        bounds = self.offsets.bounds(topic, partition) if self.offsets else None
+        return None if bounds is None else bounds[1]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         labels = ["consumer", "topic", "partition"]

@@ -14,11 +14,12 @@ from typing import Any
 from sqlalchemy import create_engine
 
 from inbox.recorder import Recorder
+from outbox import tracing
 from outbox.kafka_security import librdkafka_config, spark_source_options
 from spark_consumers.job import Job
 from spark_consumers.progress import ProgressLog
 from spark_consumers.retry import RestartBudget
-from spark_consumers.sink import inbox_sink
+from spark_consumers.sink import TRACE_SERVICE, inbox_sink
 
 log = logging.getLogger("outboxkit.consumers")
 
@@ -215,8 +216,10 @@ def run_jobs(
     session: Any = None,
     jars: Sequence[Path] = (),
     shared: bool = True,
+    listeners: Sequence[Any] = (),
 ) -> None:
     """Run jobs in one SparkSession until SIGTERM/SIGINT, or (``once``) until input is applied.
+    ``listeners``: more StreamingQueryListeners (e.g. the driver's metrics), besides the log.
 
     ``shared``: jobs reading the same Kafka cluster run in ONE query that reads each topic once
     and applies each partition's slice for every job reading it (each in its own inbox
@@ -226,7 +229,9 @@ def run_jobs(
     from spark_consumers.session import build_session
 
     session = session or build_session("outboxkit-consumers", jars=jars)
-    session.streams.addListener(ProgressLog())
+    tracing.configure(TRACE_SERVICE)  # the micro-batch spans, when OTEL_* ask for tracing
+    for listener in (ProgressLog(), *listeners):
+        session.streams.addListener(listener)
     groups = query_groups(jobs, shared)
 
     def start(group: tuple[Job, ...]) -> Any:

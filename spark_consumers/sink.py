@@ -4,22 +4,29 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from outbox import spans, tracing
 from outbox.errors import is_transient
 from outbox.record import KafkaRecord
+from outbox.trace import TraceContext
+from spark_consumers.clock import HandlerClock
 from spark_consumers.job import Job
 from spark_consumers.retry import BATCH_RETRY, retrying
 
 RESULT_SCHEMA = (
     "job string, topic string, partition int, watermark long, applied long, skipped long, "
-    "parked long, published long, retries long"
+    "parked long, published long, retries long, resent long, seconds double, "
+    "handler_seconds double"
 )
 _ENGINES: dict[str, Any] = {}
+# service.name of the consumers' spans (driver and Python workers) unless OTEL_SERVICE_NAME is set.
+TRACE_SERVICE = "outboxkit-consumers"
 
 
 def _engine(job: Job) -> Any:
@@ -73,6 +80,9 @@ RESULT_FIELDS = [
     ("parked", pa.int64()),
     ("published", pa.int64()),
     ("retries", pa.int64()),
+    ("resent", pa.int64()),  # of the skipped: re-sends (a known event id at a new offset)
+    ("seconds", pa.float64()),  # applying the slice, inbox transaction and retries included
+    ("handler_seconds", pa.float64()),  # of which in the handlers
 ]
 
 
@@ -94,6 +104,9 @@ def apply_batches(
             if topic not in job.topics:
                 continue
             inbox = job.inbox(_engine(job))
+            clock = HandlerClock()
+            inbox = dataclasses.replace(inbox, handlers=clock.around(inbox.batch))
+            started = time.perf_counter()
             # The database unreachable (restart, failover): the same records again, after a
             # backoff; the inbox makes a retry idempotent. Data errors never get here: they park.
             result, retries = retrying(
@@ -113,23 +126,57 @@ def apply_batches(
             rows["parked"].append(result.count(Action.PARK) + result.count(Action.HOLD))
             rows["published"].append(len(result.published))
             rows["retries"].append(retries)
+            rows["resent"].append(result.count(Action.SKIP_DUPLICATE))
+            rows["seconds"].append(time.perf_counter() - started)
+            rows["handler_seconds"].append(clock.seconds)
     yield pa.RecordBatch.from_pydict(rows, schema=pa.schema(RESULT_FIELDS))
+
+
+def traced_batches(
+    jobs: Sequence[Job], batches: Iterator[pa.RecordBatch], batch_span: str | None
+) -> Iterator[pa.RecordBatch]:
+    """`apply_batches` in a Python worker: its tracing set up (once per process), the driver's
+    micro-batch span (``batch_span``, a traceparent) current, so the record spans link to it,
+    and every span exported before the task ends: a worker is reused for other tasks or killed
+    with the driver, and spans still queued in it would be lost."""
+    tracing.configure(TRACE_SERVICE)
+    try:
+        with spans.current_context(TraceContext.parse(batch_span)):
+            results = list(apply_batches(jobs, batches))
+    finally:
+        tracing.flush()
+    yield from results
 
 
 def inbox_sink(jobs: Sequence[Job], on_batch: Any = None) -> Any:
     """A foreachBatch function applying each micro-batch through the jobs' inboxes; tells
     ``on_batch(job_name, batch_id, rows)`` per job what it did."""
     jobs = tuple(jobs)
+    name = "+".join(job.name for job in jobs)
 
     def sink(frame: Any, batch_id: int) -> None:
         # One task per core: launching a Python task cost more than applying a small slice.
         # coalesce merges whole input partitions (one per Kafka partition), never splits one,
         # so each Kafka partition is still applied by one task, in offset order.
         slots = frame.sparkSession.sparkContext.defaultParallelism
-        results = (
-            frame.coalesce(slots)
-            .mapInArrow(lambda it: apply_batches(jobs, it), RESULT_SCHEMA)
-            .collect()
+        batch = spans.start(
+            f"micro-batch {name}", parent=None, attributes={"outboxkit.batch.id": batch_id}
+        )
+        link = batch.context.header() if batch.recording else None
+        try:
+            results = (
+                frame.coalesce(slots)
+                .mapInArrow(lambda it: traced_batches(jobs, it, link), RESULT_SCHEMA)
+                .collect()
+            )
+        except Exception as exc:
+            batch.end(error=repr(exc))
+            raise
+        batch.end(
+            {
+                "outboxkit.partitions": len(results),
+                "outboxkit.applied": sum(r.applied for r in results),
+            }
         )
         if on_batch is not None:
             for job in jobs:

@@ -11,6 +11,7 @@ import pytest
 
 from devstack.stack import Stack
 from saga.processes import Saga
+from tests.otlp import OtlpReceiver
 
 
 @contextlib.contextmanager
@@ -32,8 +33,17 @@ def running_saga(stack: Stack, label: str = "saga", **options: Any) -> Iterator[
 
 
 @pytest.fixture(scope="session")
-def saga(stack: Stack) -> Iterator[Saga]:
-    with running_saga(stack) as run:
+def otlp() -> Iterator[OtlpReceiver]:
+    """An OTLP/HTTP receiver in this process, which the session saga's processes export their
+    spans to (up until after the saga stopped)."""
+    receiver = OtlpReceiver()
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture(scope="session")
+def saga(stack: Stack, otlp: OtlpReceiver) -> Iterator[Saga]:
+    with running_saga(stack, telemetry=otlp.env()) as run:
         yield run
 
 
