@@ -10,7 +10,7 @@ dir="${1:-$here}"
 secrets="$dir/secrets"
 
 # Postgres login roles (<role>.password, as OUTBOXKIT_SECRETS_DIR expects them), the Kafka
-# principals (kafka-<principal>.password) and the Connect REST API user.
+# principals (kafka-<principal>.password), the Connect REST API user and Grafana's admin.
 ROLES=(postgres orders payments shipping outboxkit_cdc)
 KAFKA_PRINCIPALS=(admin connect setup orders payments shipping)
 
@@ -39,6 +39,7 @@ for principal in "${KAFKA_PRINCIPALS[@]}"; do
   write_secret "$secrets/kafka-$principal.password" "$(random_password)"
 done
 write_secret "$secrets/connect-rest.password" "$(random_password)"
+write_secret "$secrets/grafana-admin.password" "$(random_password)"
 
 env_file="$dir/.env"
 if [[ ! -s "$env_file" ]]; then

@@ -34,6 +34,7 @@ from inbox.apply import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of
+from saga.order_metrics import OrdersCollector
 from saga.payloads import MAX_ITEMS, Amount, Customer, Item, payload_problem
 from saga.rules import ORDER_ID
 from service_template import Problem, UnitOfWork, create_app, idempotent, unit_of_work
@@ -228,10 +229,13 @@ HANDLERS = BatchHandler(apply_slice, frozenset(rules.ORDER_MOVES), payload_probl
 
 def app() -> FastAPI:
     """The orders service (settings from ORDERS_* environment variables)."""
-    return create_app(
+    service = create_app(
         settings_of("orders"),
         routers=[router],
         migrations=[migrations_of("orders")],
         title="orders",
         description="Places orders and follows them to a final state.",
     )
+    plumbing = service.state.service
+    plumbing.metrics.registry.register(OrdersCollector(plumbing.engine, orders))
+    return service

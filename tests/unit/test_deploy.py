@@ -4,8 +4,10 @@ scripts are read, and the settings classes are built from each container's envir
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
+import json
 import os
 import re
 import shutil
@@ -422,7 +424,8 @@ PASSWORD_VALUE = re.compile(r"(?i)(?<![\w-])password\s*[=:]\s*\"?([^\"\s;,\]]*)"
 def deploy_texts() -> dict[str, str]:
     names = ["docker-compose.yml", "Dockerfile", ".env.example", "make-secrets.sh"]
     files = [DEPLOY / n for n in names] + sorted((DEPLOY / "kafka").glob("*"))
-    files += sorted((DEPLOY / "connect").glob("*"))
+    files += sorted((DEPLOY / "connect").glob("*")) + sorted((DEPLOY / "prometheus").glob("*"))
+    files += sorted(p for p in (DEPLOY / "grafana").rglob("*") if p.is_file())
     return {str(f.relative_to(DEPLOY)): f.read_text() for f in files}
 
 
@@ -639,3 +642,226 @@ def test_deploy_shell_scripts_parse():
     for script in [*(DEPLOY / "kafka").glob("*.sh")]:
         subprocess.run(["sh", "-n", str(script)], check=True)
     subprocess.run(["bash", "-n", str(DEPLOY / "make-secrets.sh")], check=True)
+
+
+# -- observability: Prometheus, Grafana, Jaeger ----------------------------------------------
+# Series Prometheus writes itself for every target (not defined by our code).
+PROMETHEUS_OWN = {"up"}
+# What the client library appends to a counter's or a histogram's name in the exposition.
+EXPOSITION_SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum")
+PROMQL_KEYWORDS = {"bool", "offset", "and", "or", "unless", "inf", "nan"}
+METRIC_PACKAGES = ("service_template", "spark_consumers", "saga", "inbox", "outbox", "cdc")
+
+
+def python_containers() -> list[str]:
+    """The long-running containers of the outboxkit image (the services and consumer drivers)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    ours = ("outboxkit", project["version"])
+    return [n for n in services() if image(n) == ours and n not in ONE_SHOT]
+
+
+def first_string(node: ast.AST) -> str | None:
+    """The string literal a call passes first, or a tuple starts with."""
+    items = node.args if isinstance(node, ast.Call) else getattr(node, "elts", None)
+    if isinstance(node, (ast.Call, ast.Tuple)) and items:
+        first = items[0]
+        if isinstance(first, ast.Constant) and isinstance(first.value, str):
+            return first.value
+    return None
+
+
+@functools.cache
+def metric_names_in_code() -> frozenset[str]:
+    """Metric names the Python sources define: string literals ``outboxkit_...``, and f-strings
+    ``f"outboxkit_x_{name}"`` completed with the names the same module passes first, to a call
+    (``counter("applied", ...)``) or in a tuple (``("lag", "help")``): how
+    spark_consumers.metrics names its families."""
+    names: set[str] = set()
+    for package in METRIC_PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            names |= {
+                n.value
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Constant)
+                and isinstance(n.value, str)
+                and re.fullmatch(r"outboxkit_\w*[a-z]", n.value)
+            }
+            firsts = {
+                first
+                for n in ast.walk(tree)
+                if (first := first_string(n)) and re.fullmatch(r"(?!outboxkit_)[a-z][a-z_]*", first)
+            }
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.JoinedStr) and len(node.values) == 2):
+                    continue
+                head, tail = node.values
+                if (
+                    isinstance(head, ast.Constant)
+                    and isinstance(tail, ast.FormattedValue)
+                    and re.fullmatch(r"outboxkit_\w*_", str(head.value))
+                ):
+                    names |= {f"{head.value}{name}" for name in firsts}
+    return frozenset(names)
+
+
+def defined_in_code(series: str) -> bool:
+    names = metric_names_in_code()
+    return series in names or any(
+        series.endswith(suffix) and series[: -len(suffix)] in names
+        for suffix in EXPOSITION_SUFFIXES
+    )
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """The metric names a PromQL expression selects (not its functions, labels or keywords)."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', "", expr)
+    expr = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", expr)
+    expr = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    tokens = re.findall(r"(?<![\w$.])([A-Za-z_:][\w:]*)\b(?!\s*\()", expr)
+    return {t for t in tokens if t.lower() not in PROMQL_KEYWORDS}
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    files = sorted((DEPLOY / "grafana/dashboards").glob("*.json"))
+    return {f.name: json.loads(f.read_text()) for f in files}
+
+
+def panel_targets(dashboard: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    def walk(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for panel in panels:
+            yield panel
+            yield from walk(panel.get("panels", []))
+
+    for panel in walk(dashboard["panels"]):
+        for target in panel.get("targets", []):
+            yield panel["title"], target
+
+
+def grafana_provisioning(kind: str) -> list[dict[str, Any]]:
+    folder = DEPLOY / "grafana/provisioning" / kind
+    return [yaml.safe_load(f.read_text()) for f in sorted(folder.glob("*.yml"))]
+
+
+def scrape_targets() -> dict[str, str]:
+    """host:port -> the scrape job of deploy/prometheus/prometheus.yml."""
+    config = yaml.safe_load((DEPLOY / "prometheus/prometheus.yml").read_text())
+    return {
+        target: job["job_name"]
+        for job in config["scrape_configs"]
+        for static in job.get("static_configs", [])
+        for target in static["targets"]
+    }
+
+
+def test_the_metric_names_in_code_are_found():
+    """The source scan finds names of each kind: a Counter, an f-string family, a collector's."""
+    names = metric_names_in_code()
+    for name in ("outboxkit_http_requests", "outboxkit_consumer_applied", "outboxkit_inbox_lag"):
+        assert name in names
+    assert "outboxkit_consumer_" not in names and not defined_in_code("outboxkit_no_such_thing")
+
+
+def test_every_metric_the_dashboard_queries_is_defined_in_the_code():
+    assert dashboards(), "no dashboard in deploy/grafana/dashboards"
+    for file, dashboard in dashboards().items():
+        targets = list(panel_targets(dashboard))
+        assert targets, file
+        for title, target in targets:
+            used = promql_metric_names(target["expr"])
+            assert used, f"{file}: {title}: no metric in {target['expr']!r}"
+            for name in used - PROMETHEUS_OWN:
+                assert defined_in_code(name), f"{file}: {title}: {name} is defined nowhere"
+
+
+def test_the_dashboard_shows_what_an_operator_asks_for():
+    used = {
+        name
+        for dashboard in dashboards().values()
+        for _, target in panel_targets(dashboard)
+        for name in promql_metric_names(target["expr"])
+    }
+    assert "outboxkit_saga_order_seconds_count" in used  # orders per second by final state
+    assert "outboxkit_saga_order_seconds_bucket" in used  # placed -> final
+    assert "outboxkit_consumer_slice_seconds_bucket" in used  # per-hop apply time
+    assert "outboxkit_consumer_lag" in used and "outboxkit_consumer_parked" in used
+
+
+def test_grafana_is_provisioned_from_deploy_files():
+    mounts = mounted_files("grafana")
+    assert mounts["/etc/grafana/provisioning"] == DEPLOY / "grafana/provisioning"
+    sources = [s for f in grafana_provisioning("datasources") for s in f["datasources"]]
+    prometheus = next(s for s in sources if s["type"] == "prometheus")
+    jaeger = next(s for s in sources if s["type"] == "jaeger")
+    prometheus_port = services()["prometheus"]["ports"][0].rsplit(":", 1)[1]
+    assert prometheus["url"] == f"http://prometheus:{prometheus_port}"
+    assert re.fullmatch(r"http://jaeger:16686", jaeger["url"])
+    providers = [p for f in grafana_provisioning("dashboards") for p in f["providers"]]
+    paths = {p["options"]["path"] for p in providers}
+    assert {mounts[path] for path in paths} == {DEPLOY / "grafana/dashboards"}
+    home = environment("grafana")["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert Path(home).parent.as_posix() in paths and Path(home).name in dashboards()
+    for file, dashboard in dashboards().items():
+        for title, target in panel_targets(dashboard):
+            assert target["datasource"]["uid"] == prometheus["uid"], f"{file}: {title}"
+    assert environment("grafana")["GF_SECURITY_ADMIN_PASSWORD__FILE"] in mounted_secrets("grafana")
+
+
+def test_prometheus_scrapes_every_service_and_consumer_on_the_port_it_listens_on(
+    container_env: Any,
+):
+    from outboxkit.cli import build_parser
+    from outboxkit.settings import Settings
+
+    assert mounted_files("prometheus")["/etc/prometheus/prometheus.yml"].exists()
+    expected = {}
+    for service in SERVICES:
+        argv = command(service)
+        expected[f"{service}:{argv[argv.index('--port') + 1]}"] = "services"
+    for name in CONSUMERS:
+        container_env(name)
+        argv = command(name)
+        resource = next(a for a in argv if a.endswith(".py"))
+        # deploy/spark/consume.py hands its arguments to `outboxkit consume`, which reads the
+        # port and address from Settings when no --metrics-port/--metrics-host is given.
+        args = build_parser().parse_args(["consume", *argv[argv.index(resource) + 1 :]])
+        settings = Settings()
+        port = settings.consumer_metrics_port if args.metrics_port is None else args.metrics_port
+        host = args.metrics_host or settings.consumer_metrics_host
+        assert port and host == "0.0.0.0", f"{name}: metrics on {host}:{port}"
+        expected[f"{name}:{port}"] = "consumers"
+    assert scrape_targets() == expected
+    consume = (DEPLOY / "spark/consume.py").read_text()
+    assert 'main(["consume", *sys.argv[1:]])' in consume
+
+
+def test_every_python_container_exports_traces_to_the_collector():
+    from outbox import tracing
+
+    names = {}
+    for name in python_containers():
+        env = environment(name)
+        endpoint = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+        match = re.fullmatch(r"http://([\w-]+):4318/?", endpoint)
+        assert match and match.group(1) in services(), f"{name}: OTLP/HTTP endpoint {endpoint!r}"
+        collector = services()[match.group(1)]
+        assert image(match.group(1))[0].startswith(("jaegertracing/", "otel/")), collector
+        assert tracing.exporters_wanted(env) == ("otlp",), name
+        tracing._check_protocol(env)  # only OTLP/HTTP is installed
+        assert env.get("OTEL_SERVICE_NAME"), f"{name}: no OTEL_SERVICE_NAME"
+        names[name] = env["OTEL_SERVICE_NAME"]
+    assert set(names) == {*SERVICES, *CONSUMERS}
+    assert len(set(names.values())) == len(names), f"service names must differ: {names}"
+
+
+def test_the_image_has_prometheus_client_for_services_and_consumer_drivers():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = re.search(r"pip install \"?/\S+\[([\w,]+)\]", dockerfile())
+    assert extras
+    installed = [
+        d for extra in extras.group(1).split(",") for d in project["optional-dependencies"][extra]
+    ]
+    assert any(d.startswith("prometheus-client") for d in installed)
+    # `outboxkit consume --metrics-port` needs it with the spark extra alone too.
+    spark = project["optional-dependencies"]["spark"]
+    assert any(d.startswith("prometheus-client") for d in spark)
