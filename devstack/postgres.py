@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 from devstack.processes import StackError, start, wait_until
 
@@ -75,8 +76,8 @@ def initdb(bin_dir: Path, data_dir: Path, log: Path, password: str) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     data_dir.chmod(0o700)
     _hand_over(data_dir, user)
-    # initdb reads the password from a file its user can read: one inside the new data
-    # directory (mode 0600), removed once the cluster exists.
+    # initdb reads the password from a file its user can read: one beside the new data
+    # directory (mode 0600, given to that user), removed once the cluster exists.
     pwfile = data_dir.parent / f".{data_dir.name}.pw"
     fd = os.open(pwfile, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
@@ -114,6 +115,37 @@ def _initdb(bin_dir: Path, data_dir: Path, log: Path, pwfile: Path, user: str | 
         raise StackError(f"initdb failed (exit {result.returncode}); see {log}")
 
 
+# Who may log in how: every role with its SCRAM password, on the socket and on loopback, and no
+# physical replication at all (Debezium's logical connections match the database lines; a
+# physical one would copy every database, and every role's verifier, to a REPLICATION role).
+HBA = (
+    "# written by outboxkit (devstack/postgres.py)\n"
+    "local all all scram-sha-256\n"
+    "host  all all 127.0.0.1/32 scram-sha-256\n"
+    "host  all all ::1/128 scram-sha-256\n"
+)
+
+
+def _write_hba(data_dir: Path) -> None:
+    path = data_dir / "pg_hba.conf"
+    if path.exists() and path.read_text() == HBA:
+        return
+    owner = path.stat() if path.exists() else data_dir.stat()
+    path.write_text(HBA)
+    os.chown(path, owner.st_uid, owner.st_gid)
+    path.chmod(0o600)
+
+
+def _trusts(data_dir: Path) -> bool:
+    """True for a cluster an earlier version created with trust authentication."""
+    hba = data_dir / "pg_hba.conf"
+    return hba.exists() and any(
+        line.split()[-1:] == ["trust"]
+        for line in hba.read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    )
+
+
 def _ready(port: int, passfile: Path) -> bool:
     try:
         with psycopg.connect(dsn(port, passfile), autocommit=True) as conn:
@@ -123,13 +155,33 @@ def _ready(port: int, passfile: Path) -> bool:
         return False
 
 
-def start_server(bin_dir: Path, data_dir: Path, port: int, log: Path, passfile: Path) -> int:
-    """Start the postmaster on ``port`` and wait until it accepts queries; return its PID."""
+def start_server(
+    bin_dir: Path, data_dir: Path, port: int, log: Path, passfile: Path, password: str
+) -> int:
+    """Start the postmaster on ``port`` and wait until it accepts queries; return its PID.
+
+    A cluster an earlier version created with trust authentication is moved to passwords: the
+    superuser gets ``password`` (hashed on the client), then the access rules are replaced."""
+    legacy = _trusts(data_dir)
+    if not legacy:
+        _write_hba(data_dir)
     argv = [str(bin_dir / "postgres"), "-D", str(data_dir), "-p", str(port), "-k", str(data_dir)]
     for key, value in SERVER_SETTINGS.items():
         argv += ["-c", f"{key}={value}"]
     pid = start("postgres", argv, log=log, user=_run_as())
     wait_until("postgres", lambda: _ready(port, passfile), timeout=60, pid=pid, log=log)
+    if legacy:
+        with psycopg.connect(dsn(port, passfile), autocommit=True) as conn:
+            verifier = conn.pgconn.encrypt_password(
+                password.encode(), SUPERUSER.encode(), b"scram-sha-256"
+            ).decode()
+            conn.execute(
+                sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                    sql.Identifier(SUPERUSER), sql.Literal(verifier)
+                )
+            )
+            _write_hba(data_dir)
+            conn.execute("SELECT pg_reload_conf()")
     return pid
 
 
@@ -139,3 +191,5 @@ def create_database(port: int, name: str, passfile: Path) -> None:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{name}"')
+        # The stack's own database (set-up, tools): no role but the superuser connects.
+        conn.execute(f'REVOKE ALL ON DATABASE "{name}" FROM PUBLIC')

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import psycopg
 from psycopg import sql
 
+from devstack.processes import StackError
+
 # Where a new role's password is hashed: on the client, so the password itself never reaches a
 # server log (a failed ALTER ROLE is logged with its statement).
 _ALGORITHM = b"scram-sha-256"
@@ -19,17 +21,30 @@ def ensure_role(
 ) -> None:
     """Create or update a login role with ``password`` (and REPLICATION for the CDC role)."""
     verifier = conn.pgconn.encrypt_password(password.encode(), role.encode(), _ALGORITHM).decode()
-    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone()
-    conn.execute(
-        sql.SQL(
-            "{verb} ROLE {role} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE {repl} PASSWORD {pw}"
-        ).format(
-            verb=sql.SQL("ALTER" if exists else "CREATE"),
-            role=sql.Identifier(role),
-            repl=sql.SQL("REPLICATION" if replication else "NOREPLICATION"),
-            pw=sql.Literal(verifier),
+    row = conn.execute(
+        "SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = %s", (role,)
+    ).fetchone()
+    if row is not None and row[0]:
+        raise StackError(f"role {role!r} is a superuser: a service or the CDC role cannot be one")
+    # Attributes are only set when they differ: on a managed Postgres the set-up role may not be
+    # allowed to set REPLICATION, and a CDC role an administrator made is then left as it is.
+    attributes = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE"
+    if row is None or row[1] != replication:
+        attributes += " REPLICATION" if replication else " NOREPLICATION"
+    try:
+        conn.execute(
+            sql.SQL("{verb} ROLE {role} " + attributes + " PASSWORD {pw}").format(
+                verb=sql.SQL("ALTER" if row is not None else "CREATE"),
+                role=sql.Identifier(role),
+                pw=sql.Literal(verifier),
+            )
         )
-    )
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise StackError(
+            f"cannot create or alter role {role!r} ({exc.diag.message_primary}): have an "
+            f"administrator create it (LOGIN{' REPLICATION' if replication else ''}) with the "
+            f"password in its secrets file, or set up as a role that may"
+        ) from exc
 
 
 def ensure_database(conn: psycopg.Connection, database: str, owner: str) -> None:
@@ -106,14 +121,26 @@ def ensure_publication(conn: psycopg.Connection, name: str, tables: Sequence[str
     conn.execute(sql.SQL(verb).format(sql.Identifier(name), listed))
 
 
-def grant_messages(conn: psycopg.Connection, role: str) -> None:
-    """Let ``role`` write the outbox as logical decoding messages (message mode)."""
-    conn.execute(
-        sql.SQL(
-            "GRANT EXECUTE ON FUNCTION pg_catalog.pg_logical_emit_message(boolean, text, text) "
-            "TO {}"
-        ).format(sql.Identifier(role))
-    )
+def restrict_messages(conn: psycopg.Connection, writer: str | None = None) -> None:
+    """Only ``writer`` (a service's role) may emit logical decoding messages in this database.
+
+    Postgres grants EXECUTE on pg_logical_emit_message to PUBLIC, and the connector captures the
+    outbox prefix's messages: any role that could connect (the CDC role included) could otherwise
+    have a forged event routed to Kafka. Every overload is covered (Postgres 17 added one)."""
+    overloads = conn.execute(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p"
+        " WHERE p.proname = 'pg_logical_emit_message'"
+        " AND p.pronamespace = 'pg_catalog'::regnamespace"
+    ).fetchall()
+    for (signature,) in overloads:
+        function = sql.SQL(signature)  # from the catalog: pg_logical_emit_message(boolean,...)
+        conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {} FROM PUBLIC").format(function))
+        if writer is not None:
+            conn.execute(
+                sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(
+                    function, sql.Identifier(writer)
+                )
+            )
 
 
 def _table(qualified: str) -> sql.Identifier:

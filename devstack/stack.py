@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import time
@@ -179,9 +180,7 @@ class Stack:
         self, found: artifacts.Artifacts | None, previous: StackState | None
     ) -> Component:
         if self.settings.database_url:
-            return Component(
-                EXTERNAL, endpoint=self._external_admin_url(self.settings.database_url)
-            )
+            return Component(EXTERNAL, endpoint=self.external_database_url())
         assert found is not None
         superuser_password = self.secrets.password(postgres.SUPERUSER)
         self._write_pgpass()
@@ -192,17 +191,19 @@ class Stack:
         port = old.port if old and old.port and not port_open(old.port) else free_port()
         log = self.logs / "postgres.log"
         postgres.initdb(found.postgres_bin, data, log, superuser_password)
-        pid = postgres.start_server(found.postgres_bin, data, port, log, self.pgpass)
+        pid = postgres.start_server(
+            found.postgres_bin, data, port, log, self.pgpass, superuser_password
+        )
         postgres.create_database(port, self.settings.database_name, self.pgpass)
         endpoint = postgres.url(port, self.settings.database_name, self.pgpass)
         return Component(EMBEDDED, endpoint, pid, port)
 
-    def _external_admin_url(self, given: str) -> str:
+    def external_database_url(self) -> str:
         """The external database's set-up URL without a password: the password (from
-        database_password_file, else the URL, else the secrets directory) goes to the stack's
-        libpq password file."""
+        database_password_file, else the URL) goes to the stack's libpq password file."""
+        assert self.settings.database_url, "no external database configured"
         self._write_pgpass()
-        bare = make_url(given).set(password=None)
+        bare = make_url(self.settings.database_url).set(password=None)
         bare = bare.update_query_dict({"passfile": str(self.pgpass)})
         return bare.render_as_string(hide_password=False)
 
@@ -218,7 +219,13 @@ class Stack:
 
     def _write_pgpass(self) -> None:
         """Every role with a password file, and the set-up role, in libpq's password file."""
-        entries = {role: self.secrets.password(role) for role in self.secrets.roles()}
+        # Only Postgres roles (lower-case identifiers): a mounted secrets directory also holds
+        # other secrets (Kafka's, Connect REST's), which have no place in libpq's file.
+        entries = {
+            role: self.secrets.password(role)
+            for role in self.secrets.roles()
+            if re.fullmatch(r"[a-z_][a-z0-9_]*", role)
+        }
         write_pgpass(self.pgpass, {**entries, **self._admin_password()}.items())
 
     def _broker(
@@ -323,6 +330,8 @@ class Stack:
             roles.ensure_publication(
                 conn, cs.publication_name, [*cs.outbox_tables, *([heartbeat] if heartbeat else [])]
             )
+            if cs.message_prefix is not None:  # it captures messages: only the owner may emit
+                roles.restrict_messages(conn)
 
     def _register(self, state: StackState, cs: ConnectorSettings | None = None) -> None:
         cs = cs or self.connector_settings(state.postgres.endpoint)
@@ -366,6 +375,15 @@ class Stack:
         Safe to repeat. Returns the database URL."""
         if not name.isidentifier() or not name.islower():
             raise StackError(f"service name {name!r}: use lower-case letters, digits, underscores")
+        reserved = {
+            postgres.SUPERUSER,
+            self.settings.cdc_role,
+            *self._admin_password(),
+            "template0",
+            "template1",
+        }
+        if name in reserved or name == self.settings.database_name:
+            raise StackError(f"service name {name!r} is taken by the stack itself: choose another")
         state = self.state
         password = self.secrets.password(name)
         self._write_pgpass()
@@ -375,7 +393,7 @@ class Stack:
             roles.ensure_database(conn, name, owner=name)
         with _admin_connection(admin.set(database=name)) as conn:
             roles.hand_over_objects(conn, name)
-            roles.grant_messages(conn, name)
+            roles.restrict_messages(conn, writer=name)
         service_url = self.service_database_url(name)
         runner.upgrade(service_url)
         base = self.connector_settings(service_url)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
@@ -14,6 +15,7 @@ log = logging.getLogger(__name__)
 EXPORTERS = ("otlp", "console")  # OTEL_TRACES_EXPORTER values this set-up understands
 PROTOCOL = "http/protobuf"  # the OTLP exporter installed (opentelemetry-exporter-otlp-proto-http)
 _configured_in: int | None = None  # the PID whose SDK is set up (Spark forks Python workers)
+_flush_paused_until = 0.0
 
 
 def exporters_wanted(environ: Mapping[str, str]) -> tuple[str, ...]:
@@ -88,13 +90,18 @@ def configure(service_name: str) -> bool:
     return True
 
 
-def flush(timeout_millis: int = 5_000) -> None:
+def flush(timeout_millis: int = 500) -> None:
     """Export the spans ended so far before returning (a Spark worker may be killed or reused
-    for another job after its task: spans still queued there would be lost)."""
-    if _configured_in != os.getpid():
+    for another job after its task: spans still queued there would be lost).
+
+    A collector that is down must not slow the consumers: a flush waits at most
+    ``timeout_millis``, and after one that timed out none is waited for during a minute (the
+    spans stay queued for the exporter's own retries)."""
+    global _flush_paused_until
+    if _configured_in != os.getpid() or time.monotonic() < _flush_paused_until:
         return
     from opentelemetry import trace
 
     force_flush = getattr(trace.get_tracer_provider(), "force_flush", None)
-    if force_flush is not None:
-        force_flush(timeout_millis)
+    if force_flush is not None and not force_flush(timeout_millis):
+        _flush_paused_until = time.monotonic() + 60

@@ -96,11 +96,12 @@ def _db(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _stack_database_url(settings: Settings) -> str:
-    if settings.database_url:
-        return settings.database_url
+    """The set-up URL: the external database's (its password, from OUTBOXKIT_DATABASE_PASSWORD_FILE,
+    in the stack's libpq password file), else the local stack's."""
     from devstack.stack import Stack
 
-    return Stack(settings).database_url()
+    stack = Stack(settings)
+    return stack.external_database_url() if settings.database_url else stack.database_url()
 
 
 def _outbox(args: argparse.Namespace, settings: Settings) -> int:
@@ -122,7 +123,6 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
     from sqlalchemy import create_engine
 
     from cdc import recovery
-    from cdc.connect import ConnectClient
     from cdc.preflight import connector_check, run_checks
     from devstack.stack import Stack, StackState
     from outbox.kafka_security import librdkafka_config
@@ -132,7 +132,7 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
     recorded = StackState.load(stack.state_file)
     connect_url = settings.connect_url or (recorded.connect.endpoint if recorded else None)
     bootstrap = settings.kafka_bootstrap_servers or (recorded.broker.endpoint if recorded else None)
-    client = ConnectClient(connect_url) if connect_url else None
+    client = stack.connect_client(connect_url) if connect_url else None
     name = args.connector or settings.connector_name
     if args.action != "preflight":
         if client is None or bootstrap is None:

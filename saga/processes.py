@@ -133,7 +133,9 @@ class Saga:
             except Exception as exc:  # created concurrently by the connector: fine
                 if "exist" not in str(exc).lower():
                     raise
-        shipping.set_stock(self.engines["shipping"], stock or SKUS)
+        # A given stock is set; the default one only seeds SKUs not stocked yet, so a
+        # deployment's set-up job, run again, leaves live stock levels alone.
+        shipping.set_stock(self.engines["shipping"], stock or SKUS, overwrite=stock is not None)
 
     def env(self) -> dict[str, str]:
         """The child processes' environment: per service, its database, Kafka, the stack's

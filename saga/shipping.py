@@ -78,14 +78,16 @@ def list_shipments(
     return [dict(r) for r in rows.mappings()]
 
 
-def set_stock(engine: Engine, levels: Mapping[str, int]) -> None:
-    """Set the available quantity of each SKU (operators' restock; the demo's set-up)."""
+def set_stock(engine: Engine, levels: Mapping[str, int], *, overwrite: bool = True) -> None:
+    """Set the available quantity of each SKU (operators' restock); ``overwrite=False`` only
+    adds the SKUs not stocked yet (set-up run again on a live system keeps its levels)."""
     with engine.begin() as conn:
         for sku, available in levels.items():
+            insert = pg_insert(stock).values(sku=sku, available=available)
             conn.execute(
-                pg_insert(stock)
-                .values(sku=sku, available=available)
-                .on_conflict_do_update(index_elements=["sku"], set_={"available": available})
+                insert.on_conflict_do_update(index_elements=["sku"], set_={"available": available})
+                if overwrite
+                else insert.on_conflict_do_nothing(index_elements=["sku"])
             )
 
 

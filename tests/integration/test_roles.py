@@ -105,3 +105,68 @@ def test_roles_log_in_with_their_password_only(stack, two_services):
     assert "passfile" not in url and password_file.stat().st_mode & 0o077 == 0
     with psycopg.connect(user=parsed.username, password=password_file.read_text(), **wrong) as conn:
         assert conn.execute("SELECT current_user").fetchone() == (parsed.username,)
+
+
+def test_only_the_owner_may_emit_the_messages_the_connector_captures(stack, two_services):
+    """The connector routes logical decoding messages with the outbox prefix to Kafka; Postgres
+    lets PUBLIC emit them, so without the revoke any role could forge an event."""
+    url_a, _ = two_services
+    emit = text("SELECT pg_logical_emit_message(true, 'outbox', '{}')")
+    with _engine(url_a).begin() as conn:  # the service itself, in message mode
+        conn.execute(emit)
+    cdc = _engine(url_a, username=stack.settings.cdc_role)
+    with cdc.connect() as conn, pytest.raises(DBAPIError, match="permission denied for function"):
+        conn.execute(emit)
+
+
+def test_a_cluster_an_earlier_version_created_with_trust_is_moved_to_passwords(tmp_path):
+    """initdb -A trust, as before: the next start gives the superuser its password and replaces
+    the access rules, so a wrong password, or none, is refused from then on."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from devstack import artifacts, postgres
+    from devstack.processes import free_port, stop
+    from devstack.secrets import write_pgpass
+    from outboxkit.settings import Settings
+
+    found = artifacts.locate(Settings(_env_file=None).cache_dir)
+    base = Path(tempfile.mkdtemp(prefix="outboxkit-trust-"))
+    base.chmod(0o755)
+    data, log = base / "pgdata", base / "postgres.log"
+    data.mkdir(mode=0o700)
+    user = postgres._run_as()
+    postgres._hand_over(data, user)
+    subprocess.run(
+        [str(found.postgres_bin / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"],
+        user=user,
+        check=True,
+        capture_output=True,
+    )
+    passfile = write_pgpass(base / "pgpass", [("postgres", "the-new-password")])
+    port, pid = free_port(), None
+    try:
+        pid = postgres.start_server(
+            found.postgres_bin, data, port, log, passfile, "the-new-password"
+        )
+        assert (data / "pg_hba.conf").read_text() == postgres.HBA
+        with psycopg.connect(postgres.dsn(port, passfile)) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        for password in ("", "wrong"):
+            with pytest.raises(psycopg.OperationalError, match="password"):
+                psycopg.connect(
+                    host="127.0.0.1",
+                    port=port,
+                    user="postgres",
+                    dbname="postgres",
+                    password=password,
+                    passfile=os.devnull,
+                    connect_timeout=5,
+                ).close()
+    finally:
+        stop(pid, sig=signal.SIGINT)
+        shutil.rmtree(base, ignore_errors=True)
