@@ -4,6 +4,7 @@ slots: exact, whatever ran before the driver started."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -152,6 +153,9 @@ class InboxTablesCollector(Collector):
         self.jobs = tuple(jobs)
         self._engines: dict[str, Engine] = {}
         self._offsets: dict[tuple[Any, ...], PartitionOffsets] = {}
+        # One scrape reads at a time: the clients and engines are made once, and scrapes that
+        # overlap (a slow database) queue here instead of each opening connections.
+        self._lock = threading.Lock()
 
     def _engine(self, job: Job) -> Engine:
         key = f"{job.database_url} {job.database_password_file}"
@@ -168,6 +172,11 @@ class InboxTablesCollector(Collector):
         return self._offsets[key]
 
     def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            families = list(self._collect())
+        yield from families
+
+    def _collect(self) -> Iterator[Metric]:
         states: list[PartitionState] = []
         slots: list[JobSlot] = []
         readable: dict[str, bool] = {}

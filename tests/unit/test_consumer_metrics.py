@@ -182,3 +182,20 @@ def test_driver_metrics_connect_nothing_until_scraped() -> None:
     metrics = DriverMetrics([job()])
     assert metrics.tables._engines == {} and metrics.tables._offsets == {}
     metrics.close()
+
+
+def test_offsets_are_not_asked_again_for_a_while_once_kafka_did_not_answer():
+    """With the broker down, one scrape waits the timeout once, not once per partition."""
+    from devstack.processes import free_port
+    from outbox.kafka_offsets import PartitionOffsets
+
+    offsets = PartitionOffsets(f"127.0.0.1:{free_port()}", timeout=0.5)
+    try:
+        assert offsets.bounds("t", 0) is None  # asked Kafka: no broker answered
+        client, asked = offsets._client(), []
+        offsets._client = lambda: asked.append(1) or client  # type: ignore[method-assign]
+        assert [offsets.bounds("t", p) for p in range(1, 8)] == [None] * 7
+        assert offsets.partitions("t") == []
+        assert asked == []  # none of them asked Kafka again
+    finally:
+        offsets.close()
