@@ -111,7 +111,8 @@ def test_only_the_owner_may_emit_the_messages_the_connector_captures(stack, two_
     """The connector routes logical decoding messages with the outbox prefix to Kafka; Postgres
     lets PUBLIC emit them, so without the revoke any role could forge an event."""
     url_a, _ = two_services
-    emit = text("SELECT pg_logical_emit_message(true, 'outbox', '{}')")
+    # Another prefix than the connectors capture: '{}' as an outbox message would fail the task.
+    emit = text("SELECT pg_logical_emit_message(true, 'outboxkit-test', '{}')")
     with _engine(url_a).begin() as conn:  # the service itself, in message mode
         conn.execute(emit)
     cdc = _engine(url_a, username=stack.settings.cdc_role)
