@@ -164,14 +164,18 @@ class Stack:
         state.broker, restarted = self._broker(found, previous)
         state.save(self.state_file)
         self.echo(f"broker     {state.broker.mode:8} {state.broker.endpoint}")
+        if restarted and previous is not None and found is not None:
+            # A broker stopped mid-transaction can leave one hanging, and a Connect worker cannot
+            # start behind it: it reads its offsets topic to the end before it is ready (/health),
+            # so it would wait for ever. The worker of before is stopped first (its producers
+            # must be gone), the transactions healed, and only then a new worker started.
+            if previous.connect.mode == EMBEDDED and stop(previous.connect.pid):
+                self.echo(f"connect    stopped (pid {previous.connect.pid}): the broker restarted")
+            tool = TransactionTool(found.java, found.broker_libs, state.broker.endpoint)
+            transactions.heal(tool, echo=self.echo)
         state.connect = self._connect(found, previous, state.broker.endpoint, restarted)
         state.save(self.state_file)
         self.echo(f"connect    {state.connect.mode:8} {state.connect.endpoint}")
-        if restarted and previous is not None and found is not None:
-            # A broker stopped mid-transaction can leave one hanging; Connect cannot start
-            # behind it (devstack.transactions).
-            tool = TransactionTool(found.java, found.broker_libs, state.broker.endpoint)
-            transactions.heal(tool, echo=self.echo)
         self._register(state)
         state.save(self.state_file)
         return state
