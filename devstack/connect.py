@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cdc.connect import ConnectClient
 from cdc.limits import WORKER_SETTINGS
-from devstack.processes import java_properties, log4j2_properties, start, wait_until
+from devstack.processes import java_properties, log4j2_properties, start, stop, wait_until
 
 # Connect's config provider for secrets: ${dir:<directory>:<file>} in a connector config is that
 # file's content, resolved inside the worker (KIP-297/KIP-632), so the REST API, the config topic
@@ -118,5 +118,9 @@ def start_worker(
     pid = start("connect", argv, log=log, cwd=workdir)
     client = ConnectClient(f"http://127.0.0.1:{rest_port}", timeout=5)
     # Started means the herder is ready (/health), not only the REST server (see ready()).
-    wait_until("kafka connect", client.ready, timeout=240, pid=pid, log=log, poll=0.5)
+    try:
+        wait_until("kafka connect", client.ready, timeout=240, pid=pid, log=log, poll=0.5)
+    except BaseException:
+        stop(pid)  # never recorded in the state file: `stack down` could not stop it
+        raise
     return pid
