@@ -57,6 +57,12 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def released(port: int) -> Callable[[], bool]:
+    """A `wait_until` check: True once nothing accepts connections on the loopback ``port``
+    (a killed process's listener may linger a moment)."""
+    return lambda: not port_open(port)
+
+
 def alive(pid: int | None) -> bool:
     """True when a process with this PID exists (and is not a zombie we already reaped)."""
     if not pid:

@@ -90,6 +90,54 @@ class StackSettings(BaseSettings):
     # Kafka transaction. Describes an external Connect cluster when connect_url is set.
     connect_exactly_once: bool = True
 
+    # The shape of the embedded stack: how many processes each engine runs. The defaults are a
+    # single node of everything; OUTBOXKIT_CLUSTER=true is the cluster shape (each count can
+    # still be set on its own, e.g. OUTBOXKIT_CLUSTER=true OUTBOXKIT_SPARK_WORKERS=3).
+    cluster: bool = Field(
+        default=False,
+        description="the cluster shape: 3 Kafka brokers (RF 3, min ISR 2), 2 Connect workers, "
+        "a Spark standalone master with 2 workers, 2 replicas of each service",
+    )
+    kafka_brokers: int = Field(
+        default=1,
+        ge=1,
+        description="embedded Kafka nodes (broker + controller each): 1, or 3 and more for a "
+        "quorum with replication factor 3 and min.insync.replicas 2",
+    )
+    connect_workers: int = Field(
+        default=1, ge=1, description="embedded Kafka Connect workers in one group"
+    )
+    spark_workers: int = Field(
+        default=0,
+        ge=0,
+        description="workers of an embedded Spark standalone cluster (1 core each) the consumer "
+        "drivers submit to; 0: Spark runs inside each driver (local[2])",
+    )
+    spark_master: str | None = Field(
+        default=None, description="URL of an external Spark master (spark://host:port)"
+    )
+    service_replicas: int = Field(
+        default=1, ge=1, description="processes of each saga service, each on its own port"
+    )
+
+    @model_validator(mode="after")
+    def _cluster_shape(self) -> StackSettings:
+        if self.cluster:
+            shape = {
+                "kafka_brokers": 3,
+                "connect_workers": 2,
+                "spark_workers": 2,
+                "service_replicas": 2,
+            }
+            for name, size in shape.items():
+                if name not in self.model_fields_set:
+                    object.__setattr__(self, name, size)
+        if self.kafka_brokers == 2:
+            raise ValueError(
+                "kafka_brokers=2: a KRaft quorum of two survives no loss; use 1, or 3 and more"
+            )
+        return self
+
     @model_validator(mode="after")
     def _message_mode_needs_a_prefix(self) -> StackSettings:
         if self.outbox_mode == "message" and self.message_prefix is None:

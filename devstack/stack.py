@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import signal
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,56 +23,11 @@ from devstack import artifacts, broker, connect, postgres, roles, transactions
 from devstack.processes import StackError, alive, free_port, port_open, stop, wait_until
 from devstack.secrets import SecretStore, write_pgpass
 from devstack.settings import StackSettings
+from devstack.state import EMBEDDED, EXTERNAL, Component, Node, StackState
 from devstack.transactions import TransactionTool
 from migrations import runner
 from outbox.kafka_security import KafkaSecurity, connect_worker_config, librdkafka_config
 from outbox.secrets import read_secret
-
-EMBEDDED, EXTERNAL = "embedded", "external"
-
-
-@dataclass
-class Component:
-    """One component's mode, process and endpoint, as recorded in the state file."""
-
-    mode: str
-    endpoint: str = ""
-    pid: int | None = None
-    port: int | None = None
-    # A second port the component keeps across restarts (the broker's KRaft controller).
-    extra_port: int | None = None
-
-
-@dataclass
-class StackState:
-    """What `up` started and created, so that `down` can undo exactly that."""
-
-    postgres: Component
-    broker: Component
-    connect: Component
-    connectors: list[str] = field(default_factory=list)
-    slots: list[str] = field(default_factory=list)
-    publications: list[str] = field(default_factory=list)
-
-    @classmethod
-    def load(cls, path: Path) -> StackState | None:
-        if not path.exists():
-            return None
-        raw = json.loads(path.read_text())
-        return cls(
-            postgres=Component(**raw["postgres"]),
-            broker=Component(**raw["broker"]),
-            connect=Component(**raw["connect"]),
-            connectors=raw.get("connectors", []),
-            slots=raw.get("slots", []),
-            publications=raw.get("publications", []),
-        )
-
-    def save(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        partial.write_text(json.dumps(asdict(self), indent=2))
-        partial.rename(path)
 
 
 class Stack:
@@ -134,7 +88,16 @@ class Stack:
                 else ""
             )
             auth = (self.settings.connect_user, password)
-        return ConnectClient(endpoint or self.state.connect.endpoint, timeout=timeout, auth=auth)
+        return ConnectClient(endpoint or self.connect_url(), timeout=timeout, auth=auth)
+
+    def connect_url(self, state: StackState | None = None) -> str:
+        """The REST URL of a Connect worker that runs (any worker of the group serves the
+        group's REST API; the first one, unless it is down)."""
+        connect_ = (state or self.state).connect
+        for node in connect_.nodes:
+            if alive(node.pid):
+                return node.endpoint
+        return connect_.endpoint
 
     # -- up -----------------------------------------------------------------------------
     def up(self) -> StackState:
@@ -169,8 +132,9 @@ class Stack:
             # start behind it: it reads its offsets topic to the end before it is ready (/health),
             # so it would wait for ever. The worker of before is stopped first (its producers
             # must be gone), the transactions healed, and only then a new worker started.
-            if previous.connect.mode == EMBEDDED and stop(previous.connect.pid):
-                self.echo(f"connect    stopped (pid {previous.connect.pid}): the broker restarted")
+            for worker in previous.connect.nodes if previous.connect.mode == EMBEDDED else []:
+                if stop(worker.pid):
+                    self.echo(f"{worker.name:10} stopped (pid {worker.pid}): the broker restarted")
             tool = TransactionTool(found.java, found.broker_libs, state.broker.endpoint)
             transactions.heal(tool, echo=self.echo)
         state.connect = self._connect(found, previous, state.broker.endpoint, restarted)
@@ -200,7 +164,7 @@ class Stack:
         )
         postgres.create_database(port, self.settings.database_name, self.pgpass)
         endpoint = postgres.url(port, self.settings.database_name, self.pgpass)
-        return Component(EMBEDDED, endpoint, pid, port)
+        return Component(EMBEDDED, endpoint, [Node("postgres", "database", pid, port, endpoint)])
 
     def external_database_url(self) -> str:
         """The external database's set-up URL without a password: the password (from
@@ -235,26 +199,17 @@ class Stack:
     def _broker(
         self, found: artifacts.Artifacts | None, previous: StackState | None
     ) -> tuple[Component, bool]:
+        """The Kafka cluster, its stopped nodes started again; True when the whole cluster was
+        down (a single broker restarted), so that hanging transactions must be healed."""
         if self.settings.kafka_bootstrap_servers:
             return Component(EXTERNAL, endpoint=self.settings.kafka_bootstrap_servers), False
         assert found is not None
         old = previous.broker if previous else None
-        if old and old.mode == EMBEDDED and alive(old.pid) and old.port and port_open(old.port):
-            return old, False
-        # Kept data keeps its ports: the log's metadata names the controller's address.
-        port = old.port if old and old.port and not port_open(old.port) else free_port()
-        controller = (
-            old.extra_port if old and old.extra_port and not port_open(old.extra_port) else None
-        ) or free_port()
-        pid = broker.start_broker(
-            found.java,
-            found.broker_libs,
-            self.dir / "kafka",
-            port,
-            controller,
-            self.logs / "broker.log",
+        size = self.settings.kafka_brokers
+        cluster, started = broker.ensure(
+            found.java, found.broker_libs, self.dir, self.logs, size, old
         )
-        return Component(EMBEDDED, f"127.0.0.1:{port}", pid, port, controller), True
+        return cluster, len(started) == size
 
     def _connect(
         self,
@@ -266,26 +221,28 @@ class Stack:
         if self.settings.connect_url:
             return Component(EXTERNAL, endpoint=self.settings.connect_url)
         assert found is not None
-        old = previous.connect if previous else None
-        if old and old.mode == EMBEDDED and alive(old.pid):
-            if not broker_restarted and self.connect_client(old.endpoint, timeout=5).alive():
-                return old
-            stop(old.pid)  # its broker restarted: a fresh worker rejoins cleanly
-        # A restarted worker keeps its REST port, so clients holding the URL keep working.
-        port = old.port if old and old.port and not port_open(old.port) else free_port()
-        pid = connect.start_worker(
-            found.java,
-            found.connect_libs,
-            bootstrap,
-            port,
-            self.dir / "connect",
-            self.logs / "connect.log",
-            exactly_once=self.settings.connect_exactly_once,
-            group=f"{self.settings.connector_name}-connect",
-            secrets_dir=self.secrets.dir,
-            kafka_security=connect_worker_config(self.kafka_security()),
-        )
-        return Component(EMBEDDED, f"http://127.0.0.1:{port}", pid, port)
+        old = previous.connect if previous and previous.connect.mode == EMBEDDED else None
+        size = self.settings.connect_workers
+        factor, _ = broker.replication(self.settings.kafka_brokers)
+
+        def launch(node: Node, workdir: Path, log: Path) -> int:
+            assert node.port
+            return connect.start_worker(
+                found.java,
+                found.connect_libs,
+                bootstrap,
+                node.port,
+                workdir,
+                log,
+                exactly_once=self.settings.connect_exactly_once,
+                group=f"{self.settings.connector_name}-connect",
+                secrets_dir=self.secrets.dir,
+                kafka_security=connect_worker_config(self.kafka_security()),
+                replication=factor,
+                wait=False,
+            )
+
+        return connect.ensure(self.dir, self.logs, size, old, launch, restart_all=broker_restarted)
 
     def connector_settings(self, database_url: str) -> ConnectorSettings:
         """Connector settings for the stack's database, as Connect must reach it."""
@@ -341,8 +298,10 @@ class Stack:
         cs = cs or self.connector_settings(state.postgres.endpoint)
         self._prepare_capture(state, cs)
         config = build_connector_config(cs)
-        client = self.connect_client(state.connect.endpoint)
-        wait_until("kafka connect", client.ready, timeout=240, pid=state.connect.pid)
+        url = self.connect_url(state)
+        worker = next((n for n in state.connect.nodes if n.endpoint == url), None)
+        client = self.connect_client(url)
+        wait_until("kafka connect", client.ready, timeout=240, pid=worker.pid if worker else None)
         if client.get_config(cs.name) != config:
             client.put_config(cs.name, config)
         publication = cs.publication_name
@@ -418,15 +377,16 @@ class Stack:
         if state is None:
             return {"up": False, "stack_dir": str(self.dir)}
         report: dict[str, Any] = {"up": True, "stack_dir": str(self.dir)}
-        for name in ("postgres", "broker", "connect"):
+        for name in ("postgres", "broker", "connect", "spark"):
             comp: Component = getattr(state, name)
-            running = alive(comp.pid) if comp.mode == EMBEDDED else None
-            report[name] = {**asdict(comp), "running": running}
+            running = all(alive(n.pid) for n in comp.nodes) if comp.mode == EMBEDDED else None
+            report[name] = {**asdict(comp), "pid": comp.pid, "port": comp.port, "running": running}
+        report["nodes"] = self.nodes(state)
         report["broker"]["product"] = self._broker_product(state)
         report["connect"]["product"] = self._connect_product(state)
         report["database_url"] = state.postgres.endpoint
         report["bootstrap_servers"] = state.broker.endpoint
-        report["connect_url"] = state.connect.endpoint
+        report["connect_url"] = self.connect_url(state)
         report["connectors"], report["failures"] = self._connector_report(state)
         report["slots"] = self._slot_report(state)
         report["up"] = all(
@@ -434,10 +394,23 @@ class Stack:
         )
         return report
 
+    def nodes(self, state: StackState) -> list[dict[str, Any]]:
+        """Every process of the embedded engines: name, role, PID, endpoint and health
+        (``up``: it runs and answers on its port; ``down``: it runs not)."""
+        rows = []
+        for engine in ("postgres", "broker", "connect", "spark"):
+            component: Component = getattr(state, engine)
+            for node in component.nodes if component.mode == EMBEDDED else []:
+                running = alive(node.pid)
+                answers = running and node.port is not None and port_open(node.port)
+                health = "up" if answers else ("starting" if running else "down")
+                rows.append({"engine": engine, **asdict(node), "health": health})
+        return rows
+
     def _connector_report(self, state: StackState) -> tuple[dict[str, str], dict[str, Any]]:
         """Each connector's state (FAILED when a task failed, though Connect says the connector
         RUNS) and, for a failed one, the reason and the way out."""
-        client = self.connect_client(state.connect.endpoint, timeout=5)
+        client = self.connect_client(self.connect_url(state), timeout=5)
         states: dict[str, str] = {}
         failures: dict[str, Any] = {}
         for name in state.connectors:
@@ -475,7 +448,7 @@ class Stack:
     def _connect_product(self, state: StackState) -> dict[str, Any]:
         """Connect's version (from its REST API) and whether it runs exactly-once source."""
         try:
-            version = self.connect_client(state.connect.endpoint, timeout=5).version()
+            version = self.connect_client(self.connect_url(state), timeout=5).version()
         except ConnectError as exc:
             version = f"unreachable: {exc}"
         return {
@@ -507,18 +480,17 @@ class Stack:
         if state is None:
             self.echo("stack: nothing recorded, nothing to stop")
             return
-        client = self.connect_client(state.connect.endpoint, timeout=10)
-        if state.connect.mode == EXTERNAL or alive(state.connect.pid):
+        client = self.connect_client(self.connect_url(state), timeout=10)
+        if state.connect.mode == EXTERNAL or any(alive(n.pid) for n in state.connect.nodes):
             for name in state.connectors:
                 try:
                     client.delete(name)
                 except ConnectError as exc:
                     self.echo(f"warning: could not delete connector {name}: {exc}")
-        if state.connect.mode == EMBEDDED and stop(state.connect.pid):
-            self.echo(f"connect    stopped (pid {state.connect.pid})")
+        self._stop_nodes(state.spark)
+        self._stop_nodes(state.connect)
         self._drop_replication(state)
-        if state.broker.mode == EMBEDDED and stop(state.broker.pid):
-            self.echo(f"broker     stopped (pid {state.broker.pid})")
+        self._stop_nodes(state.broker)
         # SIGINT is Postgres's "fast" shutdown: disconnect clients, checkpoint, exit.
         if state.postgres.mode == EMBEDDED and stop(
             state.postgres.pid, sig=signal.SIGINT, timeout=30
@@ -527,7 +499,16 @@ class Stack:
         if not keep_data:
             shutil.rmtree(self.dir / "pgdata", ignore_errors=True)
             shutil.rmtree(self.dir / "kafka", ignore_errors=True)
+            shutil.rmtree(self.dir / "spark", ignore_errors=True)
         self.state_file.unlink(missing_ok=True)
+
+    def _stop_nodes(self, component: Component) -> None:
+        """Stop an embedded engine's nodes by PID, the last one first."""
+        if component.mode != EMBEDDED:
+            return
+        for node in reversed(component.nodes):
+            if stop(node.pid):
+                self.echo(f"{node.name:10} stopped (pid {node.pid})")
 
     def _drop_replication(self, state: StackState) -> None:
         if state.postgres.mode == EMBEDDED and not alive(state.postgres.pid):

@@ -64,12 +64,29 @@ def _print_status(report: dict[str, object], *, as_json: bool) -> None:
     table = Table(title=f"outboxkit stack ({report['stack_dir']})")
     for column in ("component", "mode", "running", "pid", "endpoint"):
         table.add_column(column)
-    for name in ("postgres", "broker", "connect"):
-        comp = report[name]
-        assert isinstance(comp, dict)
-        running = {True: "yes", False: "NO", None: "external"}[comp["running"]]
+    for name in ("postgres", "broker", "connect", "spark"):
+        comp = report.get(name)
+        if not isinstance(comp, dict):
+            continue
+        running = {True: "yes", False: "NO", None: comp["mode"]}[comp["running"]]
         table.add_row(name, comp["mode"], running, str(comp["pid"] or ""), comp["endpoint"])
     Console().print(table)
+    nodes = report.get("nodes") or []
+    assert isinstance(nodes, list)
+    if nodes:
+        by_node = Table(title="nodes")
+        for column in ("engine", "node", "role", "pid", "endpoint", "health"):
+            by_node.add_column(column)
+        for node in nodes:
+            by_node.add_row(
+                node["engine"],
+                node["name"],
+                node["role"],
+                str(node["pid"] or ""),
+                node["endpoint"],
+                node["health"],
+            )
+        Console().print(by_node)
     print(f"connectors: {report['connectors']}")
     print(f"slots:      {report['slots']}")
     failures = report.get("failures") or {}
@@ -124,7 +141,8 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
 
     from cdc import recovery
     from cdc.preflight import connector_check, run_checks
-    from devstack.stack import Stack, StackState
+    from devstack.stack import Stack
+    from devstack.state import StackState
     from outbox.kafka_security import librdkafka_config
 
     # The Connect URL and the bootstrap servers: from the settings, else the local stack's.
