@@ -23,6 +23,12 @@ class ConnectorStatus:
     name: str
     state: str
     tasks: tuple[tuple[int, str, str | None], ...]  # (task id, state, trace)
+    # The worker (its REST host:port) each task is assigned to, by task id.
+    workers: tuple[tuple[int, str], ...] = ()
+
+    def worker_of(self, task: int) -> str | None:
+        """The worker ``task`` runs on, when Connect says."""
+        return next((worker for tid, worker in self.workers if tid == task), None)
 
     @property
     def running(self) -> bool:
@@ -49,10 +55,17 @@ def parse_status(body: dict[str, Any]) -> ConnectorStatus:
         (int(t.get("id", 0)), str(t.get("state", "UNKNOWN")), t.get("trace"))
         for t in body.get("tasks", [])
     )
+    workers = tuple(
+        (int(t.get("id", 0)), str(t["worker_id"]))
+        for t in body.get("tasks", [])
+        if "worker_id" in t
+    )
     state = str(connector.get("state", "UNKNOWN"))
     if state == "FAILED" and connector.get("trace"):
         tasks = (*tasks, (-1, "FAILED", connector["trace"]))
-    return ConnectorStatus(name=str(body.get("name", "")), state=state, tasks=tasks)
+    return ConnectorStatus(
+        name=str(body.get("name", "")), state=state, tasks=tasks, workers=workers
+    )
 
 
 class ConnectClient:

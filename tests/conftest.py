@@ -31,7 +31,12 @@ STACK_FIXTURES = frozenset({"stack", "at_least_once_stack"})
 SPARK_FIXTURES = frozenset({"spark", "saga", "alo_saga"})
 SPARK_MODULES = ("tests/faults/test_spark_faults.py",)
 # Directories whose every test needs the stack, and the marker each one adds.
-STACK_DIRS = {"tests/integration/": (), "tests/e2e/": ("e2e",), "tests/faults/": ("faults",)}
+STACK_DIRS = {
+    "tests/integration/": (),
+    "tests/e2e/": ("e2e",),
+    "tests/faults/": ("faults",),
+    "tests/cluster/": ("faults", "cluster"),
+}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -6,74 +6,42 @@ from __future__ import annotations
 import os
 import random
 import signal
-import threading
 import time
 from collections import Counter
 
 import pytest
-from sqlalchemy.orm import Session
 
-import outbox
-from cdc.config import topic_for
-from outbox.record import header_map
-from tests.kafka import read_records
+from tests.streaming import seen_twice, stream_with_faults
 
-EVENTS, PER_TRANSACTION = 20_000, 20
+EVENTS = 20_000
 
 
 def stream_with_kills(stack, engine, aggregate_type: str, kills: int, seed: int) -> Counter:
     rng = random.Random(seed)
-    written = 0
-    done = threading.Event()
-    failure: list[BaseException] = []
 
-    def writer() -> None:
-        nonlocal written
-        try:
-            for start in range(0, EVENTS, PER_TRANSACTION):
-                with Session(engine) as session, session.begin():
-                    for n in range(start, start + PER_TRANSACTION):
-                        outbox.UnitOfWork(session).publish(
-                            aggregate_type=aggregate_type,
-                            aggregate_id=f"agg-{n % 64}",
-                            event_type="Tick",
-                            payload={"n": n},
-                        )
-                written = start + PER_TRANSACTION
-        except BaseException as exc:  # surfaced by the test thread below
-            failure.append(exc)
-        finally:
-            done.set()
-
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
-    kill_points = sorted(rng.uniform(0.1, 0.8) * EVENTS for _ in range(kills))
-    for point in kill_points:
-        while written < point and not done.is_set():
-            time.sleep(0.01)
+    def kill_connect(written: int) -> None:
         pid = stack.state.connect.pid
         os.kill(pid, signal.SIGKILL)
         print(f"killed connect (pid {pid}) at {written} events written")
         stack.up()  # starts a new worker; the connector resumes from its last flushed offset
-    thread.join(timeout=600)
-    assert not failure, failure
-    records = read_records(  # librdkafka reads read_committed by default
-        stack.bootstrap_servers(),
-        [topic_for(aggregate_type, topic_prefix=stack.settings.topic_prefix)],
-        until=lambda got: len({header_map(r.headers)["id"] for r in got}) >= EVENTS,
-        timeout=600,
-        idle_after_done=5.0,
+
+    return stream_with_faults(
+        stack,
+        engine,
+        aggregate_type,
+        events=EVENTS,
+        points=[rng.uniform(0.1, 0.8) for _ in range(kills)],
+        fault=kill_connect,
     )
-    return Counter(header_map(r.headers)["id"] for r in records)
 
 
 def check_nothing_lost(counts: Counter, kills: int, *, exactly_once: bool) -> int:
     """Every event arrived; returns how many a read_committed consumer saw a second time."""
-    seen_twice = sum(counts.values()) - len(counts)
+    twice = seen_twice(counts)
     mode = "exactly-once source" if exactly_once else "at-least-once source"
-    print(f"{mode}, {kills} kill(s): {len(counts)} distinct events, {seen_twice} seen twice")
+    print(f"{mode}, {kills} kill(s): {len(counts)} distinct events, {twice} seen twice")
     assert len(counts) == EVENTS
-    return seen_twice
+    return twice
 
 
 def test_connect_kill_with_exactly_once_source_loses_and_repeats_nothing(

@@ -1,0 +1,33 @@
+"""The cluster shape of the embedded stack (3 Kafka nodes with RF 3 and min ISR 2, 2 Connect
+workers in one group), started once for the tests of this folder and stopped after them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.engine import Engine
+
+from devstack.stack import Stack
+from tests.conftest import temporary_stack
+
+
+@pytest.fixture(scope="package")
+def cluster() -> Iterator[Stack]:
+    with temporary_stack(
+        "outboxkit-cluster-",
+        "cluster",
+        connector_name=f"cl-{uuid.uuid4().hex[:6]}",
+        kafka_brokers=3,
+        connect_workers=2,
+    ) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="package")
+def cluster_engine(cluster: Stack) -> Iterator[Engine]:
+    engine = create_engine(cluster.database_url(), pool_size=4)
+    yield engine
+    engine.dispose()

@@ -1,0 +1,78 @@
+"""Outbox events streamed through the stack while a fault strikes, then read back as a
+read_committed consumer sees them (the fault tests on one node and on the cluster)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+import outbox
+from cdc.config import topic_for
+from outbox.record import header_map
+from tests.kafka import read_records
+
+PER_TRANSACTION = 20
+
+
+def stream_with_faults(
+    stack,
+    engine: Engine,
+    aggregate_type: str,
+    *,
+    events: int,
+    points: list[float],
+    fault: Callable[[int], None],
+    timeout: float = 600,
+) -> Counter:
+    """Write ``events`` outbox events (``PER_TRANSACTION`` to a transaction, 64 aggregates) in
+    a thread; call ``fault(written)`` each time the count written passes one of ``points`` (a
+    share of ``events``); then read the aggregate's topic from the start until every event
+    arrived. Returns how many times each event id was read."""
+    written = 0
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def writer() -> None:
+        nonlocal written
+        try:
+            for start in range(0, events, PER_TRANSACTION):
+                with Session(engine) as session, session.begin():
+                    for n in range(start, start + PER_TRANSACTION):
+                        outbox.UnitOfWork(session).publish(
+                            aggregate_type=aggregate_type,
+                            aggregate_id=f"agg-{n % 64}",
+                            event_type="Tick",
+                            payload={"n": n},
+                        )
+                written = start + PER_TRANSACTION
+        except BaseException as exc:  # surfaced by the test thread below
+            failure.append(exc)
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    for point in sorted(points):
+        while written < point * events and not done.is_set():
+            time.sleep(0.01)
+        fault(written)
+    thread.join(timeout=timeout)
+    assert not failure, failure
+    records = read_records(  # librdkafka reads read_committed by default
+        stack.bootstrap_servers(),
+        [topic_for(aggregate_type, topic_prefix=stack.settings.topic_prefix)],
+        until=lambda got: len({header_map(r.headers)["id"] for r in got}) >= events,
+        timeout=timeout,
+        idle_after_done=5.0,
+    )
+    return Counter(header_map(r.headers)["id"] for r in records)
+
+
+def seen_twice(counts: Counter) -> int:
+    """How many reads were of an event read before."""
+    return sum(counts.values()) - len(counts)
