@@ -7,15 +7,57 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost"})
+# The repository root: executors of a loopback cluster import the project's modules from it.
+REPOSITORY = Path(__file__).resolve().parents[1]
+
+
+def on_loopback(master: str) -> bool:
+    """True for ``local[...]`` and for a standalone master on this machine's loopback."""
+    if master.startswith("local"):
+        return True
+    return master.startswith("spark://") and urlsplit(master).hostname in LOOPBACK_HOSTS
+
+
+def loopback_cluster_options(
+    master: str,
+    *,
+    python: str,
+    pythonpath: str,
+    cores_max: int | None = None,
+    executor_memory: str = "512m",
+) -> dict[str, str]:
+    """Settings for a standalone master on loopback (the local stack's cluster): 1-core
+    executors that run ``python`` with ``pythonpath``; none for any other master, whose
+    settings come from spark-submit (settings made here would override them)."""
+    if not (master.startswith("spark://") and on_loopback(master)):
+        return {}
+    options = {
+        "spark.executor.cores": "1",
+        "spark.executor.memory": executor_memory,
+        "spark.executorEnv.PYSPARK_PYTHON": python,
+        "spark.executorEnv.PYTHONPATH": pythonpath,
+    }
+    if cores_max is not None:  # unset: the application takes every free core of the cluster
+        options["spark.cores.max"] = str(cores_max)
+    return options
 
 
 def build_session(
-    app_name: str = "outboxkit", master: str | None = None, jars: Sequence[Path] = ()
+    app_name: str = "outboxkit",
+    master: str | None = None,
+    jars: Sequence[Path] = (),
+    *,
+    cores_max: int | None = None,
+    executor_memory: str = "512m",
 ) -> Any:
     """A SparkSession (local[2] unless ``master`` or OUTBOXKIT_SPARK_MASTER says otherwise).
 
     ``jars``: Spark's Kafka connector and its dependencies (the local stack's cache has them);
-    on a cluster they come from spark-submit's ``--packages`` or the cluster's own classpath."""
+    on a cluster they come from spark-submit's ``--packages`` or the cluster's own classpath.
+    ``cores_max`` and ``executor_memory`` apply to a standalone master on loopback only."""
     # Workers must run this interpreter (the project's venv), or they cannot import our modules.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -34,11 +76,21 @@ def build_session(
     )
     if jars:
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
-    if master.startswith("local"):
+    if on_loopback(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM binds loopback only
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
             "spark.driver.host", "127.0.0.1"
         )
+    pythonpath = os.pathsep.join(p for p in (str(REPOSITORY), os.environ.get("PYTHONPATH")) if p)
+    options = loopback_cluster_options(
+        master,
+        python=os.environ["PYSPARK_PYTHON"],
+        pythonpath=pythonpath,
+        cores_max=cores_max,
+        executor_memory=executor_memory,
+    )
+    for key, value in options.items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
