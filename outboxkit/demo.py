@@ -26,21 +26,29 @@ def run_demo(
     console = Console()
     stack = Stack(settings, echo=lambda line: console.print(f"[dim]{line}[/dim]"))
     console.rule("outboxkit demo: order -> pay -> ship, exactly once")
-    saga = Saga(stack, stack.dir / "saga", echo=lambda line: console.print(f"[dim]{line}[/dim]"))
+    replicas = int(getattr(stack.settings, "service_replicas", 1))
+    saga = Saga(
+        stack,
+        stack.dir / "saga",
+        echo=lambda line: console.print(f"[dim]{line}[/dim]"),
+        replicas=replicas,
+    )
     started = time.monotonic()
     try:
         with console.status("starting Postgres, broker, Kafka Connect + Debezium..."):
             stack.up()
         with console.status("service databases, migrations, connectors, topics..."):
             saga.prepare()
-        with console.status("starting the orders, payments and shipping services..."):
+        each = f" ({replicas} replicas of each)" if replicas > 1 else ""
+        with console.status(f"starting the orders, payments and shipping services{each}..."):
             saga.start_services()
         saga.start_consumers()
         with console.status("warming up: one order through Spark start-up and every hop..."):
             warm = saga.warm_up()
+        over = f", round-robin over {replicas} orders replicas" if replicas > 1 else ""
         console.print(
             f"placing {orders} orders (30% vip customers, amounts around the credit limits, "
-            "scarce gizmos, 10% retried with the same Idempotency-Key)"
+            f"scarce gizmos, 10% retried with the same Idempotency-Key{over})"
         )
         placed = saga.place_orders(orders, seed=seed)
         with Progress(
@@ -65,7 +73,7 @@ def run_demo(
             console.print("left running:")
             for name, url in saga.urls.items():
                 pages = ("/metrics",) if name == "consumers" else ("/docs", "/metrics")
-                console.print(f"  {name:9} " + "  ".join(f"{url}{page}" for page in pages))
+                console.print(f"  {name:10} " + "  ".join(f"{url}{page}" for page in pages))
             console.print(f"  stack: {json.dumps(stack.status(), default=str)[:300]}...")
             console.print(
                 "see them with: .venv/bin/outboxkit saga status (restart one: saga restart NAME); "

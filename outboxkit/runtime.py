@@ -28,16 +28,24 @@ def recorded_saga(stack: Any) -> Any:
     return Saga.attach(stack, workdir, echo=stack.echo)
 
 
+def service_replicas(stack: Any) -> int:
+    """The stack's replica count per saga service (setting service_replicas; 1 without it)."""
+    return int(getattr(stack.settings, "service_replicas", 1))
+
+
 def saga_command(args: argparse.Namespace, settings: Settings) -> int:
-    """`outboxkit saga ACTION [NAME...]`: prepare, up, status, start, stop, restart or kill -9."""
+    """`outboxkit saga ACTION [NAME...]`: prepare, up, status, start, stop, restart or kill -9;
+    a NAME is a process: a service replica (orders, orders-2, ...) or the consumer driver."""
     from devstack.stack import Stack
-    from saga.processes import PROCESSES, Saga
+    from saga.processes import Saga, service_of
 
     stack = Stack(settings, echo=progress)  # stdout carries the report (--json) alone
-    names = args.names or list(PROCESSES)
-    unknown = sorted(set(names) - set(PROCESSES))
+    unknown = sorted(n for n in args.names if n != "consumers" and service_of(n) is None)
     if unknown:
-        raise ValueError(f"unknown saga process(es) {unknown}: choose from {list(PROCESSES)}")
+        raise ValueError(
+            f"unknown saga process(es) {unknown}: choose from orders, payments, shipping (a "
+            "replica: orders-2, ...) and consumers"
+        )
     if args.action == "prepare":
         # Set-up only, as a deployment's one-shot job runs it: roles, databases, migrations,
         # connectors, topics. Its processes run elsewhere (containers), with their own roles.
@@ -51,6 +59,8 @@ def saga_command(args: argparse.Namespace, settings: Settings) -> int:
         if saga is None:
             saga = Saga(stack, stack.dir / "saga", echo=progress)
             saga.prepare()
+        saga.scale(service_replicas(stack))  # the setting's count, a recorded saga's too
+        names = args.names or saga.processes
         saga.start(names)
         if "orders" in names and "consumers" in names:
             saga.warm_up()
@@ -58,6 +68,7 @@ def saga_command(args: argparse.Namespace, settings: Settings) -> int:
         saga = recorded_saga(stack)
         if saga is None:
             raise LookupError(f"no saga recorded in {stack.dir / 'saga'}: outboxkit saga up")
+        names = args.names or saga.processes
         if args.action == "start":
             saga.start(names)
         elif args.action == "stop":
@@ -97,6 +108,7 @@ def chaos_command(args: argparse.Namespace, settings: Settings) -> int:
     try:
         if not saga.database_urls:
             saga.prepare()
+        saga.scale(service_replicas(stack))
         saga.start()
         saga.warm_up()
         console.rule(
@@ -167,10 +179,18 @@ def print_processes(processes: Sequence[dict[str, Any]]) -> None:
     from rich.table import Table
 
     table = Table(title="saga processes")
-    for column in ("process", "pid", "health", "url", "log"):
+    for column in ("process", "service", "pid", "port", "health", "url", "log"):
         table.add_column(column)
     for p in processes:
-        table.add_row(p["name"], str(p["pid"] or ""), p["health"], p["url"] or "", p["log"])
+        table.add_row(
+            p["name"],
+            p["service"],
+            str(p["pid"] or ""),
+            str(p["port"] or ""),
+            p["health"],
+            p["url"] or "",
+            p["log"],
+        )
     Console().print(table)
 
 
@@ -185,7 +205,11 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "action", choices=["prepare", "up", "status", "start", "stop", "restart", "kill"]
     )
     saga.add_argument(
-        "names", nargs="*", metavar="NAME", help="orders, payments, shipping, consumers (all)"
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="processes: orders, payments, shipping (replica 1 of each), orders-2 ... (other "
+        "replicas: setting service_replicas), consumers (default: all)",
     )
     saga.add_argument("--json", action="store_true")
     saga.set_defaults(run=saga_command)

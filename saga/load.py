@@ -1,12 +1,14 @@
-"""Load on the saga: orders POSTed to the orders service (some retried with the same
-Idempotency-Key), and waiting until they reach a final state."""
+"""Load on the saga: orders POSTed to the orders service, round-robin over its replicas (some
+retried with the same Idempotency-Key), and waiting until they reach a final state."""
 
 from __future__ import annotations
 
+import itertools
 import random
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,9 @@ class Placed:
     unavailable: int = 0
     # The trace of the first POST (its response's traceparent): the saga's events continue it.
     trace_id: str | None = None
+    # The replica (URL) that answered the first POST, and the one that answered its retry.
+    served_by: str = ""
+    retry_served_by: str | None = None
 
     @property
     def retry_mapped(self) -> bool:
@@ -44,8 +49,36 @@ class Placed:
         return self.retry_order_id is None
 
 
+class Replicas:
+    """The URLs of a service's replicas, taken in turn: each request starts at the next one
+    (round-robin across the threads that share this), and each further attempt of the request
+    goes to the replica after the one it last tried."""
+
+    def __init__(self, urls: str | Sequence[str]) -> None:
+        self.urls = (urls,) if isinstance(urls, str) else tuple(urls)
+        if not self.urls:
+            raise ValueError("no replica URL to send the requests to")
+        self._turns = itertools.count()
+        self._lock = threading.Lock()
+
+    def turn(self) -> list[str]:
+        """Every URL, in the order one request tries them: from the next replica in turn."""
+        with self._lock:
+            first = next(self._turns) % len(self.urls)
+        return [*self.urls[first:], *self.urls[:first]]
+
+
+@dataclass(frozen=True)
+class Served:
+    """A POST's answer, the replica (URL) that gave it, and how many times it was retried."""
+
+    response: httpx.Response
+    url: str
+    retries: int
+
+
 def place_orders(
-    url: str,
+    url: str | Sequence[str],
     count: int,
     *,
     seed: int = 7,
@@ -53,10 +86,11 @@ def place_orders(
     retry_share: float = 0.1,
     rate: float | None = None,
 ) -> list[Placed]:
-    """POST ``count`` orders to the orders service at ``url``: a mix of standard and vip
-    customers, amounts around the credit limits, some gizmos (scarce); a share retried with the
-    same Idempotency-Key. With ``rate``, order n is posted at n / rate seconds after the start
-    (an open-loop load)."""
+    """POST ``count`` orders to the orders service at ``url`` (one URL, or its replicas': the
+    orders go to them in turn): a mix of standard and vip customers, amounts around the credit
+    limits, some gizmos (scarce); a share retried with the same Idempotency-Key, on the next
+    replica. With ``rate``, order n is posted at n / rate seconds after the start (an
+    open-loop load)."""
     rng = random.Random(seed)
     plans = []
     for n in range(count):
@@ -72,7 +106,8 @@ def place_orders(
                 rng.random() < retry_share,
             )
         )
-    client = httpx.Client(base_url=url, timeout=30)
+    replicas = Replicas(url)
+    client = httpx.Client(timeout=30)
 
     began = time.monotonic()
 
@@ -81,16 +116,21 @@ def place_orders(
         if rate:
             time.sleep(max(0.0, began + n / rate - time.monotonic()))
         posted = time.time()
-        first, unavailable = post_until_served(client, body, key)
-        placed = Placed(first.json()["id"], body["customer"], body["amount"], retry, posted)
-        placed.unavailable = unavailable
-        answered = TraceContext.parse(first.headers.get(TRACEPARENT))
+        urls = replicas.turn()
+        first = post_until_served(client, urls, body, key)
+        placed = Placed(
+            first.response.json()["id"], body["customer"], body["amount"], retry, posted
+        )
+        placed.unavailable, placed.served_by = first.retries, first.url
+        answered = TraceContext.parse(first.response.headers.get(TRACEPARENT))
         placed.trace_id = answered.trace_id if answered else None
-        if retry:  # the client lost the answer and tries again with the same key
-            again, unavailable = post_until_served(client, body, key)
-            placed.unavailable += unavailable
-            if again.json()["id"] != placed.order_id:
-                placed.retry_order_id = again.json()["id"]
+        if retry:  # the client lost the answer and tries again with the same key, elsewhere
+            after = urls.index(first.url) + 1
+            again = post_until_served(client, [*urls[after:], *urls[:after]], body, key)
+            placed.unavailable += again.retries
+            placed.retry_served_by = again.url
+            if again.response.json()["id"] != placed.order_id:
+                placed.retry_order_id = again.response.json()["id"]
         return placed
 
     with ThreadPoolExecutor(concurrency) as pool:
@@ -104,24 +144,27 @@ UNAVAILABLE_FOR = 180.0
 
 
 def post_until_served(
-    client: httpx.Client, body: dict[str, Any], key: str
-) -> tuple[httpx.Response, int]:
-    """POST /orders as a well-behaved client: on 503 (after its Retry-After) or when the service
-    cannot be reached, the same request with the same Idempotency-Key, for up to
-    UNAVAILABLE_FOR seconds; any other error is raised. Returns the response and the retries."""
+    client: httpx.Client, urls: Sequence[str], body: dict[str, Any], key: str
+) -> Served:
+    """POST /orders as a well-behaved client, to the replicas at ``urls`` in that order: on 503
+    (after its Retry-After) or when the replica cannot be reached, the same request with the
+    same Idempotency-Key to the next one, for up to UNAVAILABLE_FOR seconds; any other error is
+    raised. A replica that cannot be reached is passed over at once while another one is left
+    to try; once every one failed in a row, the client waits a second before the next round."""
     deadline = time.monotonic() + UNAVAILABLE_FOR
     retries = 0
     while True:
+        url = urls[retries % len(urls)]
         try:
-            response = client.post("/orders", json=body, headers={"Idempotency-Key": key})
+            response = client.post(f"{url}/orders", json=body, headers={"Idempotency-Key": key})
             wait = float(response.headers.get("retry-after", "1"))
             if response.status_code != 503 or time.monotonic() > deadline:
                 response.raise_for_status()
-                return response, retries
+                return Served(response, url, retries)
         except httpx.TransportError:
             if time.monotonic() > deadline:
                 raise
-            wait = 1.0
+            wait = 1.0 if retries % len(urls) == len(urls) - 1 else 0.0
         retries += 1
         time.sleep(wait)
 
@@ -160,7 +203,7 @@ def wait_final(
         time.sleep(0.5)
 
 
-def warm_up(url: str, engine: Engine, *, timeout: float = 300) -> Placed:
+def warm_up(url: str | Sequence[str], engine: Engine, *, timeout: float = 300) -> Placed:
     """One order through the whole saga, so latencies measured next exclude cold starts
     (JVM, Spark session, Python workers, first connector polls). Raises TimeoutError when it
     is not final within ``timeout`` seconds."""

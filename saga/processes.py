@@ -1,6 +1,7 @@
 """The saga's processes on a stack: service databases, migrations and connectors, topics and
-stock; the three services and the Spark jobs' driver, started and stopped by PID. Load and
-invariant checks live in `saga.load` and `saga.invariants`; `Saga` delegates to them."""
+stock; the three services (each in one or more replicas) and the Spark jobs' driver, started and
+stopped by PID. Load and invariant checks live in `saga.load` and `saga.invariants`; `Saga`
+delegates to them."""
 
 from __future__ import annotations
 
@@ -34,7 +35,21 @@ from saga.load import Placed
 ROOT = Path(__file__).resolve().parents[1]
 SKUS = {"widget": 10_000, "gadget": 10_000, "gizmo": 25}  # gizmo runs out: stock-outs
 PARTITIONS = 4
-PROCESSES = (*SERVICES, "consumers")  # what `outboxkit saga` starts, stops and reports
+PROCESSES = (*SERVICES, "consumers")  # the processes of a saga with one replica per service
+
+
+def replica_names(service: str, replicas: int) -> list[str]:
+    """The process names of ``service``'s replicas: ``orders``, ``orders-2``, ``orders-3``..."""
+    return [service, *(f"{service}-{n}" for n in range(2, replicas + 1))]
+
+
+def service_of(name: str) -> str | None:
+    """The service that process ``name`` is a replica of (``orders-2``: ``orders``); None for
+    the consumer driver and for names that are no replica's."""
+    if name in SERVICES:
+        return name
+    service, _, number = name.rpartition("-")
+    return service if service in SERVICES and number.isdigit() and int(number) >= 2 else None
 
 
 @dataclass
@@ -42,7 +57,8 @@ class Saga:
     """The saga's processes on ``stack`` (already up); everything stopped by PID in `stop`.
 
     Each service's database is named ``database_prefix + service`` on the stack's Postgres
-    (a prefix keeps two sagas sharing one Postgres apart)."""
+    (a prefix keeps two sagas sharing one Postgres apart). Each service runs in ``replicas``
+    processes on ports of their own (`replica_names`), all on the service's one database."""
 
     stack: Stack
     workdir: Path
@@ -50,15 +66,66 @@ class Saga:
     database_prefix: str = ""
     # The consumers append every applied event to their inbox ledger, for `audit`.
     ledger: bool = True
+    # Processes per service; replica 1 keeps the service's name (``orders``), the others are
+    # ``orders-2``...; ``urls["orders"]`` is replica 1's, `service_urls` gives every replica's.
+    replicas: int = 1
     # OTEL_* settings of every process (e.g. OTEL_EXPORTER_OTLP_ENDPOINT), over the ones in the
     # environment; each process gets its own OTEL_SERVICE_NAME (orders, ..., consumers).
     telemetry: dict[str, str] = field(default_factory=dict)
     urls: dict[str, str] = field(default_factory=dict)
     database_urls: dict[str, str] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
-    # Each service's port, kept across restarts: clients holding its URL keep working.
+    # Each process's port, kept across restarts: clients holding its URL keep working.
     ports: dict[str, int] = field(default_factory=dict)
     engines: dict[str, Engine] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise ValueError(f"replicas must be 1 or more (got {self.replicas})")
+
+    # -- the processes: every service's replicas, then the consumer driver -------------------
+    @property
+    def processes(self) -> list[str]:
+        """Every process name of this saga, and any other one still recorded as running."""
+        names = [n for s in SERVICES for n in self.replicas_of(s)] + ["consumers"]
+        return names + sorted(set(self.pids) - set(names))
+
+    def replicas_of(self, service: str) -> list[str]:
+        """The process names of ``service``'s replicas (``orders``, ``orders-2``, ...)."""
+        return replica_names(service, self.replicas)
+
+    def service_urls(self, service: str) -> list[str]:
+        """The URLs of ``service``'s started replicas, replica 1's first."""
+        urls = [self.urls[n] for n in self.replicas_of(service) if n in self.urls]
+        if not urls:
+            raise LookupError(f"{service} has no replica started (start it: outboxkit saga up)")
+        return urls
+
+    def _check(self, names: Sequence[str]) -> None:
+        """Refuse names that are none of this saga's processes."""
+        unknown = [n for n in names if n not in self.processes]
+        if unknown:
+            raise ValueError(
+                f"unknown saga process(es) {unknown}: this saga runs {self.processes} "
+                f"({self.replicas} replica(s) per service)"
+            )
+
+    def scale(self, replicas: int) -> None:
+        """``replicas`` processes per service from now on: the replicas beyond it are stopped
+        and forgotten; new ones are started by `start` / `start_services`."""
+        if replicas < 1:
+            raise ValueError(f"replicas must be 1 or more (got {replicas})")
+        extra = [
+            n
+            for n in self.processes
+            if (s := service_of(n)) and n not in replica_names(s, replicas)
+        ]
+        self.stop(extra, dispose=False)
+        for name in extra:
+            self.ports.pop(name, None)
+            self.urls.pop(name, None)
+        self.replicas = replicas
+        self._save()
 
     # -- the record of what runs (`outboxkit saga status`, `stack status`) ---------------------
     @property
@@ -71,9 +138,10 @@ class Saga:
         record = {
             "database_prefix": self.database_prefix,
             "ledger": self.ledger,
+            "replicas": self.replicas,
             "processes": {
                 name: {"pid": self.pids.get(name), "port": self.ports.get(name)}
-                for name in PROCESSES
+                for name in self.processes
                 if name in self.pids or name in self.ports
             },
         }
@@ -95,12 +163,13 @@ class Saga:
             echo,
             database_prefix=record["database_prefix"],
             ledger=record["ledger"],
+            replicas=record.get("replicas", 1),  # records written before replicas: one each
         )
         for name, proc in record["processes"].items():
             if proc.get("port"):
                 saga.ports[name] = proc["port"]
                 saga.urls[name] = f"http://127.0.0.1:{proc['port']}"
-            if _runs(proc.get("pid"), name):
+            if _runs(proc.get("pid"), name, proc.get("port")):
                 saga.pids[name] = proc["pid"]
         for service in SERVICES:
             saga._connect_database(service, stack.service_database_url(saga._database(service)))
@@ -163,39 +232,48 @@ class Saga:
                 env[f"{upper}_OUTBOX__MESSAGE_PREFIX"] = settings.message_prefix
         return env
 
-    def start_services(self, names: Sequence[str] = SERVICES) -> None:
-        """Start the services (each on its recorded port, else a free one) and wait until each
-        answers /ready."""
-        for service in names:
-            self._start_service(service)
-        for service in names:
+    def start_services(self, names: Sequence[str] | None = None) -> None:
+        """Start the named service replicas (default: every replica of every service), each on
+        its recorded port, else a free one, and wait until each answers /ready."""
+        names = [n for n in self.processes if service_of(n)] if names is None else list(names)
+        self._check(names)
+        for name in names:
+            self._start_service(name)
+        for name in names:
             wait_until(
-                f"{service} service",
-                functools.partial(self._ready, service),
+                f"{name} service",
+                functools.partial(self._ready, name),
                 timeout=60,
-                pid=self.pids[service],
-                log=self.workdir / f"{service}.log",
+                pid=self.pids[name],
+                log=self.workdir / f"{name}.log",
             )
-            self.echo(f"{service:9} {self.urls[service]} ready (pid {self.pids[service]})")
+            self.echo(f"{name:10} {self.urls[name]} ready (pid {self.pids[name]})")
 
-    def _start_service(self, service: str) -> None:
-        if alive(self.pids.get(service)):
-            raise RuntimeError(f"{service} is running (pid {self.pids[service]})")
-        port = self._port(service)
+    def _start_service(self, name: str) -> None:
+        service = service_of(name)
+        if service is None:
+            raise ValueError(f"{name} is no service replica")
+        if alive(self.pids.get(name)):
+            raise RuntimeError(f"{name} is running (pid {self.pids[name]})")
+        port = self._port(name)
         pid = start(
-            service,
+            name,
             [sys.executable, "-m", "saga.serve", service, "--port", str(port)],
-            log=self.workdir / f"{service}.log",
+            log=self.workdir / f"{name}.log",
             env={**self.env(), **self.telemetry, "OTEL_SERVICE_NAME": service},
             cwd=ROOT,
         )
-        self.pids[service], self.ports[service] = pid, port
-        self.urls[service] = f"http://127.0.0.1:{port}"
+        self.pids[name], self.ports[name] = pid, port
+        self.urls[name] = f"http://127.0.0.1:{port}"
         self._save()
 
     def _port(self, name: str) -> int:
-        """The process's recorded port once its last process let go of it, else a free one."""
-        port = self.ports.get(name) or free_port()
+        """The process's recorded port once its last process let go of it, else a free one
+        (not one recorded for another process: that one may not have bound it yet)."""
+        port = self.ports.get(name)
+        others = {p for n, p in self.ports.items() if n != name}
+        while port is None or port in others:
+            port = free_port()
         deadline = time.monotonic() + 30
         while port_open(port) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -252,16 +330,23 @@ class Saga:
         )
         return pid
 
-    def start(self, names: Sequence[str] = PROCESSES) -> None:
-        """Start the named processes that are not running (services on their ports)."""
-        services = [n for n in names if n in SERVICES and not alive(self.pids.get(n))]
-        if services:
-            self.start_services(services)
+    def start(self, names: Sequence[str] | None = None) -> None:
+        """Start the named processes (default: all) that are not running (services on their
+        ports)."""
+        names = self.processes if names is None else names
+        self._check(names)
+        replicas = [n for n in names if service_of(n) and not alive(self.pids.get(n))]
+        if replicas:
+            self.start_services(replicas)
         if "consumers" in names and not alive(self.pids.get("consumers")):
             self.start_consumers()
 
     def kill(self, name: str) -> None:
-        """kill -9 of one process (the consumer driver with everything it started)."""
+        """kill -9 of one process (one service replica; the consumer driver with everything it
+        started)."""
+        self._check([name])
+        if name not in self.pids:
+            raise LookupError(f"{name} is not running")
         pid = self.pids.pop(name)
         if name == "consumers":
             os.killpg(pid, signal.SIGKILL)
@@ -278,10 +363,12 @@ class Saga:
         self.start(names)
 
     def status(self) -> list[dict[str, Any]]:
-        """Each process: PID, whether it runs, port and URL, log, health."""
+        """Each process (every replica of every service, then the consumer driver): its service,
+        PID, whether it runs, port and URL, log, health."""
         return [
             {
                 "name": name,
+                "service": service_of(name) or name,
                 "pid": self.pids.get(name),
                 "running": alive(self.pids.get(name)),
                 "port": self.ports.get(name),
@@ -289,22 +376,22 @@ class Saga:
                 "log": str(self.workdir / f"{name}.log"),
                 "health": self.health(name),
             }
-            for name in PROCESSES
+            for name in self.processes
         ]
 
     def kill_consumers(self) -> None:
         """kill -9 of the driver and everything it started (JVM, Python workers)."""
         self.kill("consumers")
 
-    def stop(self, names: Sequence[str] = PROCESSES, *, dispose: bool = True) -> None:
-        """Stop the named processes by PID (SIGTERM, then SIGKILL); ``dispose``: the saga is
-        done with (its record removed, its database engines closed)."""
-        for name in names:
+    def stop(self, names: Sequence[str] | None = None, *, dispose: bool = True) -> None:
+        """Stop the named processes (default: all) by PID (SIGTERM, then SIGKILL); ``dispose``:
+        the saga is done with (its record removed, its database engines closed)."""
+        for name in self.processes if names is None else names:
             pid = self.pids.pop(name, None)
             if pid is None:
                 continue
             if stop(pid, timeout=30):
-                self.echo(f"{name:9} stopped (pid {pid})")
+                self.echo(f"{name:10} stopped (pid {pid})")
             if name == "consumers":
                 with contextlib.suppress(ProcessLookupError):  # the JVM is in its group
                     os.killpg(pid, signal.SIGKILL)
@@ -325,9 +412,9 @@ class Saga:
         retry_share: float = 0.1,
         rate: float | None = None,
     ) -> list[Placed]:
-        """`load.place_orders` on this saga's orders service."""
+        """`load.place_orders` on this saga's orders service, spread over its replicas."""
         return load.place_orders(
-            self.urls["orders"],
+            self.service_urls("orders"),
             count,
             seed=seed,
             concurrency=concurrency,
@@ -338,7 +425,8 @@ class Saga:
     def warm_up(self, timeout: float = 300) -> Placed:
         """`load.warm_up`; when the order does not finish, the error shows the logs' tails."""
         try:
-            return load.warm_up(self.urls["orders"], self.engines["orders"], timeout=timeout)
+            urls = self.service_urls("orders")
+            return load.warm_up(urls, self.engines["orders"], timeout=timeout)
         except TimeoutError as exc:
             raise RuntimeError(f"{exc}:\n{self.logs_tail()}") from exc
 
@@ -380,19 +468,25 @@ class Saga:
         return view
 
     def logs_tail(self) -> str:
-        return "\n".join(f"--- {name}\n{tail(self.workdir / f'{name}.log')}" for name in PROCESSES)
+        return "\n".join(
+            f"--- {name}\n{tail(self.workdir / f'{name}.log')}" for name in self.processes
+        )
 
 
-# What each recorded process runs: a PID is trusted only while it still runs that (a PID reused
-# by another program after a reboot must never be signalled).
-_COMMAND_MARKS = {
-    **{s: ("saga.serve", s) for s in SERVICES},
-    "consumers": ("outboxkit.cli", "consume"),
-}
+def _command_marks(name: str, port: int | None) -> tuple[str, ...]:
+    """Words the command line of recorded process ``name`` holds (a replica's: its port)."""
+    if name == "consumers":
+        return ("outboxkit.cli", "consume")
+    service = service_of(name)
+    if service is None:
+        return ("\0",)  # no process of ours: never matched
+    return ("saga.serve", service, *((str(port),) if port else ()))
 
 
-def _runs(pid: int | None, name: str) -> bool:
-    """True when ``pid`` is alive and its command line is the recorded process ``name``'s."""
+def _runs(pid: int | None, name: str, port: int | None = None) -> bool:
+    """True when ``pid`` is alive and its command line is the recorded process ``name``'s: a
+    PID is trusted only while it still runs that (a PID reused by another program after a
+    reboot must never be signalled)."""
     if not alive(pid):
         return False
     try:
@@ -400,4 +494,4 @@ def _runs(pid: int | None, name: str) -> bool:
     except OSError:
         return False
     words = {a.decode(errors="replace") for a in argv}
-    return all(mark in words for mark in _COMMAND_MARKS.get(name, ("\0",)))
+    return all(mark in words for mark in _command_marks(name, port))
