@@ -1,6 +1,7 @@
 #!/bin/sh
 # kafka-init: the SCRAM users of every client principal (passwords from the mounted secrets;
-# re-running updates them) and their ACLs. Idempotent; runs once per `docker compose up`.
+# re-running updates them), their ACLs, and the outbox topics. Idempotent; runs once per
+# `docker compose up`.
 #
 # Principals: connect (Debezium's worker: the only writer of the outbox topics), setup
 # (`outboxkit saga prepare`: creates the topics), and one per service (orders, payments,
@@ -9,7 +10,8 @@ set -eu
 umask 077
 
 : "${TOPIC_PREFIX:?}" "${CONNECT_GROUP_ID:?}" "${CONNECT_TOPICS_PREFIX:?}"
-bootstrap="${KAFKA_BOOTSTRAP:-kafka:9092}"
+: "${TOPIC_REPLICATION_FACTOR:?}" "${KAFKA_BOOTSTRAP:?}"
+bootstrap="$KAFKA_BOOTSTRAP"
 conf=/tmp/outboxkit-kafka-init
 mkdir -p "$conf"
 admin="$conf/admin.properties"
@@ -76,4 +78,25 @@ for service in orders payments shipping; do
   grant "$service" group prefixed spark-kafka-source- Read Describe
   grant "$service" group literal outboxkit-metrics Describe
 done
-echo "kafka-init: SCRAM users and ACLs in place"
+
+# --- the outbox topics (tests/unit/test_deploy.py reads the `outbox_topic` lines) -----------
+# Created here, before `setup` runs, with the cluster's replication factor; `outboxkit saga
+# prepare` then finds them and creates none. The partitions are the brokers' num.partitions.
+# A topic that exists with fewer replicas (e.g. from a single-broker deployment) stops the
+# start: with min.insync.replicas=2 no acks=all write to it could succeed.
+outbox_topic() {  # NAME
+  /opt/kafka/bin/kafka-topics.sh --bootstrap-server "$bootstrap" --command-config "$admin" \
+    --create --if-not-exists --topic "$1" --replication-factor "$TOPIC_REPLICATION_FACTOR"
+  replicas="$(/opt/kafka/bin/kafka-topics.sh --bootstrap-server "$bootstrap" \
+    --command-config "$admin" --describe --topic "$1" \
+    | sed -n 's/.*ReplicationFactor: *\([0-9]*\).*/\1/p' | head -n 1)"
+  if [ "${replicas:-0}" -lt "$TOPIC_REPLICATION_FACTOR" ]; then
+    echo "kafka-init: $1 has $replicas replica(s), fewer than $TOPIC_REPLICATION_FACTOR;" \
+      "reassign its partitions (kafka-reassign-partitions.sh) and start again" >&2
+    exit 1
+  fi
+}
+outbox_topic "${TOPIC_PREFIX}order"
+outbox_topic "${TOPIC_PREFIX}payment"
+outbox_topic "${TOPIC_PREFIX}shipment"
+echo "kafka-init: SCRAM users, ACLs and outbox topics in place"

@@ -1,13 +1,15 @@
 #!/bin/sh
-# Apache Kafka, one KRaft node (broker + controller), every listener SASL, StandardAuthorizer.
+# Apache Kafka, one KRaft node of three (each broker + controller), every listener SASL,
+# StandardAuthorizer. docker-compose.yml runs it as kafka-1, kafka-2 and kafka-3.
 #
 # Properties come from KAFKA_CFG_* variables (KAFKA_CFG_MESSAGE_MAX_BYTES -> message.max.bytes);
 # the JAAS lines, which carry the admin password, are added here from the mounted secret, into a
-# file only this container's user can read. Listeners:
-#   CONTROLLER localhost:9093  SASL/PLAIN as admin (KRaft controllers take no SCRAM)
-#   BROKER     localhost:9091  inter-broker, SCRAM-SHA-512 as admin
-#   CLIENT     kafka:9092      every client on the compose network, SCRAM-SHA-512
-#   EXTERNAL   localhost:9094  operators on the host (published on 127.0.0.1), SCRAM-SHA-512
+# file only this container's user can read. Listeners of node N:
+#   CONTROLLER kafka-N:9093    the quorum's Raft traffic, SASL/PLAIN as admin (KRaft
+#                              controllers take no SCRAM)
+#   BROKER     kafka-N:9091    inter-broker replication, SCRAM-SHA-512 as admin
+#   CLIENT     kafka-N:9092    every client on the compose network, SCRAM-SHA-512
+#   EXTERNAL   localhost:909x  operators on the host (published on 127.0.0.1), SCRAM-SHA-512
 # SCRAM users other than admin and the ACLs are created by kafka-init (init.sh), not here.
 set -eu
 umask 077
@@ -40,7 +42,9 @@ PROPS
 
 data="$(sed -n 's/^log\.dirs=//p' "$props")"
 if [ ! -f "$data/meta.properties" ]; then
-  # KIP-900: the inter-broker user's SCRAM credential must exist before the broker can start.
+  # Each node formats its own log directory once, with the cluster id all three share (the
+  # quorum is the static controller.quorum.voters). KIP-900: the inter-broker user's SCRAM
+  # credential must exist before the broker can start.
   /opt/kafka/bin/kafka-storage.sh format --config "$props" --cluster-id "$KAFKA_CLUSTER_ID" \
     --add-scram "SCRAM-SHA-512=[name=admin,password=$admin_password]"
 fi

@@ -1,6 +1,8 @@
-"""deploy/ runs the saga as production would, with the versions the embedded stack runs (one set
-of pins: devstack/java/pom.xml). Checked without Docker: the compose file, the Dockerfile and the
-scripts are read, and the settings classes are built from each container's environment."""
+"""deploy/ runs the saga as production would, scaled out (3 Kafka brokers, 2 Connect workers, a
+Spark standalone cluster, 2 replicas per service behind a load balancer), with the versions the
+embedded stack runs (one set of pins: devstack/java/pom.xml). Checked without Docker: the compose
+file, the Dockerfile, the load balancer's config and the scripts are read, and the settings
+classes are built from each container's environment."""
 
 from __future__ import annotations
 
@@ -52,10 +54,10 @@ def example_env() -> dict[str, str]:
     return {**pairs, "KAFKA_CLUSTER_ID": pairs.get("KAFKA_CLUSTER_ID") or "MkU3OEVBNTcwNTJENDM2Qk"}
 
 
-def interpolate(value: Any) -> str:
-    """Compose's variable substitution with deploy/.env.example: ${V}, ${V:-default}, ${V:?err},
-    and $$ for a literal dollar."""
-    env = example_env()
+def interpolate(value: Any, env: dict[str, str] | None = None) -> str:
+    """Compose's variable substitution with deploy/.env.example (or ``env``): ${V},
+    ${V:-default}, ${V:?err}, and $$ for a literal dollar."""
+    env = example_env() if env is None else env
 
     def substitute(match: re.Match[str]) -> str:
         if match.group(0) == "$$":
@@ -110,26 +112,130 @@ def properties(env: dict[str, str], prefix: str) -> dict[str, str]:
     }
 
 
-def connect_worker() -> dict[str, str]:
-    """The Connect worker's properties, as Debezium's image entrypoint writes them."""
-    env = environment("connect")
+def image(service: str) -> tuple[str, str]:
+    name, _, tag = services()[service]["image"].rpartition(":")
+    return (name, tag) if name and "/" not in tag else (services()[service]["image"], "")
+
+
+def worker_properties(service: str) -> dict[str, str]:
+    """A Connect worker's properties, as Debezium's image entrypoint writes them."""
+    env = environment(service)
     named = {
         "bootstrap.servers": env["BOOTSTRAP_SERVERS"],
         "group.id": env["GROUP_ID"],
         "config.storage.topic": env["CONFIG_STORAGE_TOPIC"],
         "offset.storage.topic": env["OFFSET_STORAGE_TOPIC"],
         "status.storage.topic": env["STATUS_STORAGE_TOPIC"],
+        "rest.advertised.host.name": env.get("ADVERTISED_HOST_NAME", ""),
     }
     return {**named, **properties(env, "CONNECT_")}
 
 
-def broker() -> dict[str, str]:
-    return properties(environment("kafka"), "KAFKA_CFG_")
+def connect_workers() -> dict[str, dict[str, str]]:
+    """Every Connect worker (a service of Debezium's image) -> its properties."""
+    names = sorted(n for n in services() if image(n)[0] == "quay.io/debezium/connect")
+    return {name: worker_properties(name) for name in names}
 
 
-def image(service: str) -> tuple[str, str]:
-    name, _, tag = services()[service]["image"].rpartition(":")
-    return (name, tag) if name and "/" not in tag else (services()[service]["image"], "")
+def connect_worker() -> dict[str, str]:
+    """The Connect cluster's properties (its workers agree on them, see the scale-out tests)."""
+    return next(iter(connect_workers().values()))
+
+
+def brokers() -> dict[str, dict[str, str]]:
+    """Every Kafka node (Kafka's image with a KRaft role) -> its server properties."""
+    found = {}
+    for name in sorted(services()):
+        props = properties(environment(name), "KAFKA_CFG_")
+        if image(name)[0] == "apache/kafka" and "process.roles" in props:
+            found[name] = props
+    return found
+
+
+def listener_addresses(value: str) -> dict[str, tuple[str, int]]:
+    """``NAME://host:port,...`` -> {NAME: (host, port)} (host empty: every interface)."""
+    found = {}
+    for entry in value.split(","):
+        name, address = entry.split("://")
+        host, _, port = address.rpartition(":")
+        found[name] = (host, int(port))
+    return found
+
+
+def every_broker() -> str:
+    """The bootstrap list naming every Kafka node's client listener, in node order."""
+    clients = [listener_addresses(p["advertised.listeners"])["CLIENT"] for p in brokers().values()]
+    return ",".join(f"{host}:{port}" for host, port in clients)
+
+
+def replicas(service: str, env: dict[str, str] | None = None) -> int:
+    """How many containers Compose runs for ``service`` (deploy.replicas, 1 unless set), with
+    deploy/.env.example or ``env`` (``{}``: the compose file's defaults)."""
+    return int(interpolate(services()[service].get("deploy", {}).get("replicas", 1), env))
+
+
+def rest_address(worker: str) -> str:
+    """Where a Connect worker's REST API listens (the image's REST_PORT, 8083 unless set)."""
+    return f"{worker}:{environment(worker).get('REST_PORT', '8083')}"
+
+
+def spark_nodes(role: str) -> list[str]:
+    """The services running a Spark standalone ``Master`` or ``Worker`` (spark-class)."""
+    main = ["spark-class", f"org.apache.spark.deploy.{role.lower()}.{role}"]
+    return sorted(n for n in services() if services()[n].get("command", [])[:2] == main)
+
+
+def option(argv: list[str], flag: str) -> str:
+    """The value after ``flag`` in a command line."""
+    assert flag in argv, f"{flag} missing from {argv}"
+    return argv[argv.index(flag) + 1]
+
+
+def spark_conf(argv: list[str]) -> dict[str, str]:
+    """spark-submit's ``--conf key=value`` pairs."""
+    pairs = [argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--conf"]
+    return {key: value for key, value in pairs}
+
+
+@functools.cache
+def haproxy() -> dict[str, list[list[str]]]:
+    """deploy/lb/haproxy.cfg: each section ("backend orders") -> its directives, split in words."""
+    sections: dict[str, list[list[str]]] = {}
+    current = ""
+    for raw in (DEPLOY / "lb/haproxy.cfg").read_text().splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        if raw[0].isspace():
+            sections[current].append(line.split())
+        else:
+            current = " ".join(line.split()[:2])
+            sections[current] = []
+    return sections
+
+
+def directives(section: str, keyword: str) -> list[list[str]]:
+    """The directives of a haproxy.cfg section that start with ``keyword`` (its words after)."""
+    return [d[1:] for d in haproxy()[section] if d[0] == keyword]
+
+
+def balancing(address: str) -> tuple[str, str]:
+    """The lb's frontend and backend sections whose servers are ``address``'s replicas."""
+    for section in haproxy():
+        if not section.startswith("frontend ") or not directives(section, "default_backend"):
+            continue
+        backend = f"backend {directives(section, 'default_backend')[0][0]}"
+        servers = directives(backend, "server-template")  # prefix, slots, address, options
+        servers += [[d[0], "1", *d[1:]] for d in directives(backend, "server")]
+        if any(s[2] == address for s in servers):
+            return section, backend
+    raise AssertionError(f"no load balancer frontend in front of {address}")
+
+
+def load_balanced(address: str) -> str:
+    """The port of the lb frontend (``lb:PORT``) that spreads over ``address``'s replicas."""
+    frontend, _ = balancing(address)
+    return directives(frontend, "bind")[0][0].rsplit(":", 1)[1]
 
 
 def dockerfile() -> str:
@@ -180,16 +286,18 @@ def test_every_image_is_pinned_to_a_version():
 
 def test_images_run_the_pinned_versions():
     pins = pinned_versions()
-    assert image("kafka") == ("apache/kafka", pins.kafka)
-    assert image("kafka-init") == ("apache/kafka", pins.kafka)
-    assert image("connect") == ("quay.io/debezium/connect", pins.debezium)
+    assert brokers() and connect_workers()
+    for name in [*brokers(), "kafka-init"]:
+        assert image(name) == ("apache/kafka", pins.kafka), name
+    for name in connect_workers():
+        assert image(name) == ("quay.io/debezium/connect", pins.debezium), name
     repository, tag = image("postgres")
     assert repository == "postgres" and tag.split(".")[0].split("-")[0] == "15"
 
 
 def test_one_image_built_from_this_repository_runs_every_python_process():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    ours = [*SERVICES, *CONSUMERS, "setup"]
+    ours = [*SERVICES, *CONSUMERS, "setup", *spark_nodes("Master"), *spark_nodes("Worker")]
     for name in ours:
         assert image(name) == ("outboxkit", project["version"]), name
         build = services()[name]["build"]
@@ -241,8 +349,10 @@ def test_kraft_cluster_ids_never_look_like_an_option():
 def test_compose_sets_the_kafka_record_limits_of_cdc_limits():
     from cdc.limits import BROKER_SETTINGS, WORKER_SETTINGS
 
-    assert {k: broker().get(k) for k in BROKER_SETTINGS} == BROKER_SETTINGS
-    assert {k: connect_worker().get(k) for k in WORKER_SETTINGS} == WORKER_SETTINGS
+    for props in brokers().values():
+        assert {k: props.get(k) for k in BROKER_SETTINGS} == BROKER_SETTINGS
+    for worker in connect_workers().values():
+        assert {k: worker.get(k) for k in WORKER_SETTINGS} == WORKER_SETTINGS
 
 
 def test_the_embedded_stack_sets_the_same_record_limits():
@@ -288,12 +398,14 @@ def test_one_shot_jobs_never_restart_and_what_needs_them_waits_for_their_success
         assert services()[name]["depends_on"]["setup"] == {
             "condition": "service_completed_successfully"
         }
-    for name in ("connect", "setup"):
+    for name in [*connect_workers(), "setup"]:
         assert services()[name]["depends_on"]["kafka-init"] == {
             "condition": "service_completed_successfully"
         }
-    assert services()["setup"]["depends_on"]["connect"]["condition"] == "service_healthy"
-    assert services()["setup"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name in [*connect_workers(), "postgres", "lb"]:
+        assert services()["setup"]["depends_on"][name]["condition"] == "service_healthy", name
+    for name in brokers():
+        assert services()["kafka-init"]["depends_on"][name]["condition"] == "service_healthy"
 
 
 def test_the_setup_job_prepares_the_saga():
@@ -310,7 +422,6 @@ def test_services_run_uvicorn_workers_on_the_app_factory_and_report_readiness():
         assert argv[argv.index("--host") + 1] == "0.0.0.0"
         check = " ".join(services()[service]["healthcheck"]["test"])
         assert re.search(rf"http://127\.0\.0\.1:{port}/(ready|health)\b", check), check
-        assert [p.rsplit(":", 1)[1] for p in services()[service]["ports"]] == [port]
 
 
 def test_consumer_jobs_are_spark_submitted_in_client_mode():
@@ -354,7 +465,7 @@ def test_each_service_process_gets_its_settings(container: str, container_env: A
     assert url.password == f"secret-of-{service}.password"  # from its mounted secret
     login = env[f"{prefix}DATABASE_URL"].split("//")[1].split("@")[0]
     assert login == service, "the URL names the role and never a password"
-    assert settings.kafka_bootstrap_servers == "kafka:9092"
+    assert settings.kafka_bootstrap_servers == every_broker()
     assert settings.exactly_once_source is True
     assert settings.outbox.mode == "delete"
     assert settings.topic_prefix == environment("kafka-init")["TOPIC_PREFIX"]
@@ -379,8 +490,9 @@ def test_the_setup_job_gets_the_stack_settings(container_env: Any):
         ), f"setup: {name} is read by nothing"
     # Every component external: setup must never start an embedded one.
     assert settings.database_url == "postgresql+psycopg://postgres@postgres:5432/outboxkit"
-    assert settings.kafka_bootstrap_servers == "kafka:9092"
-    assert settings.connect_url == "http://connect:8083"
+    assert settings.kafka_bootstrap_servers == every_broker()
+    # Connect's REST API through the load balancer, which spreads over every worker.
+    assert settings.connect_url == f"http://lb:{load_balanced(rest_address('connect-1'))}"
     assert settings.connect_database_host == "postgres"
     assert settings.connect_exactly_once is True
     assert settings.outbox_mode == "delete"
@@ -400,7 +512,8 @@ def test_the_setup_job_gets_the_stack_settings(container_env: Any):
     assert worker[f"config.providers.{provider}.class"] == connect.DIRECTORY_CONFIG_PROVIDER
     directory = env["OUTBOXKIT_CONNECT_SECRETS_DIR"]
     assert directory in worker[f"config.providers.{provider}.param.allowed.paths"].split(",")
-    assert f"{directory}/{settings.cdc_role}.password" in mounted_secrets("connect")
+    for name in connect_workers():
+        assert f"{directory}/{settings.cdc_role}.password" in mounted_secrets(name), name
 
 
 def test_consumer_jobs_read_what_the_saga_jobs_consume(container_env: Any):
@@ -425,6 +538,7 @@ def deploy_texts() -> dict[str, str]:
     names = ["docker-compose.yml", "Dockerfile", ".env.example", "make-secrets.sh"]
     files = [DEPLOY / n for n in names] + sorted((DEPLOY / "kafka").glob("*"))
     files += sorted((DEPLOY / "connect").glob("*")) + sorted((DEPLOY / "prometheus").glob("*"))
+    files += sorted((DEPLOY / "lb").glob("*")) + sorted((DEPLOY / "spark").glob("*"))
     files += sorted(p for p in (DEPLOY / "grafana").rglob("*") if p.is_file())
     return {str(f.relative_to(DEPLOY)): f.read_text() for f in files}
 
@@ -468,7 +582,7 @@ def test_secrets_are_generated_not_committed(tmp_path: Path):
     )
     cluster = env["KAFKA_CLUSTER_ID"]
     assert len(cluster) == 22 and not cluster.startswith("-")
-    user = environment("connect")["OUTBOXKIT_CONNECT_USER"]
+    (user,) = {environment(name)["OUTBOXKIT_CONNECT_USER"] for name in connect_workers()}
     assert values["connect-rest.users"].strip() == f"{user}: {values['connect-rest.password']}"
 
 
@@ -479,8 +593,9 @@ def test_published_ports_bind_loopback_only():
 
 
 # -- Kafka: KRaft, SASL everywhere, ACLs -----------------------------------------------------
-def test_kafka_runs_kraft_with_sasl_on_every_listener_and_an_authorizer():
-    props = broker()
+@pytest.mark.parametrize("node", ["kafka-1", "kafka-2", "kafka-3"])
+def test_kafka_runs_kraft_with_sasl_on_every_listener_and_an_authorizer(node: str):
+    props = brokers()[node]
     assert set(props["process.roles"].split(",")) == {"broker", "controller"}
     assert not any(k.startswith("zookeeper") for k in props)
     assert props["authorizer.class.name"] == (
@@ -498,7 +613,7 @@ def test_kafka_runs_kraft_with_sasl_on_every_listener_and_an_authorizer():
     clients = [environment(n).get("OUTBOXKIT_KAFKA_SASL_MECHANISM") for n in services()]
     assert {m for m in clients if m} <= set(mechanisms)
     assert connect_worker()["sasl.mechanism"] in mechanisms
-    assert services()["kafka"]["entrypoint"][-1] in mounted_files("kafka")
+    assert services()[node]["entrypoint"][-1] in mounted_files(node)
 
 
 @dataclass(frozen=True)
@@ -621,20 +736,25 @@ def test_connect_runs_exactly_once_with_secrets_from_files_and_sasl():
         assert re.search(r'password="\$\{dir:/run/secrets:[\w.-]+\}"', jaas), prefix
 
 
-def test_connect_rest_api_asks_for_basic_authentication():
-    worker = connect_worker()
+@pytest.mark.parametrize("name", ["connect-1", "connect-2"])
+def test_connect_rest_api_asks_for_basic_authentication(name: str):
+    worker = connect_workers()[name]
     assert worker["rest.extension.classes"] == (
         "org.apache.kafka.connect.rest.basic.auth.extension.BasicAuthSecurityRestExtension"
     )
-    options = environment("connect")["KAFKA_OPTS"]
+    options = environment(name)["KAFKA_OPTS"]
     login = re.search(r"-Djava\.security\.auth\.login\.config=(\S+)", options)
-    assert login and login.group(1) in mounted_files("connect")
-    jaas = mounted_files("connect")[login.group(1)].read_text()
+    assert login and login.group(1) in mounted_files(name)
+    jaas = mounted_files(name)[login.group(1)].read_text()
     assert re.search(r"KafkaConnect\s*\{\s*\S+\.PropertyFileLoginModule required", jaas)
     users = re.search(r'file="([^"]+)"', jaas)
-    assert users and users.group(1) in mounted_secrets("connect")
-    check = " ".join(services()["connect"]["healthcheck"]["test"])
+    assert users and users.group(1) in mounted_secrets(name)
+    check = " ".join(services()[name]["healthcheck"]["test"])
     assert " -u " in check, "the health check authenticates too"
+    # The worker-to-worker endpoints, exempt from basic auth, are not offered through the lb.
+    denied = [" ".join(d) for d in directives("frontend connect", "http-request")]
+    assert any("POST" in d and "/tasks" in d for d in denied)
+    assert any("PUT" in d and "/fence" in d for d in denied)
 
 
 @pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
@@ -657,7 +777,8 @@ def python_containers() -> list[str]:
     """The long-running containers of the outboxkit image (the services and consumer drivers)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     ours = ("outboxkit", project["version"])
-    return [n for n in services() if image(n) == ours and n not in ONE_SHOT]
+    spark = {*spark_nodes("Master"), *spark_nodes("Worker")}  # JVMs (executors: see Spark tests)
+    return [n for n in services() if image(n) == ours and n not in ONE_SHOT and n not in spark]
 
 
 def first_string(node: ast.AST) -> str | None:
@@ -743,14 +864,29 @@ def grafana_provisioning(kind: str) -> list[dict[str, Any]]:
     return [yaml.safe_load(f.read_text()) for f in sorted(folder.glob("*.yml"))]
 
 
-def scrape_targets() -> dict[str, str]:
-    """host:port -> the scrape job of deploy/prometheus/prometheus.yml."""
+def scrape_configs() -> list[dict[str, Any]]:
     config = yaml.safe_load((DEPLOY / "prometheus/prometheus.yml").read_text())
+    jobs: list[dict[str, Any]] = config["scrape_configs"]
+    return jobs
+
+
+def scrape_targets() -> dict[str, str]:
+    """host:port -> the scrape job of deploy/prometheus/prometheus.yml: static targets, and the
+    names of DNS discovery (every address a name resolves to, i.e. every replica)."""
+    targets = {}
+    for job in scrape_configs():
+        for static in job.get("static_configs", []):
+            targets |= {target: job["job_name"] for target in static["targets"]}
+        for dns in job.get("dns_sd_configs", []):
+            assert dns.get("type", "SRV") == "A", "Compose's DNS has A records, no SRV"
+            targets |= {f"{name}:{dns['port']}": job["job_name"] for name in dns["names"]}
+    return targets
+
+
+def static_targets() -> set[str]:
+    jobs = scrape_configs()
     return {
-        target: job["job_name"]
-        for job in config["scrape_configs"]
-        for static in job.get("static_configs", [])
-        for target in static["targets"]
+        t for job in jobs for static in job.get("static_configs", []) for t in static["targets"]
     }
 
 
@@ -831,6 +967,15 @@ def test_prometheus_scrapes_every_service_and_consumer_on_the_port_it_listens_on
         assert port and host == "0.0.0.0", f"{name}: metrics on {host}:{port}"
         expected[f"{name}:{port}"] = "consumers"
     assert scrape_targets() == expected
+    # A service with replicas is found through DNS, each replica its own target; as one static
+    # target, each scrape would reach whichever replica the name resolved to.
+    for service in SERVICES:
+        assert replicas(service) == 1 or not any(
+            t.startswith(f"{service}:") for t in static_targets()
+        ), f"{service}: scrape each replica, not {service} as one target"
+    job = next(j for j in scrape_configs() if j["job_name"] == "services")
+    relabel = {"source_labels": ["__meta_dns_name"], "target_label": "service"}
+    assert relabel in job["relabel_configs"], "every replica's series carry its service label"
     consume = (DEPLOY / "spark/consume.py").read_text()
     assert 'main(["consume", *sys.argv[1:]])' in consume
 
@@ -852,6 +997,26 @@ def test_every_python_container_exports_traces_to_the_collector():
         names[name] = env["OTEL_SERVICE_NAME"]
     assert set(names) == {*SERVICES, *CONSUMERS}
     assert len(set(names.values())) == len(names), f"service names must differ: {names}"
+    # The consumers' executors run on the Spark workers: they export to the same collector,
+    # under the name of the job that started them.
+    for worker in spark_nodes("Worker"):
+        env = environment(worker)
+        assert tracing.exporters_wanted(env) == ("otlp",), worker
+        collector = environment(SERVICES[0])["OTEL_EXPORTER_OTLP_ENDPOINT"]
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == collector, worker
+    for name in CONSUMERS:
+        executor_env = spark_conf(command(name))
+        assert executor_env["spark.executorEnv.OTEL_SERVICE_NAME"] == names[name], name
+
+
+def test_metrics_read_from_tables_are_not_summed_over_replicas():
+    """Every replica of a service reads the same table at scrape time: summing the replicas'
+    series would count each order once per replica."""
+    for dashboard in dashboards().values():
+        for title, target in panel_targets(dashboard):
+            expr = target["expr"]
+            if "outboxkit_saga_" in expr:
+                assert not re.search(r"\bsum\b", expr), f"{title}: {expr}"
 
 
 def test_the_image_has_prometheus_client_for_services_and_consumer_drivers():
@@ -865,3 +1030,225 @@ def test_the_image_has_prometheus_client_for_services_and_consumer_drivers():
     # `outboxkit consume --metrics-port` needs it with the spark extra alone too.
     spark = project["optional-dependencies"]["spark"]
     assert any(d.startswith("prometheus-client") for d in spark)
+
+
+# -- scale-out: Kafka --------------------------------------------------------------------------
+# Replication: every topic on 3 brokers; an acks=all write is acknowledged once 2 have it.
+REPLICATION_FACTOR = 3
+MIN_INSYNC_REPLICAS = 2
+
+
+def test_kafka_is_three_kraft_nodes_in_one_three_voter_quorum():
+    nodes = brokers()
+    assert len(nodes) == 3, f"Kafka nodes: {sorted(nodes)}"
+    ids = {name: int(props["node.id"]) for name, props in nodes.items()}
+    assert len(set(ids.values())) == len(ids), f"node ids must differ: {ids}"
+    quorums = {props["controller.quorum.voters"] for props in nodes.values()}
+    assert len(quorums) == 1, f"one quorum for all nodes: {quorums}"
+    voters = {}
+    for voter in quorums.pop().split(","):
+        node_id, address = voter.split("@")
+        host, port = address.rsplit(":", 1)
+        voters[int(node_id)] = (host, int(port))
+    assert len(voters) == 3, "a 3-voter quorum keeps a majority with one node lost"
+    for name, props in nodes.items():
+        assert set(props["process.roles"].split(",")) == {"broker", "controller"}, name
+        controller = props["controller.listener.names"]
+        port = listener_addresses(props["listeners"])[controller][1]
+        assert voters[ids[name]] == (name, port), f"{name} is not the voter it claims to be"
+        advertised = listener_addresses(props["advertised.listeners"])
+        for listener in ("CLIENT", props["inter.broker.listener.name"]):
+            assert advertised[listener][0] == name, f"{name}: {listener} at {advertised[listener]}"
+    # One cluster: the same id everywhere; each node its own log directory.
+    assert len({environment(n)["KAFKA_CLUSTER_ID"] for n in nodes}) == 1
+    data = [mounted_volume(n, props["log.dirs"]) for n, props in nodes.items()]
+    assert len(set(data)) == len(data), f"log directories shared: {data}"
+
+
+def mounted_volume(service: str, target: str) -> str:
+    """The named volume (or path) mounted at ``target`` in ``service``."""
+    for volume in services()[service].get("volumes", []):
+        source, mounted = volume.split(":")[:2]
+        if mounted == target:
+            return str(source)
+    raise AssertionError(f"{service}: nothing mounted at {target}")
+
+
+def test_every_topic_has_three_replicas_and_two_in_sync():
+    """RF 3 / min ISR 2 for the outbox topics and every internal topic: an acknowledged event
+    survives the loss of one broker, and writes go on meanwhile."""
+    from cdc.config import ConnectorSettings, build_connector_config
+
+    assert len(brokers()) >= REPLICATION_FACTOR > MIN_INSYNC_REPLICAS > 1
+    for name, props in brokers().items():
+        for key in (
+            "default.replication.factor",  # the outbox topics, Connect's new and heartbeat topics
+            "offsets.topic.replication.factor",
+            "transaction.state.log.replication.factor",
+            "share.coordinator.state.topic.replication.factor",
+        ):
+            assert int(props[key]) == REPLICATION_FACTOR, f"{name}: {key}={props[key]}"
+        for key in (
+            "min.insync.replicas",  # every topic without its own setting
+            "transaction.state.log.min.isr",
+            "share.coordinator.state.topic.min.isr",
+        ):
+            assert int(props[key]) == MIN_INSYNC_REPLICAS, f"{name}: {key}={props[key]}"
+    for name, worker in connect_workers().items():
+        for topic in ("config", "offset", "status"):
+            factor = worker[f"{topic}.storage.replication.factor"]
+            assert int(factor) == REPLICATION_FACTOR, f"{name}: {topic} topic RF {factor}"
+            isr = worker.get(f"{topic}.storage.min.insync.replicas", MIN_INSYNC_REPLICAS)
+            assert int(isr) == MIN_INSYNC_REPLICAS, f"{name}: {topic} topic min ISR {isr}"
+    # The outbox topics exist before `setup` (which waits for kafka-init), created with RF 3.
+    init = (DEPLOY / "kafka/init.sh").read_text()
+    prefix = environment("kafka-init")["TOPIC_PREFIX"]
+    created = {
+        name.replace("${TOPIC_PREFIX}", prefix)
+        for name in re.findall(r'(?m)^outbox_topic "([^"]+)"$', init)
+    }
+    assert created == outbox_topics()
+    assert int(environment("kafka-init")["TOPIC_REPLICATION_FACTOR"]) == REPLICATION_FACTOR
+    assert '--replication-factor "$TOPIC_REPLICATION_FACTOR"' in init
+    # Topics Connect creates itself (a new aggregate type) take the brokers' default.
+    connector = build_connector_config(
+        ConnectorSettings("orders", "postgres", 5432, "orders", "outboxkit_cdc")
+    )
+    assert connector["topic.creation.default.replication.factor"] == "-1"
+
+
+def test_an_out_of_sync_replica_never_becomes_leader():
+    for name, props in brokers().items():
+        assert props.get("unclean.leader.election.enable") == "false", name
+
+
+def test_every_kafka_client_bootstraps_from_every_broker():
+    everyone = set(every_broker().split(","))
+    assert len(everyone) == len(brokers())
+    bootstraps = {
+        f"{name}: {variable}": value
+        for name in services()
+        for variable, value in environment(name).items()
+        if variable.endswith(("BOOTSTRAP_SERVERS", "KAFKA_BOOTSTRAP"))
+    }
+    assert len(bootstraps) >= len(SERVICES) * 2 + 3  # services, consumers, setup, init, Connect
+    for where, value in bootstraps.items():
+        assert set(value.split(",")) == everyone, f"{where}={value}"
+
+
+# -- scale-out: Kafka Connect ------------------------------------------------------------------
+def test_connect_is_two_workers_in_one_group_with_exactly_once_source():
+    workers = connect_workers()
+    assert len(workers) == 2, f"Connect workers: {sorted(workers)}"
+    cluster = ("group.id", "config.storage.topic", "offset.storage.topic", "status.storage.topic")
+    for key in cluster:
+        assert len({w[key] for w in workers.values()}) == 1, f"workers differ in {key}"
+    # The rest is one configuration too, but for where each worker's REST API is reached.
+    own = "rest.advertised.host.name"
+    shared = [{k: v for k, v in w.items() if k != own} for w in workers.values()]
+    assert all(s == shared[0] for s in shared), "the workers' settings differ"
+    for name, worker in workers.items():
+        assert worker["exactly.once.source.support"] == "enabled", name
+        assert worker["rest.advertised.host.name"] == name, f"{name}: unreachable by the leader"
+    # Clients reach the REST API through the load balancer, which spreads over every worker.
+    ports = {load_balanced(rest_address(name)) for name in workers}
+    assert len(ports) == 1
+    assert environment("setup")["OUTBOXKIT_CONNECT_URL"] == f"http://lb:{ports.pop()}"
+
+
+def test_a_lost_connect_workers_task_moves_within_seconds():
+    """A worker lost: its group membership ends after the session timeout, its task is held back
+    for scheduled.rebalance.max.delay.ms (Connect's default: 5 minutes) and then moves."""
+    for name, worker in connect_workers().items():
+        delay = int(worker["scheduled.rebalance.max.delay.ms"])
+        assert 1_000 <= delay <= 60_000, f"{name}: rebalance delay {delay} ms"
+        session = int(worker["session.timeout.ms"])
+        assert 6_000 <= session <= 10_000, f"{name}: session timeout {session} ms"
+        assert int(worker["heartbeat.interval.ms"]) * 3 <= session, name
+    compose_text = (DEPLOY / "docker-compose.yml").read_text()
+    assert re.search(r"#[^\n]*zombie", compose_text), "say why moving a task early is safe"
+
+
+# -- scale-out: Spark --------------------------------------------------------------------------
+def spark_master_url() -> str:
+    (master,) = spark_nodes("Master")
+    argv = command(master)
+    return f"spark://{option(argv, '--host')}:{option(argv, '--port')}"
+
+
+def test_spark_is_a_standalone_master_with_two_workers():
+    masters, workers = spark_nodes("Master"), spark_nodes("Worker")
+    assert len(masters) == 1 and len(workers) == 2, f"master {masters}, workers {workers}"
+    assert option(command(masters[0]), "--host") == masters[0]
+    for worker in workers:
+        argv = command(worker)
+        assert argv[2] == spark_master_url(), f"{worker} registers with {argv[2]}"
+        assert option(argv, "--host") == worker, f"{worker}: executors unreachable"
+        assert services()[worker]["depends_on"][masters[0]]["condition"] == "service_healthy"
+    # Spark's own scripts come with PySpark (the [spark] extra) in the outboxkit image.
+    assert re.search(r"pip install \"?/\S+\[[\w,]*spark[\w,]*\]", dockerfile())
+
+
+def test_consumer_drivers_are_submitted_to_the_standalone_master():
+    import inspect
+
+    from spark_consumers import session
+
+    # build_session takes the master from OUTBOXKIT_SPARK_MASTER: it must be spark-submit's.
+    assert "OUTBOXKIT_SPARK_MASTER" in inspect.getsource(session.build_session)
+    workers = spark_nodes("Worker")
+    cores = {w: int(option(command(w), "--cores")) for w in workers}
+    wanted = 0
+    for name in CONSUMERS:
+        argv = command(name)
+        env = environment(name)
+        assert option(argv, "--master") == env["OUTBOXKIT_SPARK_MASTER"] == spark_master_url()
+        assert services()[name]["depends_on"]["spark-master"]["condition"] == "service_healthy"
+        # One 1-core executor on each worker: a lost worker leaves the job an executor.
+        assert option(argv, "--executor-cores") == "1", name
+        assert int(option(argv, "--total-executor-cores")) == len(workers), name
+        wanted += len(workers)
+        conf = spark_conf(argv)
+        assert conf["spark.driver.host"] == name, f"{name}: executors cannot reach the driver"
+        assert conf["spark.driver.bindAddress"] == "0.0.0.0", name
+        # The executors open the inbox transactions: each worker has the job's database password
+        # where the job names it (read on the executor, never sent with a task).
+        password = env[f"{CONSUMERS[name].upper()}_DATABASE_PASSWORD_FILE"]
+        for worker in workers:
+            assert mounted_secrets(worker).get(password) == mounted_secrets(name)[password]
+    # Every job gets its executors at once: otherwise a job waits for cores that never free up.
+    assert wanted <= sum(cores.values())
+    assert all(c >= len(CONSUMERS) for c in cores.values()), f"cores per worker: {cores}"
+
+
+# -- scale-out: the services -------------------------------------------------------------------
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_service_runs_two_replicas_behind_the_load_balancer(service: str):
+    assert image("lb")[0] == "haproxy"
+    assert mounted_files("lb")["/usr/local/etc/haproxy/haproxy.cfg"] == DEPLOY / "lb/haproxy.cfg"
+    assert replicas(service) == 2, f"{service}: {replicas(service)} replica(s)"
+    assert replicas(service, env={}) == 2, f"{service}: without SERVICE_REPLICAS in .env"
+    assert not services()[service].get("ports"), f"{service}: clients must use the lb"
+    port = option(command(service), "--port")
+    _, backend = balancing(f"{service}:{port}")
+    # Every replica: a server template with a slot per replica, addressed by the service's name,
+    # re-resolved through Compose's DNS (a static server would keep one address for ever).
+    (template,) = directives(backend, "server-template")
+    assert int(template[1]) >= replicas(service) and template[2] == f"{service}:{port}"
+    assert "check" in template
+    defaults = directives("defaults", "default-server")[0]
+    (resolvers,) = [s for s in haproxy() if s.startswith("resolvers ")]
+    assert defaults[defaults.index("resolvers") + 1] == resolvers.split()[1]
+    assert ["docker", "127.0.0.11:53"] in directives(resolvers, "nameserver")
+    # A replica gets requests only while its /ready answers 200.
+    assert directives(backend, "option") == [["httpchk"]]
+    assert ["send", "meth", "GET", "uri", "/ready"] in directives(backend, "http-check")
+    assert ["expect", "status", "200"] in directives(backend, "http-check")
+    frontend_port = load_balanced(f"{service}:{port}")
+    published = [interpolate(p) for p in services()["lb"]["ports"]]
+    host_port = example_env()[f"{service.upper()}_PORT"]
+    assert f"127.0.0.1:{host_port}:{frontend_port}" in published, "clients reach it at its port"
+    # No client names one replica: nothing in the compose file addresses the service directly.
+    for name in services():
+        for variable, value in environment(name).items():
+            assert f"{service}:{port}" not in value, f"{name}: {variable}={value}"
