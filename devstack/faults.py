@@ -92,9 +92,10 @@ def active_controller(stack: Stack) -> Node:
     return broker_node(stack, leader)
 
 
-def task_worker(stack: Stack, connector: str, task: int = 0) -> Node:
-    """The Connect worker running ``connector``'s task ``task`` (its REST host:port)."""
-    status = stack.connect_client(timeout=10).status(connector)
+def task_worker(stack: Stack, connector: str, task: int = 0, *, via: str | None = None) -> Node:
+    """The Connect worker running ``connector``'s task ``task``, as the worker at REST URL
+    ``via`` (any worker of the group, by default) says."""
+    status = stack.connect_client(via, timeout=10).status(connector)
     if status is None:
         raise StackError(f"connector {connector} is not registered")
     worker_id = status.worker_of(task)
@@ -112,3 +113,16 @@ def kill(node: Node, sig: int = signal.SIGKILL, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while alive(node.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def pause(node: Node) -> None:
+    """SIGSTOP: the node stops answering but lives on (a zombie once the group drops it)."""
+    if node.pid is None or not alive(node.pid):
+        raise StackError(f"{node.name} does not run")
+    os.kill(node.pid, signal.SIGSTOP)
+
+
+def resume(node: Node) -> None:
+    """SIGCONT of a paused node."""
+    if node.pid is not None and alive(node.pid):
+        os.kill(node.pid, signal.SIGCONT)
