@@ -3,6 +3,7 @@ and the executor JVMs the workers start (read from the master's /json and from /
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import itertools
 import json
@@ -15,12 +16,16 @@ from pathlib import Path
 
 from devstack.processes import (
     StackError,
+    alive,
+    free_port,
     log4j2_properties,
     port_open,
+    released,
     start,
     stop,
     wait_until,
 )
+from devstack.state import EMBEDDED, Component, Node
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -305,3 +310,70 @@ def start_worker(
     ready = (lambda: worker_ready(master_webui_port, port)) if wait else None
     name = f"spark worker :{port}"
     return _start(name, argv, workdir, log, full_env, (port, webui_port), ready)
+
+
+# A worker that stops heartbeating is declared lost after this many seconds (Spark's default is
+# 60): its executors' tasks are then scheduled on the other workers. Master and workers must
+# agree: a worker heartbeats every quarter of its own setting, so a worker left at 60 s
+# (a heartbeat every 15 s) would be declared lost by a master at 15 s again and again.
+WORKER_TIMEOUT_S = 15
+TIMEOUT_OPTION = f"-Dspark.worker.timeout={WORKER_TIMEOUT_S}"
+
+
+def ensure(root: Path, logs: Path, size: int, previous: Component | None) -> Component:
+    """A master and ``size`` one-core workers, each running: the nodes of ``previous`` that
+    still run are kept, the others started again on their ports (a driver holding the master's
+    URL keeps working). The endpoint is the master's spark:// URL."""
+    old = {n.name: n for n in previous.nodes} if previous and previous.mode == EMBEDDED else {}
+    names = ["spark-master", *(f"spark-worker-{i}" for i in range(1, size + 1))]
+    nodes = []
+    for name in names:
+        kept = old.get(name)
+        port = kept.port if kept and kept.port else free_port()
+        webui = kept.extra_port if kept and kept.extra_port else free_port()
+        role = "spark master" if name == "spark-master" else "spark worker (1 core)"
+        nodes.append(Node(name, role, kept.pid if kept else None, port, "", webui))
+    master, workers = nodes[0], nodes[1:]
+    assert master.port and master.extra_port
+    master.endpoint = master_url(master.port)
+    if not alive(master.pid):
+        for port in (master.port, master.extra_port):
+            wait_until(f"port {port} free", released(port), timeout=30)
+        master.pid = start_master(
+            root / "spark" / "master",
+            master.port,
+            master.extra_port,
+            logs / "spark-master.log",
+            {
+                "SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0 "
+                f"-Dspark.master.rest.enabled=false {TIMEOUT_OPTION}"
+            },
+        )
+    started = []
+    for index, worker in enumerate(workers, start=1):
+        assert worker.port and worker.extra_port
+        worker.endpoint = f"{HOST}:{worker.port}"
+        if alive(worker.pid):
+            continue
+        for port in (worker.port, worker.extra_port):
+            wait_until(f"port {port} free", released(port), timeout=30)
+        worker.pid = start_worker(
+            master.endpoint,
+            root / "spark" / f"worker-{index}",
+            worker.port,
+            worker.extra_port,
+            logs / f"spark-worker-{index}.log",
+            {"SPARK_WORKER_OPTS": f"-Dspark.port.maxRetries=0 {TIMEOUT_OPTION}"},
+            master_webui_port=master.extra_port,
+            wait=False,
+        )
+        started.append(worker)
+    for worker in started:
+        assert worker.port
+        wait_until(
+            worker.name,
+            functools.partial(worker_ready, master.extra_port, worker.port),
+            timeout=120,
+            pid=worker.pid,
+        )
+    return Component(EMBEDDED, master.endpoint, nodes)

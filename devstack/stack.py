@@ -19,11 +19,11 @@ from cdc.config import ConnectorSettings, build_connector_config
 from cdc.connect import ConnectClient, ConnectError
 from cdc.preflight import drop_slot, slot_lag
 from cdc.recovery import diagnose_connector
-from devstack import artifacts, broker, connect, postgres, roles, transactions
+from devstack import artifacts, broker, connect, postgres, roles, spark, transactions
 from devstack.processes import StackError, alive, free_port, port_open, stop, wait_until
 from devstack.secrets import SecretStore, write_pgpass
 from devstack.settings import StackSettings
-from devstack.state import EMBEDDED, EXTERNAL, Component, Node, StackState
+from devstack.state import EMBEDDED, EXTERNAL, LOCAL, Component, Node, StackState
 from devstack.transactions import TransactionTool
 from migrations import runner
 from outbox.kafka_security import KafkaSecurity, connect_worker_config, librdkafka_config
@@ -142,7 +142,26 @@ class Stack:
         self.echo(f"connect    {state.connect.mode:8} {state.connect.endpoint}")
         self._register(state)
         state.save(self.state_file)
+        state.spark = self._spark(previous)
+        state.save(self.state_file)
+        if state.spark.mode != LOCAL:
+            self.echo(f"spark      {state.spark.mode:8} {state.spark.endpoint}")
         return state
+
+    def _spark(self, previous: StackState | None) -> Component:
+        """Where the consumer drivers run their tasks: an external master, an embedded
+        standalone cluster of ``spark_workers`` workers, or inside each driver (local[2])."""
+        if self.settings.spark_master:
+            return Component(EXTERNAL, endpoint=self.settings.spark_master)
+        if self.settings.spark_workers == 0:
+            return Component(LOCAL, "local[2]")
+        old = previous.spark if previous else None
+        return spark.ensure(self.dir, self.logs, self.settings.spark_workers, old)
+
+    def spark_master(self) -> str | None:
+        """The master URL consumer drivers submit to; None: Spark inside the driver."""
+        component = self.state.spark
+        return None if component.mode == LOCAL else component.endpoint
 
     def _postgres(
         self, found: artifacts.Artifacts | None, previous: StackState | None
@@ -390,7 +409,7 @@ class Stack:
         report["connectors"], report["failures"] = self._connector_report(state)
         report["slots"] = self._slot_report(state)
         report["up"] = all(
-            report[n]["running"] is not False for n in ("postgres", "broker", "connect")
+            report[n]["running"] is not False for n in ("postgres", "broker", "connect", "spark")
         )
         return report
 

@@ -195,7 +195,10 @@ class Saga:
             topic_for(t, topic_prefix=prefix) for t in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT)
         ]
         existing = set(admin.list_topics(timeout=10).topics)
-        missing = [NewTopic(t, PARTITIONS, 1) for t in wanted if t not in existing]
+        # The brokers' default replication factor: 3 on the cluster shape, 1 on a single node.
+        missing = [
+            NewTopic(t, PARTITIONS, replication_factor=-1) for t in wanted if t not in existing
+        ]
         for _name, done in admin.create_topics(missing).items() if missing else []:
             try:
                 done.result(30)
@@ -230,6 +233,9 @@ class Saga:
             env[f"{upper}_OUTBOX__MODE"] = settings.outbox_mode
             if settings.message_prefix is not None:
                 env[f"{upper}_OUTBOX__MESSAGE_PREFIX"] = settings.message_prefix
+        master = self.stack.spark_master()
+        if master:  # the stack's Spark cluster: the driver submits its jobs' tasks there
+            env["OUTBOXKIT_SPARK_MASTER"] = master
         return env
 
     def start_services(self, names: Sequence[str] | None = None) -> None:

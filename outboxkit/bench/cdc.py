@@ -60,6 +60,7 @@ class Seen:
 
     bootstrap: str
     topic: str
+    partitions: int = PARTITIONS
     count: int = 0
     last_at: float = 0.0
     sample: tuple[int, int, int] | None = None  # key, value, headers bytes of one record
@@ -75,7 +76,7 @@ class Seen:
                 "fetch.wait.max.ms": 50,
             }
         )
-        consumer.assign([TopicPartition(self.topic, p, -2) for p in range(PARTITIONS)])
+        consumer.assign([TopicPartition(self.topic, p, -2) for p in range(self.partitions)])
 
         def loop() -> None:
             try:
@@ -124,6 +125,7 @@ class Bench:
     """The benchmark's database and connector on ``stack``."""
 
     stack: Stack
+    partitions: int = PARTITIONS  # of each topic it creates
     url: str = ""
     engine: Engine | None = None
     connector: str = ""
@@ -149,11 +151,11 @@ class Bench:
         return self.stack.bootstrap_servers()
 
     def new_topic(self, label: str) -> tuple[str, str]:
-        """A fresh aggregate type and its topic, created with PARTITIONS partitions."""
+        """A fresh aggregate type and its topic, created with ``partitions`` partitions."""
         aggregate_type = f"bench_{label}_{uuid.uuid4().hex[:8]}"
         topic = topic_for(aggregate_type, topic_prefix=self.stack.settings.topic_prefix)
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+        admin.create_topics([NewTopic(topic, self.partitions, replication_factor=-1)])[topic].result(30)
         self.created_topics.append(topic)
         return aggregate_type, topic
 
@@ -192,7 +194,7 @@ class Bench:
         self, n: int, writers: int, advance: Callable[[int], None], mode: str = "delete"
     ) -> dict[str, float]:
         aggregate_type, topic = self.new_topic("stream")
-        with Seen(self.bootstrap, topic) as seen:
+        with Seen(self.bootstrap, topic, self.partitions) as seen:
             started = time.perf_counter()
             committed = self.write(aggregate_type, n, writers=writers, mode=mode)
             last = seen.wait(n, 300, advance)
@@ -211,7 +213,7 @@ class Bench:
         """events/s of Debezium draining a backlog of ``n`` into Kafka; and a record's size."""
         aggregate_type, topic = self.new_topic("drain")
         self.backlog(aggregate_type, n)
-        with Seen(self.bootstrap, topic) as seen:
+        with Seen(self.bootstrap, topic, self.partitions) as seen:
             resumed = time.perf_counter()
             self.stack.connect_client().resume(self.connector)
             last = seen.wait(n, 300, advance)
@@ -323,9 +325,11 @@ def pipeline(
     reps: int = 3,
     trigger: float = 0.5,
     session: Any = None,
+    partitions: int = PARTITIONS,
 ) -> tuple[dict[str, Any], str]:
     """Measure the pipeline with the one-event and the batch handler API; in ``session`` when
-    given (left running), else in its own."""
+    given (left running), else in its own (OUTBOXKIT_SPARK_MASTER, else local[2]); on topics of
+    ``partitions`` partitions."""
     from devstack.artifacts import cached_spark_jars
     from inbox.apply import Handlers
     from outboxkit.bench.inbox import bench_metadata, effects, record_effect, record_effects
@@ -337,7 +341,10 @@ def pipeline(
     rates: dict[str, list[float]] = {DRAIN: [], PER_EVENT: [], BATCH: []}
     phases: dict[str, dict[str, float]] = {}
     batches: dict[str, int] = {}
-    with Bench(stack) as bench, Progress("pipeline", 3 * events * reps + 2000) as progress:
+    with (
+        Bench(stack, partitions) as bench,
+        Progress("pipeline", 3 * events * reps + 2000) as progress,
+    ):
         assert bench.engine is not None
         engine = bench.engine
         bench_metadata.create_all(engine)
@@ -367,6 +374,7 @@ def pipeline(
         session = session or build_session(
             "outboxkit-bench", jars=cached_spark_jars(stack.settings.cache_dir)
         )
+        master = session.sparkContext.master
         with tempfile.TemporaryDirectory(prefix="outboxkit-bench-") as checkpoint:
             queries = {
                 variant: start_job(
@@ -423,7 +431,8 @@ def pipeline(
         f"A backlog of {events:,} events (committed while the connector was paused) drained "
         f"through the whole pipeline: rate from resume to the last business row committed by "
         f"the inbox sink; next to the Debezium drain alone of the same backlog to a topic no "
-        f"query reads. {reps} repetitions interleaved, Spark local[2], trigger {trigger} s, "
+        f"query reads. {reps} repetitions interleaved, {partitions} partitions, Spark {master}, "
+        f"trigger {trigger} s, "
         "Spark's Kafka connector (read_committed). Ratio = median / Debezium drain.\n"
         + describe(found)
         + "\n"
@@ -435,7 +444,13 @@ def pipeline(
     )
     data = {
         "scenario": "pipeline",
-        "params": {"events": events, "reps": reps, "trigger_seconds": trigger},
+        "params": {
+            "events": events,
+            "reps": reps,
+            "trigger_seconds": trigger,
+            "partitions": partitions,
+            "spark_master": master,
+        },
         "machine": found,
         "events_per_second": {k: spread(v) | {"samples": v} for k, v in rates.items()},
         "micro_batch_ms": phases,
