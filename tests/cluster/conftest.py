@@ -1,5 +1,6 @@
 """The cluster shape of the embedded stack (3 Kafka nodes with RF 3 and min ISR 2, 2 Connect
-workers in one group), started once for the tests of this folder and stopped after them."""
+workers in one group, a Spark standalone master with 2 one-core workers), started once for the
+tests of this folder and stopped after them."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def cluster() -> Iterator[Stack]:
         connector_name=f"cl-{uuid.uuid4().hex[:6]}",
         kafka_brokers=3,
         connect_workers=2,
+        spark_workers=2,
     ) as stack:
         yield stack
 
@@ -31,3 +33,10 @@ def cluster_engine(cluster: Stack) -> Iterator[Engine]:
     engine = create_engine(cluster.database_url(), pool_size=4)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture(scope="package")
+def cluster_effects_table(cluster_engine: Engine) -> None:
+    from tests.jobs import metadata
+
+    metadata.create_all(cluster_engine)

@@ -10,31 +10,10 @@ import time
 import pytest
 
 from devstack import faults
-from devstack.processes import StackError
-from devstack.stack import Stack
 from devstack.state import Node
 from tests.streaming import seen_twice, stream_with_faults
 
 EVENTS = 6_000
-
-
-def wait_task_moved(stack: Stack, away_from: Node, timeout: float = 120) -> tuple[Node, float]:
-    """The worker the task runs on once it left ``away_from`` and is RUNNING, and the seconds
-    that took."""
-    connector = stack.settings.connector_name
-    # Asked of another worker: a paused one would not answer.
-    via = next(n.endpoint for n in stack.state.connect.nodes if n.name != away_from.name)
-    began = time.monotonic()
-    while time.monotonic() - began < timeout:
-        try:
-            running = stack.connect_client(via, timeout=5).status(connector)
-            node = faults.task_worker(stack, connector, via=via)
-        except (StackError, OSError, RuntimeError):
-            node, running = None, None
-        if node and running and running.running and node.name != away_from.name:
-            return node, time.monotonic() - began
-        time.sleep(0.5)
-    raise AssertionError(f"the task did not leave {away_from.name} within {timeout:.0f}s")
 
 
 def test_task_moves_when_its_worker_is_killed_and_nothing_repeats(
@@ -47,7 +26,7 @@ def test_task_moves_when_its_worker_is_killed_and_nothing_repeats(
         node = faults.task_worker(cluster, connector)
         faults.kill(node)
         print(f"killed {node.name} (pid {node.pid}), running the task, at {written} written")
-        moved_to, seconds = wait_task_moved(cluster, node)
+        moved_to, seconds = faults.wait_task_moved(cluster, connector, node)
         moves.append((node.name, moved_to.name, seconds))
         print(f"task moved {node.name} -> {moved_to.name} in {seconds:.1f}s")
         cluster.up()  # the old worker starts again and rejoins the group
@@ -76,7 +55,7 @@ def test_a_paused_worker_that_comes_back_is_fenced(cluster, cluster_engine, aggr
         paused.append(node)
         print(f"paused {node.name} (pid {node.pid}), running the task, at {written} written")
         try:
-            moved_to, seconds = wait_task_moved(cluster, node, timeout=180)
+            moved_to, seconds = faults.wait_task_moved(cluster, connector, node, timeout=180)
             print(f"task moved {node.name} -> {moved_to.name} in {seconds:.1f}s")
         finally:
             faults.resume(node)

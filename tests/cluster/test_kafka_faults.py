@@ -12,6 +12,7 @@ import pytest
 
 from cdc.config import topic_for
 from devstack import faults
+from devstack.processes import stop
 from devstack.stack import Stack
 from tests.streaming import seen_twice, stream_with_faults
 
@@ -29,6 +30,25 @@ def _kill_and_restart(stack: Stack, choose, label: str):
         stack.up()  # starts the node again on its ports and data
 
     return fault
+
+
+def test_rolling_restart_of_a_node_loses_and_repeats_nothing(
+    cluster, cluster_engine, aggregate_type
+):
+    """One node stopped (SIGTERM: a controlled shutdown moves its leaderships first) and started
+    again on its data, as one step of a rolling restart."""
+
+    def restart_one(written: int) -> None:
+        node = random.choice(cluster.state.broker.nodes)
+        assert stop(node.pid)
+        print(f"stopped {node.name} (pid {node.pid}) at {written} events written")
+        time.sleep(3)
+        cluster.up()
+
+    counts = stream_with_faults(
+        cluster, cluster_engine, aggregate_type, events=EVENTS, points=[0.4], fault=restart_one
+    )
+    _check(counts, EVENTS)
 
 
 def _check(counts, events: int) -> None:
