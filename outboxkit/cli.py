@@ -39,6 +39,10 @@ def _stack(args: argparse.Namespace, settings: Settings) -> int:
         if saga is not None:  # the saga's processes first: they use the stack
             saga.stop()
         stack.down(keep_data=args.keep_data)
+        if not args.keep_data:
+            from saga.processes import drop_checkpoints
+
+            drop_checkpoints(stack.dir / "saga")
         return 0
     report = stack.status()
     processes = saga.status() if saga is not None and report["up"] else []

@@ -21,7 +21,7 @@ def run_demo(
     settings: Settings, *, orders: int = 300, keep_running: bool = False, seed: int = 7
 ) -> int:
     """Start everything, place ``orders`` orders, wait until each is final, report, stop."""
-    from saga.processes import Saga
+    from saga.processes import Saga, drop_checkpoints
 
     console = Console()
     stack = Stack(settings, echo=lambda line: console.print(f"[dim]{line}[/dim]"))
@@ -87,6 +87,7 @@ def run_demo(
             with console.status("stopping services, Spark and the stack..."):
                 saga.stop()
                 stack.down()
+                drop_checkpoints(saga.workdir)
 
 
 def _print_trace(console: Console, trace_id: str | None) -> None:

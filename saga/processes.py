@@ -9,6 +9,7 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -477,6 +478,13 @@ class Saga:
         return "\n".join(
             f"--- {name}\n{tail(self.workdir / f'{name}.log')}" for name in self.processes
         )
+
+
+def drop_checkpoints(workdir: Path) -> None:
+    """Remove the consumer driver's Spark checkpoints in ``workdir``: they hold Kafka offsets,
+    meaningless once the stack's Kafka data is deleted (a saga started again on new topics would
+    plan offset ranges that are not there, and fail every batch)."""
+    shutil.rmtree(workdir / "checkpoints", ignore_errors=True)
 
 
 def _command_marks(name: str, port: int | None) -> tuple[str, ...]:
