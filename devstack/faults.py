@@ -1,19 +1,25 @@
 """Where the faults of a cluster strike: the node that leads a partition, coordinates a
-transactional id, is the active controller, or runs a connector's task; and kill -9 of a node.
-The campaign (`saga.chaos`) and the fault tests use these on the embedded stack."""
+transactional id, is the active controller, or runs a connector's task, a Spark worker and its
+executors; kill -9 of a node, and waiting until a lost worker's task runs elsewhere. The
+campaign (`saga.chaos`) and the fault tests use these on the embedded stack."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from typing import TYPE_CHECKING
 
 from confluent_kafka.admin import AdminClient
 
-from devstack import broker
-from devstack.processes import StackError, alive
-from devstack.stack import Stack
+from devstack import broker, spark
+from devstack.processes import StackError, alive, stop
+from devstack.spark import ExecutorProcess
 from devstack.state import EMBEDDED, Component, Node
+
+if TYPE_CHECKING:  # kept out of the import: `outboxkit chaos --help` lists the fault kinds
+    from devstack.stack import Stack
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"
 
@@ -57,6 +63,14 @@ def broker_node(stack: Stack, node_id: int) -> Node:
     return _kafka(stack).node(f"kafka-{node_id}")
 
 
+def partitions(stack: Stack, topic: str) -> int:
+    """How many partitions ``topic`` has."""
+    meta = _admin(stack).list_topics(topic, timeout=10).topics.get(topic)
+    if meta is None or meta.error or not meta.partitions:
+        raise StackError(f"topic {topic} does not exist")
+    return len(meta.partitions)
+
+
 def partition_leader(stack: Stack, topic: str, partition: int, timeout: float = 30) -> Node:
     """The node leading ``topic``'s ``partition`` now."""
     deadline = time.monotonic() + timeout
@@ -98,11 +112,112 @@ def task_worker(stack: Stack, connector: str, task: int = 0, *, via: str | None 
     status = stack.connect_client(via, timeout=10).status(connector)
     if status is None:
         raise StackError(f"connector {connector} is not registered")
-    worker_id = status.worker_of(task)
+    return _worker_node(stack, connector, task, status.worker_of(task))
+
+
+def _worker_node(stack: Stack, connector: str, task: int, worker_id: str | None) -> Node:
     for node in stack.state.connect.nodes:
         if worker_id and node.endpoint.endswith(f"//{worker_id}"):
             return node
     raise StackError(f"task {connector}-{task} runs on no embedded worker ({worker_id})")
+
+
+def wait_task_moved(
+    stack: Stack, connector: str, away_from: Node, *, task: int = 0, timeout: float = 120
+) -> tuple[Node, float]:
+    """The worker ``connector``'s task runs on once it left ``away_from`` (killed or paused)
+    and is RUNNING there, and the seconds that took."""
+    # Asked of another worker that runs: a killed one cannot answer, a paused one would hang.
+    via = next(
+        (
+            n.endpoint
+            for n in stack.state.connect.nodes
+            if n.name != away_from.name and alive(n.pid)
+        ),
+        None,
+    )
+    if via is None:
+        raise StackError(f"no Connect worker but {away_from.name} runs: the task cannot move")
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        try:
+            status = stack.connect_client(via, timeout=5).status(connector)
+            node = _worker_node(stack, connector, task, status.worker_of(task)) if status else None
+        except (StackError, OSError, RuntimeError):  # the group rebalancing
+            status, node = None, None
+        if status and status.running and node and node.name != away_from.name:
+            return node, time.monotonic() - began
+        time.sleep(0.5)
+    raise StackError(f"task {connector}-{task} did not leave {away_from.name} in {timeout:.0f}s")
+
+
+def move_task(stack: Stack, connector: str, timeout: float = 300) -> tuple[Node, Node, float]:
+    """kill -9 of the worker running ``connector``'s task; once the task runs on another
+    worker, the old one is started again (`Stack.up`) and rejoins the group. Returns the
+    worker killed, the one the task moved to, and the seconds the move took."""
+    node = task_worker(stack, connector)
+    kill(node, timeout=30)
+    moved_to, seconds = wait_task_moved(stack, connector, node, timeout=timeout)
+    stack.up()
+    return node, moved_to, seconds
+
+
+def spark_workers(stack: Stack) -> list[Node]:
+    """The embedded Spark cluster's workers (none when Spark runs elsewhere or in the driver)."""
+    component = stack.state.spark
+    if component.mode != EMBEDDED:
+        return []
+    return [n for n in component.nodes if n.name.startswith("spark-worker-")]
+
+
+def spark_executors(stack: Stack) -> list[tuple[Node, ExecutorProcess]]:
+    """Every executor JVM that the embedded Spark workers run, with its worker."""
+    return [(w, e) for w in spark_workers(stack) if w.pid for e in spark.executors_of(w.pid)]
+
+
+def kill_spark_worker(node: Node, timeout: float = 10) -> list[ExecutorProcess]:
+    """kill -9 of a Spark worker together with its executors, as when its machine is lost;
+    returns the executors killed."""
+    if node.pid is None or not alive(node.pid):
+        raise StackError(f"{node.name} does not run")
+    executors = spark.executors_of(node.pid)
+    pids = [node.pid, *(e.pid for e in executors)]
+    for pid in pids:
+        _signal(pid, signal.SIGKILL)
+    for pid in pids:
+        _wait_gone(pid, timeout)
+    return executors
+
+
+def kill_executor(executor: ExecutorProcess, timeout: float = 10) -> None:
+    """kill -9 of one executor JVM (its worker reports it lost and starts another)."""
+    if not alive(executor.pid):
+        raise StackError(f"executor {executor.executor_id} (pid {executor.pid}) does not run")
+    _signal(executor.pid, signal.SIGKILL)
+    _wait_gone(executor.pid, timeout)
+
+
+def wait_executors(stack: Stack, timeout: float = 180) -> list[tuple[Node, ExecutorProcess]]:
+    """The executors of `spark_executors` once there is one (a driver just started has none)."""
+    deadline = time.monotonic() + timeout
+    while not (running := spark_executors(stack)):
+        if time.monotonic() > deadline:
+            raise StackError(f"no executor runs on the Spark workers after {timeout:.0f}s")
+        time.sleep(1)
+    return running
+
+
+def restart(stack: Stack, node: Node, pause: float, sig: int = signal.SIGKILL) -> str:
+    """``sig`` to ``node`` (kill -9 by default; a gentler signal is followed by SIGKILL if the
+    node outlives it by 60 s) and after ``pause`` seconds `Stack.up`, which starts it again on
+    its ports and data, as a supervisor would (only what is down is started). Returns its
+    name."""
+    if node.pid is None or not alive(node.pid):
+        raise StackError(f"{node.name} does not run")
+    stop(node.pid, sig=sig, timeout=60)
+    time.sleep(pause)
+    stack.up()
+    return node.name
 
 
 def kill(node: Node, sig: int = signal.SIGKILL, timeout: float = 10) -> None:
@@ -110,8 +225,17 @@ def kill(node: Node, sig: int = signal.SIGKILL, timeout: float = 10) -> None:
     if node.pid is None or not alive(node.pid):
         raise StackError(f"{node.name} does not run")
     os.kill(node.pid, sig)
+    _wait_gone(node.pid, timeout)
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # gone already (it exited with its worker)
+        os.kill(pid, sig)
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while alive(node.pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 

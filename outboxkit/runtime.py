@@ -92,15 +92,14 @@ def chaos_command(args: argparse.Namespace, settings: Settings) -> int:
 
     from devstack.stack import Stack
     from outboxkit.bench.report import markdown_table, write
-    from saga import chaos
+    from saga import chaos, faults
     from saga.processes import Saga
 
     console = Console()
     echo: Callable[[str], None] = lambda line: console.print(f"[dim]{line}[/dim]")  # noqa: E731
-    kinds = tuple(args.kinds or chaos.KINDS)
-    unknown = sorted(set(kinds) - set(chaos.KINDS))
-    if unknown:
-        raise ValueError(f"unknown fault kind(s) {unknown}: choose from {list(chaos.KINDS)}")
+    # Checked against the shape the settings give, before anything starts.
+    shape = faults.Shape.of(settings)
+    kinds = faults.check(args.kinds or faults.offered(shape), shape)
     stack = Stack(settings, echo=echo)
     stack.up()
     saga = recorded_saga(stack) or Saga(stack, stack.dir / "saga", echo=echo)
@@ -162,7 +161,7 @@ def _chaos_markdown(campaign: Any, markdown_table: Callable[..., str]) -> str:
         for kind, v in campaign.by_fault().items()
     ]
     rounds = [
-        [r.number, f"{r.at:.0f}", r.fault, f"{r.injected:.1f}", f"{r.recovery:.1f}"]
+        [r.number, f"{r.at:.0f}", r.fault, r.struck, f"{r.injected:.1f}", f"{r.recovery:.1f}"]
         for r in campaign.rounds
     ]
     return (
@@ -170,7 +169,9 @@ def _chaos_markdown(campaign: Any, markdown_table: Callable[..., str]) -> str:
         + "\n"
         + markdown_table(["fault", "rounds", "recovery p50 (s)", "recovery max (s)"], kinds)
         + "\n"
-        + markdown_table(["round", "at (s)", "fault", "fault + repair (s)", "recovery (s)"], rounds)
+        + markdown_table(
+            ["round", "at (s)", "fault", "struck", "fault + repair (s)", "recovery (s)"], rounds
+        )
     )
 
 
@@ -196,6 +197,8 @@ def print_processes(processes: Sequence[dict[str, Any]]) -> None:
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The ``saga`` and ``chaos`` commands."""
+    from saga import faults  # light: the kinds' catalogue, for the --kinds help
+
     saga = sub.add_parser(
         "saga",
         help="the saga's services and consumer driver: prepare (set-up only), up, status, start, "
@@ -216,8 +219,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
     chaos = sub.add_parser(
         "chaos",
-        help="a fault campaign on the saga: kill -9s, Postgres crashes, broker restarts, while "
-        "orders flow; then every invariant and the audit",
+        help="a fault campaign on the saga: kill -9s of its processes and the stack's nodes "
+        "(on a cluster: partition leaders, coordinators, workers), Postgres crashes, broker "
+        "restarts, while orders flow; then every invariant and the audit",
+        formatter_class=argparse.RawTextHelpFormatter,  # the --kinds help: one kind a line
     )
     chaos.add_argument("--rounds", type=int, default=50)
     chaos.add_argument("--orders", type=int, default=10_000)
@@ -225,7 +230,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     chaos.add_argument("--seed", type=int, default=1)
     chaos.add_argument("--gap-min", type=float, default=2.0, help="seconds between rounds, min")
     chaos.add_argument("--gap-max", type=float, default=8.0, help="seconds between rounds, max")
-    chaos.add_argument("--kinds", nargs="*", metavar="KIND", help="fault kinds (default: all)")
+    chaos.add_argument(
+        "--kinds",
+        nargs="*",
+        metavar="KIND",
+        help="fault kinds (default: every kind the stack's shape offers):\n" + faults.help_lines(),
+    )
     chaos.add_argument("--out", help="write chaos.json and chaos.md into this folder")
     chaos.add_argument("--keep-running", action="store_true", help="leave the stack and saga up")
     chaos.set_defaults(run=chaos_command)

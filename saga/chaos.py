@@ -2,111 +2,69 @@
 an operator meets, while orders flow at a steady rate with client retries; then every order
 final, the saga's invariants, and the audit of its consumers.
 
-Faults, one per round, each kind in turn in a shuffled order:
+One fault per round, each kind in turn in a shuffled order; the kinds (`saga.faults`) are those
+the stack's shape can strike, or the ones asked for:
 
-- ``spark-kill``, ``orders-kill``, ``payments-kill``, ``shipping-kill``, ``connect-kill``:
-  kill -9 of the consumer driver, a service or the Connect worker; after a pause the campaign
-  starts it again, as a process supervisor (systemd, Kubernetes) would: nothing else is touched;
-- ``postgres-crash``: immediate shutdown of Postgres (every service's database), started again
-  after a few seconds;
-- ``broker-restart``: the Kafka broker stopped and started again on its data;
-- ``connect-task-restart``: every connector and task restarted through Connect's REST API.
+- on any shape: kill -9 of the consumer driver or of a service replica (a random one when the
+  service runs several), a Postgres crash, a Kafka node's restart (SIGTERM; a random node on a
+  cluster: a rolling restart's step), every connector and task restarted through Connect's REST
+  API, and on one Connect worker its kill -9;
+- on 3+ Kafka nodes: kill -9 of the node leading a saga topic's partition, of the transaction
+  coordinator of a saga connector task's producer (KIP-618), of the active controller;
+- on 2+ Connect workers: kill -9 of the worker running a saga connector's task; the old worker
+  starts again once the task runs on another one (whose producer fenced the old one's);
+- on an embedded Spark cluster: kill -9 of a worker with its executors, or of one executor.
 
-No consumer is restarted for the last three: the consumers and services ride them out. Each
-round's recovery time is from the fault until a probe order, placed as soon as the fault was
-injected, reaches a final state (the saga's ordinary latency included; the baseline probe before
-the first round measures it).
+Each is repaired as a process supervisor (systemd, Kubernetes) would: the struck node or process
+is started again after a pause (`Stack.up` starts only what is down), and nothing else is
+touched; an executor is replaced by its worker. Each round records the node it struck and its
+recovery time: from the fault until a probe order, placed as soon as the fault was repaired
+(spread over the orders replicas), reaches a final state (the saga's ordinary latency
+included; the baseline probe before the first round measures it).
 """
 
 from __future__ import annotations
 
 import random
-import signal
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from devstack.processes import stop
+from devstack import faults as nodes
 from devstack.stack import Stack
+from devstack.state import EMBEDDED, Component
 from outbox.errors import is_transient
 from saga import load, rules
-from saga.common import SERVICES
+from saga.faults import ROUTINE as ROUTINE  # the e2e tests strike these mid-run
+from saga.faults import Shape, check, inject, offered
 from saga.invariants import Report
 from saga.load import Placed
 from saga.processes import Saga
 
-
-def crash_postgres(stack: Stack) -> None:
-    """Immediate shutdown of the stack's Postgres (no checkpoint: crash recovery on start), and
-    after a few seconds the database starts again on its port and data."""
-    pid = stack.state.postgres.pid
-    assert pid is not None
-    stop(pid, sig=signal.SIGQUIT, timeout=30)
-    time.sleep(6)
-    stack.up()  # starts only what is not running: the database
+# The kinds a single-node stack offers, its default (`saga.faults.NAMES`: every kind).
+KINDS = offered(Shape())
 
 
-def restart_broker(stack: Stack) -> None:
-    """The Kafka broker stopped (SIGTERM, a rolling restart's step) and started again on its
-    port and log after a few seconds."""
-    pid = stack.state.broker.pid
-    assert pid is not None
-    stop(pid)
-    time.sleep(4)
-    stack.up()  # starts only what is not running: the broker
+def _embedded(component: Component) -> int:
+    return len(component.nodes) if component.mode == EMBEDDED else 0
 
 
-def restart_connect_tasks(stack: Stack) -> None:
-    """Every connector and its tasks restarted through Connect's REST API, as an operator or a
-    rebalance does."""
-    client = stack.connect_client()
-    for name in stack.state.connectors:
-        client.restart(name, include_tasks=True)
+def shape_of(stack: Stack, saga: Saga) -> Shape:
+    """The nodes the running stack and saga offer to faults."""
+    state = stack.state
+    return Shape(
+        postgres=_embedded(state.postgres),
+        brokers=_embedded(state.broker),
+        connect_workers=_embedded(state.connect),
+        spark_workers=len(nodes.spark_workers(stack)),
+        replicas=saga.replicas,
+    )
 
 
-def kill_connect(stack: Stack, pause: float) -> None:
-    """kill -9 of the Connect worker; started again (on its REST port) after ``pause``."""
-    pid = stack.state.connect.pid
-    assert pid is not None
-    stop(pid, sig=signal.SIGKILL, timeout=30)
-    time.sleep(pause)
-    stack.up()
-
-
-def kill_process(saga: Saga, name: str, pause: float) -> None:
-    """kill -9 of a saga process; started again (a service on its port) after ``pause``."""
-    saga.kill(name)
-    time.sleep(pause)
-    saga.start([name])
-
-
-ROUTINE: dict[str, Callable[[Stack], None]] = {
-    "postgres-crash": crash_postgres,
-    "broker-restart": restart_broker,
-    "connect-task-restart": restart_connect_tasks,
-}
-KILLS = ("spark-kill", "connect-kill", *(f"{s}-kill" for s in SERVICES))
-KINDS = (*KILLS, *ROUTINE)
-
-
-def inject(kind: str, stack: Stack, saga: Saga, rng: random.Random) -> None:
-    """One fault of ``kind`` (see the module's docstring), repaired as production would."""
-    if kind in ROUTINE:
-        ROUTINE[kind](stack)
-    elif kind == "connect-kill":
-        kill_connect(stack, rng.uniform(1, 3))
-    elif kind == "spark-kill":
-        kill_process(saga, "consumers", rng.uniform(1, 3))
-    elif kind.endswith("-kill") and kind.removesuffix("-kill") in SERVICES:
-        kill_process(saga, kind.removesuffix("-kill"), rng.uniform(1, 3))
-    else:
-        raise ValueError(f"unknown fault {kind!r}: choose from {KINDS}")
-
-
-def schedule(rounds: int, rng: random.Random, kinds: tuple[str, ...] = KINDS) -> list[str]:
+def schedule(rounds: int, rng: random.Random, kinds: Sequence[str]) -> list[str]:
     """``rounds`` faults: every kind once per cycle, each cycle in a shuffled order."""
     planned: list[str] = []
     while len(planned) < rounds:
@@ -124,6 +82,7 @@ class Round:
     injected: float  # seconds the fault and its repair took
     recovery: float  # seconds from the fault until the probe order was final
     probe: str  # the probe order's id
+    struck: str = ""  # the node or process the fault struck (kafka-2, orders-2, ...)
 
 
 @dataclass
@@ -184,9 +143,12 @@ class Campaign:
 
 
 def probe(saga: Saga, since: float, seed: int, timeout: float = 600) -> tuple[Placed, float]:
-    """Place one order (retrying while the service is down) and wait until it is final;
-    returns it and the seconds from ``since`` (monotonic) until then."""
-    placed = load.place_orders(saga.urls["orders"], 1, seed=seed, retry_share=0.0)[0]
+    """Place one order (retrying while the service is down, on the next replica when it runs
+    several: the first one tried changes with ``seed``) and wait until it is final; returns it
+    and the seconds from ``since`` (monotonic) until then."""
+    urls = saga.service_urls("orders")
+    turn = seed % len(urls)
+    placed = load.place_orders([*urls[turn:], *urls[:turn]], 1, seed=seed, retry_share=0.0)[0]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -208,14 +170,16 @@ def run(
     rate: float,
     seed: int = 1,
     gap: tuple[float, float] = (2.0, 8.0),
-    kinds: tuple[str, ...] = KINDS,
+    kinds: Sequence[str] | None = None,
     echo: Callable[[str], None] = print,
     final_timeout: float = 900,
 ) -> Campaign:
-    """``rounds`` faults while ``orders`` orders are placed at ``rate`` per second, then the
-    checks. ``gap``: seconds between a round's recovery and the next fault."""
+    """``rounds`` faults of ``kinds`` (default: every kind the stack's shape offers) while
+    ``orders`` orders are placed at ``rate`` per second, then the checks. ``gap``: seconds
+    between a round's recovery and the next fault."""
+    shape = shape_of(stack, saga)
     rng = random.Random(seed)
-    plan = schedule(rounds, rng, kinds)
+    plan = schedule(rounds, rng, check(kinds or offered(shape), shape))
     placed: list[Placed] = []
     failure: list[BaseException] = []
 
@@ -236,12 +200,12 @@ def run(
         time.sleep(rng.uniform(*gap))
         at = time.monotonic()
         echo(f"round {number}/{len(plan)}: {kind}")
-        inject(kind, stack, saga, rng)
+        struck = inject(kind, stack, saga, rng)
         injected = time.monotonic() - at
         order, recovery = probe(saga, at, seed=rng.randrange(1 << 30))
         probes.append(order)
-        done.append(Round(number, kind, at - started, injected, recovery, order.order_id))
-        echo(f"round {number}/{len(plan)}: {kind} recovered in {recovery:.1f}s")
+        done.append(Round(number, kind, at - started, injected, recovery, order.order_id, struck))
+        echo(f"round {number}/{len(plan)}: {kind} on {struck} recovered in {recovery:.1f}s")
     loader.join()
     if failure:
         raise RuntimeError(f"placing orders failed: {failure[0]!r}") from failure[0]

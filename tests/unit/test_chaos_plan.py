@@ -1,28 +1,130 @@
-"""The fault campaign's plan and figures (pure)."""
+"""The fault campaign's plan and figures (pure): which fault kinds a stack's shape offers, the
+schedule of rounds, the figures per kind."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter
 
-from saga.chaos import KINDS, Campaign, Round, schedule
+import pytest
+
+from devstack.settings import StackSettings
+from outboxkit.bench.report import markdown_table
+from outboxkit.runtime import _chaos_markdown
+from saga import common
+from saga.chaos import Campaign, Round, schedule
+from saga.faults import NAMES, SERVICES, FaultKindError, Shape, check, help_lines, offered, pick
+
+ONE_NODE = Shape()
+CLUSTER = Shape(postgres=1, brokers=3, connect_workers=2, spark_workers=2, replicas=2)
+# The kinds of every campaign before clusters, in their order: a seed plans the same rounds.
+SINGLE_NODE_KINDS = (
+    "spark-kill",
+    "connect-kill",
+    "orders-kill",
+    "payments-kill",
+    "shipping-kill",
+    "postgres-crash",
+    "broker-restart",
+    "connect-task-restart",
+)
+CLUSTER_ONLY = (
+    "kafka-leader-kill",
+    "kafka-coordinator-kill",
+    "kafka-controller-kill",
+    "connect-worker-kill",
+    "spark-worker-kill",
+    "spark-executor-kill",
+)
+
+
+def test_one_node_offers_the_kinds_it_always_had_in_their_order():
+    assert offered(ONE_NODE) == SINGLE_NODE_KINDS
+
+
+def test_the_cluster_shape_offers_every_cluster_kind_and_the_common_ones():
+    kinds = offered(CLUSTER)
+    assert set(CLUSTER_ONLY) <= set(kinds)
+    assert "connect-kill" not in kinds  # a group's worker: connect-worker-kill
+    assert set(kinds) == set(NAMES) - {"connect-kill"}
+    assert Shape.of(StackSettings(cluster=True)) == CLUSTER
+    assert Shape.of(StackSettings()) == ONE_NODE
+
+
+@pytest.mark.parametrize(
+    ("shape", "present", "absent"),
+    [
+        (Shape(brokers=3), {"kafka-leader-kill", "kafka-controller-kill"}, {"spark-worker-kill"}),
+        (Shape(connect_workers=2), {"connect-worker-kill"}, {"connect-kill", "kafka-leader-kill"}),
+        (Shape(spark_workers=1), {"spark-worker-kill", "spark-executor-kill"}, set()),
+        (
+            Shape(postgres=0, brokers=0, connect_workers=0),
+            {"spark-kill", "orders-kill"},
+            {"postgres-crash", "broker-restart", "connect-kill"},
+        ),
+    ],
+)
+def test_each_engine_s_nodes_bring_their_kinds(shape, present, absent):
+    kinds = set(offered(shape))
+    assert present <= kinds
+    assert not absent & kinds
+
+
+def test_a_kind_the_shape_cannot_strike_is_refused_with_what_it_needs():
+    assert check(["kafka-leader-kill", "orders-kill"], CLUSTER) == (
+        "kafka-leader-kill",
+        "orders-kill",
+    )
+    with pytest.raises(
+        FaultKindError,
+        match=r"kafka-leader-kill needs 3\+ Kafka nodes.*"
+        r"1 Kafka node",
+    ):
+        check(["kafka-leader-kill"], ONE_NODE)
+    with pytest.raises(FaultKindError, match="connect-kill needs one Connect worker"):
+        check(["connect-kill"], CLUSTER)
+    with pytest.raises(FaultKindError, match="unknown fault kind"):
+        check(["kafka-kill"], CLUSTER)
+
+
+def test_the_help_lists_every_kind_on_one_line():
+    lines = help_lines().splitlines()
+    assert [line.split()[0] for line in lines] == list(NAMES)
+    assert SERVICES == common.SERVICES
+
+
+def test_one_replica_is_struck_without_drawing_so_one_node_campaigns_stay_the_same():
+    rng = random.Random(3)
+    state = rng.getstate()
+    assert pick(["orders"], rng) == "orders"
+    assert rng.getstate() == state
+    assert pick(["orders", "orders-2"], rng) in ("orders", "orders-2")
+    assert rng.getstate() != state
+
+
+def test_a_cluster_schedule_strikes_every_kind_once_per_cycle():
+    kinds = offered(CLUSTER)
+    plan = schedule(len(kinds), random.Random(5), kinds)
+    assert sorted(plan) == sorted(kinds)
+    assert Counter(schedule(3 * len(kinds), random.Random(5), kinds)) == dict.fromkeys(kinds, 3)
 
 
 def test_every_kind_comes_once_per_cycle_in_a_seeded_shuffled_order():
-    plan = schedule(50, random.Random(1))
+    kinds = SINGLE_NODE_KINDS
+    plan = schedule(50, random.Random(1), kinds)
     assert len(plan) == 50
     counts = Counter(plan)
-    assert set(counts) == set(KINDS)
+    assert set(counts) == set(kinds)
     assert max(counts.values()) - min(counts.values()) <= 1
-    for start in range(0, 50 - len(KINDS) + 1, len(KINDS)):
-        assert sorted(plan[start : start + len(KINDS)]) == sorted(KINDS)
-    assert plan == schedule(50, random.Random(1))
-    assert plan != schedule(50, random.Random(2))
+    for start in range(0, 50 - len(kinds) + 1, len(kinds)):
+        assert sorted(plan[start : start + len(kinds)]) == sorted(kinds)
+    assert plan == schedule(50, random.Random(1), kinds)
+    assert plan != schedule(50, random.Random(2), kinds)
 
 
 def campaign(recoveries: dict[str, list[float]], **overrides) -> Campaign:
     rounds = [
-        Round(n, kind, float(n), 1.0, time, f"o{n}")
+        Round(n, kind, float(n), 1.0, time, f"o{n}", f"node-{n}")
         for n, (kind, time) in enumerate(
             ((k, t) for k, times in recoveries.items() for t in times), 1
         )
@@ -53,6 +155,13 @@ def test_recovery_per_fault_kind_and_latency_quantiles():
     assert c.latency(0.5) == 50.5
     assert 99 <= c.latency(0.99) <= 100
     assert c.ok
+
+
+def test_the_report_says_which_node_each_round_struck():
+    text = _chaos_markdown(campaign({"kafka-leader-kill": [4.0, 6.0]}), markdown_table)
+    header = next(line for line in text.splitlines() if "recovery (s)" in line and "round" in line)
+    assert "struck" in header
+    assert "node-1" in text and "node-2" in text
 
 
 def test_anything_lost_doubled_stuck_or_inconsistent_fails_the_campaign():
