@@ -93,7 +93,7 @@ def chaos_command(args: argparse.Namespace, settings: Settings) -> int:
     from devstack.stack import Stack
     from outboxkit.bench.report import markdown_table, write
     from saga import chaos, faults
-    from saga.processes import Saga
+    from saga.processes import Saga, drop_checkpoints
 
     console = Console()
     echo: Callable[[str], None] = lambda line: console.print(f"[dim]{line}[/dim]")  # noqa: E731
@@ -129,6 +129,7 @@ def chaos_command(args: argparse.Namespace, settings: Settings) -> int:
         if not args.keep_running:
             saga.stop()
             stack.down()
+            drop_checkpoints(saga.workdir)
     markdown = _chaos_markdown(campaign, markdown_table)
     console.print(markdown, markup=False)
     if args.out:
