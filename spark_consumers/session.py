@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -93,4 +94,7 @@ def build_session(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    # py4j logs one INFO line per connection it closes, also from __del__ at interpreter exit,
+    # when the handlers' streams may already be closed ("--- Logging error ---").
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     return session

@@ -179,9 +179,10 @@ def server(orders_url) -> Iterator[int]:
     thread.join(30)
 
 
-def upload(port: int, total: int, *, chunked: bool) -> tuple[http.client.HTTPResponse, int]:
+def upload(port: int, total: int, *, chunked: bool) -> tuple[http.client.HTTPResponse | None, int]:
     """POST a ``total``-byte body, declared (Content-Length) or chunked, sending only while the
-    server has not answered; the response and the bytes of body sent."""
+    server has not answered; the response (None when the server's close reset the connection
+    before its answer could be read) and the bytes of body sent."""
     length = "Transfer-Encoding: chunked" if chunked else f"Content-Length: {total}"
     head = "POST /orders HTTP/1.1\r\nHost: orders\r\nContent-Type: application/json\r\n"
     piece = b" " * 65536
@@ -189,29 +190,43 @@ def upload(port: int, total: int, *, chunked: bool) -> tuple[http.client.HTTPRes
     sock = socket.create_connection(("127.0.0.1", port), timeout=60)
     sock.sendall(f"{head}{length}\r\n\r\n".encode())
     sent = 0
-    while sent < total:
-        readable, writable, _ = io_select.select([sock], [sock], [], 60)
-        if readable or not writable:
-            break
-        sock.sendall(framed)
-        sent += len(piece)
-    response = http.client.HTTPResponse(sock)
-    response.begin()
+    try:
+        while sent < total:
+            readable, writable, _ = io_select.select([sock], [sock], [], 60)
+            if readable or not writable:
+                break
+            sock.sendall(framed)
+            sent += len(piece)
+        response = http.client.HTTPResponse(sock)
+        response.begin()
+    except (ConnectionResetError, BrokenPipeError):
+        # The server answered and closed with our unread bytes still in its receive buffer, so
+        # its kernel reset the connection (no lingering close): the answer may be lost with it.
+        return None, sent
     return response, sent
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
-def test_a_300_mb_body_is_refused_with_413_before_it_is_sent(server, orders_url, chunked):
+def test_a_300_mb_body_is_refused_with_413_before_it_is_sent(server, orders_url, chunked, caplog):
     """On a real server: the 413 comes while the client is still sending (the body is never
     read whole), declared or not, and the server serves the next request."""
     total = 300 * 1024 * 1024
     before = count_orders(orders_url)
+    caplog.set_level("INFO")
     response, sent = upload(server, total, chunked=chunked)
-    body = json.loads(response.read())
     print(f"413 after {sent} of {total} bytes sent")
-    assert response.status == 413 and body["status"] == 413, body
-    assert response.getheader("content-type") == "application/problem+json"
     assert sent < total
+    if response is None:
+        # The reset lost the answer on the wire; the server's own access log still has it.
+        wait_until(
+            "the server's log of its 413",
+            lambda: any("POST /orders -> 413" in r.getMessage() for r in caplog.records),
+            timeout=10,
+        )
+    else:
+        body = json.loads(response.read())
+        assert response.status == 413 and body["status"] == 413, body
+        assert response.getheader("content-type") == "application/problem+json"
     assert count_orders(orders_url) == before
     again = http.client.HTTPConnection("127.0.0.1", server, timeout=60)
     again.request("POST", "/orders", body=json.dumps(BODY), headers=JSON)
