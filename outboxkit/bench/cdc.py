@@ -155,7 +155,8 @@ class Bench:
         aggregate_type = f"bench_{label}_{uuid.uuid4().hex[:8]}"
         topic = topic_for(aggregate_type, topic_prefix=self.stack.settings.topic_prefix)
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        admin.create_topics([NewTopic(topic, self.partitions, replication_factor=-1)])[topic].result(30)
+        new = NewTopic(topic, self.partitions, replication_factor=-1)  # the brokers' default
+        admin.create_topics([new])[topic].result(30)
         self.created_topics.append(topic)
         return aggregate_type, topic
 
@@ -326,10 +327,11 @@ def pipeline(
     trigger: float = 0.5,
     session: Any = None,
     partitions: int = PARTITIONS,
+    warm_up: int = 1000,
 ) -> tuple[dict[str, Any], str]:
     """Measure the pipeline with the one-event and the batch handler API; in ``session`` when
     given (left running), else in its own (OUTBOXKIT_SPARK_MASTER, else local[2]); on topics of
-    ``partitions`` partitions."""
+    ``partitions`` partitions, after ``warm_up`` events through each query."""
     from devstack.artifacts import cached_spark_jars
     from inbox.apply import Handlers
     from outboxkit.bench.inbox import bench_metadata, effects, record_effect, record_effects
@@ -343,7 +345,7 @@ def pipeline(
     batches: dict[str, int] = {}
     with (
         Bench(stack, partitions) as bench,
-        Progress("pipeline", 3 * events * reps + 2000) as progress,
+        Progress("pipeline", 3 * events * reps + 2 * warm_up) as progress,
     ):
         assert bench.engine is not None
         engine = bench.engine
@@ -386,10 +388,12 @@ def pipeline(
                 base = applied()
                 warm: dict[str, int] = {}
                 for variant, (aggregate_type, _) in jobs.items():
-                    progress.update(f"pipeline: warm-up, {variant} (1,000 events through Spark)")
-                    bench.write(aggregate_type, 1000, per_transaction=100)
-                    base = wait_applied(applied, base + 1000, queries[variant], progress.advance)
-                warm = {v: _last_input_batch(q, rows=1000) for v, q in queries.items()}
+                    progress.update(
+                        f"pipeline: warm-up, {variant} ({warm_up:,} events through Spark)"
+                    )
+                    bench.write(aggregate_type, warm_up, per_transaction=100)
+                    base = wait_applied(applied, base + warm_up, queries[variant], progress.advance)
+                warm = {v: _last_input_batch(q, rows=warm_up) for v, q in queries.items()}
                 for rep in range(reps):
                     progress.update(f"pipeline: Debezium drain alone ({rep + 1}/{reps})")
                     rates[DRAIN].append(bench.drain(events, progress.advance)[0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +11,10 @@ from sqlalchemy import create_engine, make_url, text
 
 from outboxkit.settings import Settings
 
-SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga", "profile")
-DATABASE_ONLY = ("outbox", "inbox", "profile")  # Postgres alone; the rest: the stack
+SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga", "profile", "cluster")
+DEFAULT = SCENARIOS[:-1]  # cluster starts a stack per shape (about 20 min): only when named
+DATABASE_ONLY = ("outbox", "inbox", "profile")  # Postgres alone
+OWN_STACKS = ("cluster",)  # stacks of its own; the rest: the settings' stack
 BENCH_DATABASE = "outboxkit_bench"
 
 
@@ -26,21 +29,31 @@ def fresh_database(server_url: str, name: str = BENCH_DATABASE) -> str:
     return url.set(database=name).render_as_string(hide_password=False)
 
 
+def _shape(text: str) -> Any:
+    from outboxkit.bench.cluster import parse_shape
+
+    try:
+        return parse_shape(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
 
     from devstack.stack import Stack
 
     console = Console()
-    scenarios = args.scenarios or list(SCENARIOS)
+    scenarios = args.scenarios or list(DEFAULT)
     unknown = [s for s in scenarios if s not in SCENARIOS]
     if unknown:
         console.print(f"unknown scenario {', '.join(unknown)}; choose from {', '.join(SCENARIOS)}")
         return 2
     stack = Stack(settings, echo=lambda line: None)
     started: Stack | None = None
-    needs_stack = any(s not in DATABASE_ONLY for s in scenarios) or not (
-        args.url or settings.database_url
+    shared = [s for s in scenarios if s not in OWN_STACKS]
+    needs_stack = bool(shared) and (
+        any(s not in DATABASE_ONLY for s in shared) or not (args.url or settings.database_url)
     )
     if needs_stack:
         if stack.status().get("up") is not True:
@@ -48,15 +61,20 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         print("[bench] starting the stack (Postgres, broker, Kafka Connect + Debezium)", flush=True)
         stack.up()
     try:
-        server = args.url or settings.database_url or stack.database_url()
-        return _run_scenarios(args, console, scenarios, stack, server)
+        server = args.url or settings.database_url or (stack.database_url() if needs_stack else "")
+        return _run_scenarios(args, console, scenarios, stack, server, settings)
     finally:
         if started is not None and not args.keep_stack:
             started.down()
 
 
 def _run_scenarios(
-    args: argparse.Namespace, console: Any, scenarios: list[str], stack: Any, server: str
+    args: argparse.Namespace,
+    console: Any,
+    scenarios: list[str],
+    stack: Any,
+    server: str,
+    settings: Settings,
 ) -> int:
     from rich.markdown import Markdown
 
@@ -82,6 +100,8 @@ def _run_scenarios(
             data, markdown = cdc.cdc(stack, out, events=args.events, reps=reps)
         elif scenario == "pipeline":
             data, markdown = cdc.pipeline(stack, out, events=args.events, reps=reps)
+        elif scenario == "cluster":
+            data, markdown = _cluster(args, settings, out)
         else:
             data, markdown = saga.run(
                 stack,
@@ -100,6 +120,21 @@ def _run_scenarios(
     return 0
 
 
+def _cluster(args: argparse.Namespace, settings: Settings, out: Path) -> tuple[dict[str, Any], str]:
+    """The cluster scenario at its default sizes, or --quick's, or the ones given."""
+    from outboxkit.bench import cluster
+
+    shapes = args.shapes or (cluster.QUICK_SHAPES if args.quick else cluster.SHAPES)
+    sizes = cluster.QUICK if args.quick else cluster.Sizes(reps=min(args.reps, 2))
+    given = {
+        "events": args.cluster_events,
+        "saga_rate": args.cluster_rate,
+        "saga_duration": args.cluster_duration,
+    }
+    sizes = dataclasses.replace(sizes, **{k: v for k, v in given.items() if v is not None})
+    return cluster.run(settings, out, shapes=shapes, sizes=sizes, workdir=args.cluster_dir)
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     bench = sub.add_parser(
         "bench",
@@ -107,7 +142,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         description="Scenarios: outbox (write overhead), cdc (commit -> Kafka vs raw produce), "
         "inbox (sink rows/s and dedup-state size), pipeline (outbox -> Spark inbox vs Debezium "
         "drain), saga (latency at fixed rates, capacity under a step load), profile (where "
-        "the inbox sink's time goes). Default: all.",
+        "the inbox sink's time goes), cluster (the pipeline and the saga on stacks of several "
+        "shapes, each started and stopped in turn: 1 vs 3 brokers, Spark local[2] vs 1 and 2 "
+        "workers, 4 vs 8 partitions; about 20 min). Default: all but cluster.",
     )
     bench.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=", ".join(SCENARIOS))
     bench.add_argument(
@@ -142,4 +179,29 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     bench.add_argument("--duration", type=float, default=20.0, help="saga fixed-rate seconds")
     bench.add_argument("--keep-stack", action="store_true", help="leave a stack it started up")
+    cluster = bench.add_argument_group("cluster scenario")
+    cluster.add_argument(
+        "--quick",
+        action="store_true",
+        help="two shapes (k1-s0-p4, k3-s2-p4), a backlog of 2,000 events once, the saga for 5 s",
+    )
+    cluster.add_argument(
+        "--shapes",
+        type=lambda s: tuple(_shape(x) for x in s.split(",")),
+        help="comma-separated shapes k<brokers>-s<spark workers>-p<partitions>[-nosaga], the "
+        "baseline first (default: k1-s0-p4,k3-s0-p4,k3-s2-p4,k3-s1-p4-nosaga,k3-s2-p8; "
+        "the baseline's pipeline is measured again last, but with --quick)",
+    )
+    cluster.add_argument(
+        "--cluster-events", type=int, help="pipeline backlog per shape (default 20,000)"
+    )
+    cluster.add_argument("--cluster-rate", type=float, help="saga orders/s (default 20)")
+    cluster.add_argument(
+        "--cluster-duration", type=float, help="saga seconds per shape (default 20)"
+    )
+    cluster.add_argument(
+        "--cluster-dir",
+        type=Path,
+        help="where the shapes' stacks go (default: the system's temporary directory)",
+    )
     bench.set_defaults(run=run)

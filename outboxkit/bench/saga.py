@@ -102,7 +102,7 @@ def _settle(
     return report
 
 
-def _fixed_rate(saga: Saga, rate: float, duration: float, seed: int, progress: Progress) -> Any:
+def fixed_rate(saga: Saga, rate: float, duration: float, seed: int, progress: Progress) -> Any:
     """Orders POSTed open-loop at ``rate`` for ``duration`` s: latency percentiles, hops, and
     where hop 1's time goes (when each OrderPlaced became visible in Kafka; batch phases)."""
     count = int(rate * duration)
@@ -189,7 +189,7 @@ def run(
                     for n, rate in enumerate(rates):
                         progress.update(f"saga: {rate:g}/s for {duration:g} s ({rep + 1}/{reps})")
                         runs[rate].append(
-                            _fixed_rate(saga, rate, duration, 200 + 10 * rep + n, progress)
+                            fixed_rate(saga, rate, duration, 200 + 10 * rep + n, progress)
                         )
                 for n, rate in enumerate(steps):
                     progress.update(f"saga: step load {rate:g}/s for {step_seconds:g} s")

@@ -4,13 +4,17 @@ are never asserted against thresholds: only that every measurement happened and 
 from __future__ import annotations
 
 import json
+import math
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from devstack.stack import Stack
-from outboxkit.bench import cdc, inbox, profile, writes
+from outboxkit.bench import cdc, cluster, inbox, profile, writes
 from outboxkit.bench.cli import fresh_database
+from outboxkit.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -62,3 +66,75 @@ def test_pipeline_benchmark_applies_each_event_once(
     assert data["events_per_second"][cdc.BATCH]["min"] > 0
     assert all(n >= 1 for n in data["batches"].values())
     assert all("addBatch" in ms for ms in data["micro_batch_ms"].values())
+
+
+@pytest.mark.slow  # two stacks started and stopped in turn: minutes; `bench cluster` runs it all
+def test_cluster_benchmark_measures_each_shape_in_its_own_stack(tmp_path: Path) -> None:
+    """The cluster scenario's smallest form: Spark inside the driver vs a one-worker standalone
+    cluster with twice the partitions, the pipeline only, each shape's stack started and
+    stopped in turn (the saga part is `bench saga`'s fixed rate, run by `bench cluster`)."""
+    shapes = (cluster.parse_shape("k1-s0-p4-nosaga"), cluster.parse_shape("k1-s1-p8-nosaga"))
+    # The postgres user must be able to enter the directory: not under pytest's 0700 tmp.
+    workdir = Path(tempfile.mkdtemp(prefix="okbct-"))
+    try:
+        sizes = cluster.Sizes(events=300, reps=1, warm_up=100, baseline_again=False)
+        data, markdown = cluster.run(
+            Settings(), tmp_path, shapes=shapes, sizes=sizes, workdir=workdir
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    assert [s["shape"] for s in data["shapes"]] == ["k1-s0-p4", "k1-s1-p8"]
+    local, standalone = data["shapes"]
+    for shape, partitions in ((local, 4), (standalone, 8)):
+        rates = shape["pipeline"]["events_per_second"]
+        assert set(rates) == {cdc.DRAIN, cdc.PER_EVENT, cdc.BATCH}
+        assert all(r["min"] > 0 for r in rates.values())
+        assert shape["pipeline"]["params"]["partitions"] == partitions
+        assert shape["stack_up_seconds"] > 0 and shape["stack_rss_mib"] > 0
+        load = shape["load"]["pipeline"]
+        assert len(load["loadavg_before"]) == 3 and 0 < load["cpu_busy_share"] <= 1
+        assert 0 < load["cpu_share_of_this_run"] <= load["cpu_busy_share"]
+        assert "saga" not in shape
+    # The driver submitted to the shape's own master; that stack has a master and a worker more.
+    assert local["pipeline"]["params"]["spark_master"].startswith("local")
+    assert standalone["pipeline"]["params"]["spark_master"].startswith("spark://127.0.0.1:")
+    assert standalone["stack_processes"] == local["stack_processes"] + 2
+    assert all(v == 1.0 for v in data["ratios_to_baseline"][0].values() if v is not None)
+    assert "| 1 broker, Spark 1 worker, 8 partitions |" in markdown
+    assert json.dumps(data, allow_nan=False)
+    # Every process of both stacks was stopped: none runs from their directory any more.
+    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if _mentions(p, workdir)]
+
+
+def _mentions(cmdline: Path, directory: Path) -> bool:
+    try:
+        return str(directory).encode() in cmdline.read_bytes()
+    except OSError:  # the process ended meanwhile
+        return False
+
+
+def test_cluster_shapes_parse_and_ratios_divide_by_the_baseline() -> None:
+    assert cluster.parse_shape("k3-s2-p8") == cluster.Shape(3, 2, 8)
+    assert cluster.parse_shape("K1-s0-p4-nosaga") == cluster.Shape(1, 0, 4, saga=False)
+    with pytest.raises(ValueError, match="k<brokers>"):
+        cluster.parse_shape("3 brokers")
+    assert cluster.SHAPES[0] == cluster.Shape(1, 0, 4)  # the baseline: a single node
+    # ... measured again last, its pipeline only, to show how far the machine's load moved
+    shapes = cluster.plan(cluster.SHAPES, cluster.DEFAULT)
+    assert shapes[-1] == cluster.Shape(1, 0, 4, saga=False, again=True)
+    assert shapes[-1].slug == "k1-s0-p4-again" and len(shapes) == len(cluster.SHAPES) + 1
+    assert cluster.plan(cluster.SHAPES, cluster.QUICK) == list(cluster.SHAPES)
+    settings = cluster.Shape(3, 2, 8).settings(Settings(), Path("/tmp/x"))
+    assert (settings.kafka_brokers, settings.spark_workers, settings.connect_workers) == (3, 2, 1)
+
+    def shape(drain: float, p50: float | None) -> dict[str, object]:
+        rates = {k: {"median": drain} for k in (cdc.DRAIN, cdc.PER_EVENT, cdc.BATCH)}
+        saga = {"achieved_rate": 20.0, "p50": p50, "p99": 2 * p50} if p50 else None
+        return {"pipeline": {"events_per_second": rates}, "saga": saga}
+
+    from outboxkit.bench.cluster_report import ratios
+
+    base, faster, no_saga = ratios([shape(100, 1.0), shape(150, 0.5), shape(50, None)])
+    assert set(base.values()) == {1.0}
+    assert faster["Debezium drain"] == 1.5 and faster["saga p50 s"] == 0.5
+    assert no_saga["pipeline, batch"] == 0.5 and math.isnan(no_saga["saga p99 s"])
