@@ -1,5 +1,6 @@
 """Transactional outbox: write an event in the same transaction as the business rows."""
 
+from outbox.contracts import ContractError, Contracts, Event, Received
 from outbox.envelope import Envelope, make_envelope
 from outbox.errors import InvalidEvent, OutboxError
 from outbox.publish import NewEvent, Outbox
@@ -9,13 +10,17 @@ from outbox.trace import TraceContext
 from outbox.unit import PublishedObserver, UnitOfWork
 
 __all__ = [
+    "ContractError",
+    "Contracts",
     "Envelope",
+    "Event",
     "InvalidEvent",
     "NewEvent",
     "Outbox",
     "OutboxError",
     "OutboxSettings",
     "PublishedObserver",
+    "Received",
     "TraceContext",
     "UnitOfWork",
     "make_envelope",

@@ -12,6 +12,7 @@ from opentelemetry.trace import SpanKind
 from sqlalchemy.orm import Session
 
 from outbox import spans
+from outbox.contracts import Event
 from outbox.envelope import Envelope
 from outbox.publish import NewEvent, Outbox
 from outbox.trace import TraceContext
@@ -66,6 +67,19 @@ class UnitOfWork:
         return self.publish_many(
             [NewEvent(aggregate_type, aggregate_id, event_type, payload, headers, caused_by)]
         )[0]
+
+    def publish_event(
+        self,
+        event: Event,
+        *,
+        aggregate_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        caused_by: Envelope | None = None,
+    ) -> Envelope:
+        """Publish a typed event (`outbox.contracts.Event`): validated, its type, aggregate and
+        version from its model, its aggregate id from its key field unless given."""
+        new = event.new_event(aggregate_id=aggregate_id, headers=headers, caused_by=caused_by)
+        return self.publish_many([new])[0]
 
     def publish_many(self, events: Sequence[NewEvent]) -> list[Envelope]:
         """Validate every event, then add them all to this unit's transaction in one statement

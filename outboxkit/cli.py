@@ -541,6 +541,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--json", action="store_true")
     audit.set_defaults(run=_audit)
 
+    from outboxkit.schemas_cli import add_parser as add_schemas
+
+    add_schemas(sub)
+
     from outboxkit.runtime import add_parsers as add_runtime
 
     add_runtime(sub)

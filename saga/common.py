@@ -10,8 +10,8 @@ from pydantic_settings import SettingsConfigDict
 
 from inbox.apply import BatchHandler
 from migrations.runner import Migrations
-from outbox.publish import NewEvent
 from outbox.unit import UnitOfWork
+from saga.contracts import CONTRACTS
 from saga.rules import Reply
 from service_template import ServiceSettings
 from spark_consumers.job import Job
@@ -70,10 +70,12 @@ def job_of(service: str, aggregate_types: tuple[str, ...], handlers: BatchHandle
 
 
 def publish_replies(uow: UnitOfWork, replies: Sequence[Reply]) -> None:
-    """Publish a step's replies in one statement, each continuing the trace of its cause."""
+    """Publish a step's replies in one statement, each validated against its contract and
+    continuing the trace of its cause."""
+    models = CONTRACTS.models
     uow.publish_many(
         [
-            NewEvent(r.aggregate_type, r.order_id, r.event_type, r.payload, caused_by=r.cause)
+            models[r.event_type].model_validate(r.payload).new_event(caused_by=r.cause)
             for r in replies
         ]
     )

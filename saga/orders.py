@@ -34,8 +34,8 @@ from inbox.apply import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of
+from saga.contracts import CONTRACTS, MAX_ITEMS, Amount, Customer, Item, OrderPlaced
 from saga.order_metrics import OrdersCollector
-from saga.payloads import MAX_ITEMS, Amount, Customer, Item, payload_problem
 from saga.rules import ORDER_ID
 from service_template import Problem, UnitOfWork, create_app, idempotent, unit_of_work
 from service_template.app import service_router
@@ -154,16 +154,10 @@ def place_order(
                 status_after=rules.PENDING,
             )
         )
-        uow.publish(
-            aggregate_type=rules.ORDER,
-            aggregate_id=order_id,
-            event_type=rules.ORDER_PLACED,
-            payload={
-                "order_id": order_id,
-                "customer": body.customer,
-                "items": items,
-                "amount": body.amount,
-            },
+        uow.publish_event(
+            OrderPlaced(
+                order_id=order_id, customer=body.customer, items=body.items, amount=body.amount
+            )
         )
         return 201, OrderView.model_validate(_view(uow.session, order_id)).model_dump(mode="json")
 
@@ -224,7 +218,7 @@ def _entry(event: Envelope, status_after: str) -> dict[str, Any]:
     }
 
 
-HANDLERS = BatchHandler(apply_slice, frozenset(rules.ORDER_MOVES), payload_problem)
+HANDLERS = BatchHandler(apply_slice, frozenset(rules.ORDER_MOVES), CONTRACTS.problem)
 
 
 def app() -> FastAPI:

@@ -31,7 +31,7 @@ from inbox.apply import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, publish_replies, settings_of
-from saga.payloads import payload_problem
+from saga.contracts import CONTRACTS
 from saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
 from service_template.app import service_router
@@ -134,7 +134,7 @@ def _change(changed: Iterable[rules.Payment]) -> Update:
 HANDLERS = BatchHandler(
     apply_slice,
     frozenset({rules.ORDER_PLACED, rules.SHIPMENT_FAILED, rules.SHIPMENT_SCHEDULED}),
-    payload_problem,
+    CONTRACTS.problem,
 )
 
 

@@ -33,7 +33,7 @@ from inbox.apply import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, publish_replies, settings_of
-from saga.payloads import payload_problem
+from saga.contracts import CONTRACTS
 from saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
 from service_template.app import service_router
@@ -128,7 +128,7 @@ def _take(taken: Mapping[str, int]) -> Update:
 HANDLERS = BatchHandler(
     apply_slice,
     frozenset({rules.PAYMENT_CAPTURED, rules.PAYMENT_DECLINED, rules.PAYMENT_REFUNDED}),
-    payload_problem,
+    CONTRACTS.problem,
 )
 
 

@@ -12,7 +12,7 @@ from inbox.apply import BatchHandler
 from inbox.decision import Action, Incoming, PartitionView, decide
 from outbox import Envelope
 from saga import orders, payments, rules, shipping
-from saga.payloads import payload_problem
+from saga.contracts import CONTRACTS
 
 ORDER_1 = "00000000-0000-4000-8000-000000000001"
 ITEMS = [{"sku": "widget", "qty": 2}, {"sku": "gadget-2", "qty": 1}]
@@ -53,7 +53,7 @@ def event(event_type: str, payload: Any = None, **changes: Any) -> Envelope:
 
 @pytest.mark.parametrize("event_type", list(VALID))
 def test_a_valid_payload_of_each_type_passes(event_type):
-    assert payload_problem(event(event_type)) is None
+    assert CONTRACTS.problem(event(event_type)) is None
 
 
 def test_the_replies_the_services_publish_pass():
@@ -73,7 +73,7 @@ def test_the_replies_the_services_publish_pass():
         rules.SHIPMENT_FAILED,
         rules.PAYMENT_REFUNDED,
     ]
-    assert [payload_problem(published(r)) for r in replies] == [None] * 4
+    assert [CONTRACTS.problem(published(r)) for r in replies] == [None] * 4
 
 
 @pytest.mark.parametrize(
@@ -131,15 +131,15 @@ def test_the_replies_the_services_publish_pass():
     ],
 )
 def test_a_payload_off_its_schema_gets_the_reason(event_type, changes, reason):
-    problem = payload_problem(event(event_type, **changes))
+    problem = CONTRACTS.problem(event(event_type, **changes))
     assert problem is not None and problem.startswith(reason), problem
 
 
 def test_a_payload_that_is_no_object_or_is_empty_gets_a_reason():
-    assert payload_problem(event(rules.ORDER_PLACED, [1])) == (
+    assert CONTRACTS.problem(event(rules.ORDER_PLACED, [1])) == (
         "payload: Input should be a valid dictionary or instance of OrderPlaced (got [1])"
     )
-    missing = payload_problem(event(rules.PAYMENT_CAPTURED, {}))
+    missing = CONTRACTS.problem(event(rules.PAYMENT_CAPTURED, {}))
     assert missing == (
         "order_id: Field required; customer: Field required; items: Field required; and 2 more"
     )
@@ -147,18 +147,18 @@ def test_a_payload_that_is_no_object_or_is_empty_gets_a_reason():
 
 def test_an_event_about_another_order_than_its_key_or_of_another_aggregate_gets_a_reason():
     other = "00000000-0000-4000-8000-000000000002"
-    assert payload_problem(event(rules.SHIPMENT_FAILED, order_id=other)) == (
+    assert CONTRACTS.problem(event(rules.SHIPMENT_FAILED, order_id=other)) == (
         f"order_id '{other}' is not the event's key '{ORDER_1}'"
     )
     forged = Envelope(
         rules.ORDER, ORDER_1, rules.PAYMENT_CAPTURED, event(rules.PAYMENT_CAPTURED).payload
     )
-    assert payload_problem(forged) == "PaymentCaptured is a payment event, not 'order'"
+    assert CONTRACTS.problem(forged) == "PaymentCaptured is a payment event, not 'order'"
 
 
 def test_unknown_fields_are_ignored_and_unknown_types_left_to_the_inbox():
-    assert payload_problem(event(rules.ORDER_PLACED, note="gift")) is None
-    assert payload_problem(Envelope(rules.ORDER, ORDER_1, "OrderTeleported", {})) is None
+    assert CONTRACTS.problem(event(rules.ORDER_PLACED, note="gift")) is None
+    assert CONTRACTS.problem(Envelope(rules.ORDER, ORDER_1, "OrderTeleported", {})) is None
 
 
 @pytest.mark.parametrize("service", [orders, payments, shipping])
@@ -167,7 +167,7 @@ def test_every_saga_consumer_checks_every_type_it_applies(service):
     assert handlers.event_types
     for event_type in handlers.event_types:
         bad = event(event_type, order_id="not an id")
-        assert handlers.invalid(bad) == payload_problem(bad) is not None
+        assert handlers.invalid(bad) == CONTRACTS.problem(bad) is not None
         assert handlers.invalid(event(event_type)) is None
 
 
