@@ -6,8 +6,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Path, Request
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import Depends, FastAPI, Path, Request
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from sqlalchemy import (
     BigInteger,
     Column,
@@ -34,11 +34,22 @@ from inbox.apply import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of
-from saga.contracts import CONTRACTS, MAX_ITEMS, Amount, Customer, Item, OrderPlaced
+from saga.contracts import (
+    CONTRACTS,
+    MAX_ITEMS,
+    Amount,
+    Customer,
+    Item,
+    OrderPlaced,
+    Quantity,
+    Sku,
+)
 from saga.order_metrics import OrdersCollector
 from saga.rules import ORDER_ID
 from service_template import Problem, UnitOfWork, create_app, idempotent, unit_of_work
 from service_template.app import service_router
+from service_template.openapi import problems
+from service_template.uow import IdempotencyKey
 
 metadata = MetaData()
 orders = Table(
@@ -67,12 +78,26 @@ timeline = Table(
 )
 
 
+def _whole(value: Any) -> Any:
+    """A JSON number with no fraction is an integer (JSON Schema's rule): ``24.0`` is 24."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+class OrderLine(BaseModel):
+    """An order line as the API takes it: `Item`, with a whole-number float as an integer."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    sku: Sku
+    qty: Annotated[Quantity, BeforeValidator(_whole)]
+
+
 class PlaceOrder(BaseModel):
-    # Strict: `true` is no amount and "5" no quantity (a 422, never coerced).
+    # Strict: `true` is no amount and "5" no quantity (a 422, never coerced); 5.0 is 5, as
+    # JSON Schema says of the document's integers.
     model_config = ConfigDict(extra="forbid", strict=True)
     customer: Customer
-    items: list[Item] = Field(min_length=1, max_length=MAX_ITEMS)
-    amount: Amount
+    items: list[OrderLine] = Field(min_length=1, max_length=MAX_ITEMS)
+    amount: Annotated[Amount, BeforeValidator(_whole)]
 
 
 class TimelineEntry(BaseModel):
@@ -125,12 +150,13 @@ def _view(session: Session, order_id: str) -> dict[str, Any] | None:
     status_code=201,
     response_model=OrderView,
     summary="place an order (PENDING) and emit OrderPlaced",
+    responses=problems(400, 409),
 )
 def place_order(
     body: PlaceOrder,
     request: Request,
     uow: UoW,
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> Any:
     def create() -> tuple[int, Any]:
         order_id = str(uuid.uuid4())
@@ -156,7 +182,10 @@ def place_order(
         )
         uow.publish_event(
             OrderPlaced(
-                order_id=order_id, customer=body.customer, items=body.items, amount=body.amount
+                order_id=order_id,
+                customer=body.customer,
+                items=[Item(sku=line.sku, qty=line.qty) for line in body.items],
+                amount=body.amount,
             )
         )
         return 201, OrderView.model_validate(_view(uow.session, order_id)).model_dump(mode="json")
@@ -168,6 +197,7 @@ def place_order(
     "/orders/{order_id}",
     response_model=OrderView,
     summary="an order's status and the timeline of events that touched it",
+    responses=problems(404),
 )
 def get_order(order_id: Annotated[str, Path(pattern=ORDER_ID)], uow: UoW) -> Any:
     view = _view(uow.session, order_id)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine
@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from migrations.runner import FRAMEWORK, Migrations
 from outbox import tracing
 from outbox.publish import Outbox
-from service_template import errors, logs
+from service_template import errors, logs, openapi
 from service_template.limits import BodyLimit
 from service_template.measure import TraceAndMeasure
 from service_template.metrics import Metrics
@@ -84,6 +84,7 @@ def create_app(
     app = FastAPI(title=title or settings.name, description=description)
     app.state.service = ServiceApp(settings, engine, metrics, tuple(migrations))
     errors.install(app)
+    openapi.install(app)
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(TraceAndMeasure, metrics=metrics)  # outermost: it sees the 413s too
@@ -99,7 +100,13 @@ def create_app(
             return errors.problem(503, "Service Unavailable", "; ".join(problems))
         return JSONResponse({"status": "ready", "service": settings.name})
 
-    @app.get("/metrics", tags=["operations"], summary="Prometheus metrics")
+    @app.get(
+        "/metrics",
+        tags=["operations"],
+        summary="Prometheus metrics",
+        response_class=PlainTextResponse,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     async def prometheus() -> Response:
         body = await run_in_threadpool(generate_latest, metrics.registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)

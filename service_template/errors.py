@@ -39,7 +39,7 @@ def problem(
 RETRY_AFTER_SECONDS = 2
 
 
-_TITLES = {
+TITLES = {
     400: "Bad Request",
     404: "Not Found",
     405: "Method Not Allowed",
@@ -47,6 +47,7 @@ _TITLES = {
     413: "Content Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
+    503: "Service Unavailable",
 }
 
 
@@ -56,7 +57,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
         return problem(
-            exc.status, exc.title or _TITLES.get(exc.status, "Error"), exc.detail, **exc.extra
+            exc.status, exc.title or TITLES.get(exc.status, "Error"), exc.detail, **exc.extra
         )
 
     @app.exception_handler(RequestValidationError)
@@ -71,7 +72,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
-        return problem(exc.status_code, _TITLES.get(exc.status_code, "Error"), str(exc.detail))
+        # Starlette's own headers stay (a 405 names the allowed methods in Allow).
+        headers = dict(exc.headers) if exc.headers else None
+        title = TITLES.get(exc.status_code, "Error")
+        return problem(exc.status_code, title, str(exc.detail), headers=headers)
 
     @app.exception_handler(OutboxError)
     async def _event(request: Request, exc: OutboxError) -> JSONResponse:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Request
+from fastapi import Header, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
@@ -26,6 +27,19 @@ from service_template.errors import Problem
 from service_template.logs import current_trace
 
 MAX_KEY = 255
+# Visible ASCII and space: what an HTTP header carries unmangled (a 400 otherwise).
+KEY_PATTERN = rf"^[\x20-\x7e]{{1,{MAX_KEY}}}$"
+_KEY = re.compile(KEY_PATTERN)
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Retries with the same key and body get the first response and create "
+        "nothing; the same key with another body is a 409 Conflict.",
+        # Documented, and checked by `idempotent` (a 400, not FastAPI's 422).
+        json_schema_extra={"minLength": 1, "maxLength": MAX_KEY, "pattern": KEY_PATTERN},
+    ),
+]
 
 
 def idempotent(
@@ -39,12 +53,14 @@ def idempotent(
 
     The key, a fingerprint of the request and the response are stored in this transaction:
     a retry with the same key and body gets the first response and creates nothing; the same
-    key with another body is a 422. A concurrent retry waits on the key's row lock."""
+    key with another body is a 409 (the key is taken: a conflict with state, which the
+    document can declare; the body alone is valid). A concurrent retry waits on the key's row
+    lock."""
     if key is None:
         status, payload = produce()
         return JSONResponse(jsonable_encoder(payload), status_code=status)
-    if not key or len(key) > MAX_KEY or not key.isprintable():
-        raise Problem(400, f"Idempotency-Key must be 1 to {MAX_KEY} printable characters")
+    if not _KEY.fullmatch(key):
+        raise Problem(400, f"Idempotency-Key must be 1 to {MAX_KEY} visible ASCII characters")
     scope = f"{request.method} {request.url.path}"
     canonical = json.dumps(jsonable_encoder(body), sort_keys=True, separators=(",", ":"))
     fingerprint = hashlib.sha256(f"{scope}\n{canonical}".encode()).hexdigest()
@@ -59,7 +75,7 @@ def idempotent(
             select(idempotency).where(idempotency.c.scope == scope, idempotency.c.key == key)
         ).one()
         if row.fingerprint != fingerprint:
-            raise Problem(422, "this Idempotency-Key was used with a different request body")
+            raise Problem(409, "this Idempotency-Key was used with a different request body")
         return JSONResponse(
             row.response, status_code=row.status_code, headers={"Idempotent-Replayed": "true"}
         )

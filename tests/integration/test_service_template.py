@@ -64,12 +64,12 @@ def test_same_key_same_body_returns_the_first_response_and_creates_nothing(clien
     assert count_orders(orders_url) == before + 1
 
 
-def test_same_key_other_body_is_422_and_creates_nothing(client, orders_url):
+def test_same_key_other_body_is_409_and_creates_nothing(client, orders_url):
     key = str(uuid.uuid4())
     assert client.post("/orders", json=BODY, headers={"Idempotency-Key": key}).status_code == 201
     before = count_orders(orders_url)
     other = client.post("/orders", json={**BODY, "amount": 121}, headers={"Idempotency-Key": key})
-    assert other.status_code == 422
+    assert other.status_code == 409
     assert other.headers["content-type"] == "application/problem+json"
     assert "different request body" in other.json()["detail"]
     assert count_orders(orders_url) == before
