@@ -9,6 +9,7 @@ from sqlalchemy import create_engine, select
 
 from inbox.apply import Inbox
 from outbox import Envelope, OutboxSettings, TraceContext
+from outbox.contracts import VERSION_HEADER
 from outbox.record import encode
 from outbox.table import outbox_table
 from saga import orders, payments, rules
@@ -94,14 +95,15 @@ def test_route_and_handler_publish_the_same_way(apps):
     assert result.published_by_type() == {(rules.PAYMENT, rules.PAYMENT_CAPTURED): 1}
     (captured_row,) = outbox_rows(payments_engine)
 
-    # Same headers: a traceparent of a new span of the same trace on both, nothing else.
+    # Same headers: a traceparent of a new span of the same trace on both, and the version of
+    # the event's contract (both publish a model), nothing else.
     route_tp = TraceContext.parse(placed_row.traceparent)
     handler_tp = TraceContext.parse(captured_row.traceparent)
     assert route_tp is not None and handler_tp is not None
     assert route_tp.trace_id == handler_tp.trace_id == CALLER.trace_id
     spans = {CALLER.span_id, request_span.span_id, route_tp.span_id, handler_tp.span_id}
     assert len(spans) == 4  # every unit and every publish is its own span
-    assert placed_row.headers is None and captured_row.headers is None
+    assert placed_row.headers == captured_row.headers == {VERSION_HEADER: "1"}
     assert placed_row.schema_version == captured_row.schema_version == 1
 
     # Same metrics: each service counted the event it committed, once.
