@@ -16,7 +16,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 from sqlalchemy import create_engine, pool, text
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from cdc.connect import ConnectClient, ConnectError, ConnectorStatus
@@ -74,7 +74,7 @@ def diagnose_connector(
     client: ConnectClient,
     name: str,
     *,
-    database_url: str | None = None,
+    database_url: str | URL | None = None,
     bootstrap_servers: str | None = None,
     status: ConnectorStatus | None = None,
 ) -> Diagnosis | None:

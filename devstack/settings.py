@@ -6,55 +6,32 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cdc.config import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_PAYLOAD_ENCODING,
     DEFAULT_POLL_INTERVAL_MS,
-    DEFAULT_PUBLICATION_NAME,
     DEFAULT_SERVER_NAME,
-    DEFAULT_SLOT_NAME,
 )
-from outbox.kafka_security import KafkaSecuritySettings
+from cdc.endpoints import EndpointSettings, postgres_identifier
 from outbox.publish import OutboxMode
 from outbox.record import DEFAULT_TOPIC_PREFIX
 from outbox.wire import DEFAULT_MESSAGE_PREFIX
 
 
-def _default_cache_dir() -> Path:
+def default_cache_dir() -> Path:
+    """Where downloaded jars and distributions are kept (``~/.cache/outboxkit``)."""
     return Path.home() / ".cache" / "outboxkit"
 
 
-class StackSettings(BaseSettings):
-    """Where each component lives (embedded when unset) and how the outbox is relayed."""
+class StackSettings(EndpointSettings):
+    """The local dev stack: which components it starts (those whose endpoint is unset), their
+    shape, and how the outbox is relayed."""
 
-    model_config = SettingsConfigDict(env_prefix="OUTBOXKIT_", env_file=".env", extra="ignore")
-
-    # External services. When a URL is set, that component is EXTERNAL and never started.
-    database_url: str | None = Field(
-        default=None,
-        description="SQLAlchemy URL of an external Postgres (postgresql+psycopg://), as a role "
-        "that may create roles and databases; used at set-up only",
-    )
-    database_password_file: Path | None = Field(
-        default=None, description="file holding database_url's password (a mounted secret)"
-    )
-    kafka_bootstrap_servers: str | None = Field(
-        default=None, description="bootstrap servers of an external Kafka cluster"
-    )
-    kafka_security: KafkaSecuritySettings = Field(
-        default_factory=KafkaSecuritySettings,
-        description="SASL/TLS of the external Kafka cluster (OUTBOXKIT_KAFKA_SECURITY_PROTOCOL...)",
-    )
-    connect_url: str | None = Field(
-        default=None, description="REST URL of an external Kafka Connect cluster"
-    )
     # Address Connect uses to reach Postgres, when it differs from database_url (containers).
     connect_database_host: str | None = None
     connect_database_port: int | None = None
 
-    stack_dir: Path = Path(".outboxkit/stack")
     # Role passwords, one file per role (<role>.password), generated where missing; the stack's
     # own directory when unset. connect_secrets_dir is the same directory as the Connect worker
     # sees it (its DirectoryConfigProvider reads the CDC role's password there).
@@ -64,17 +41,11 @@ class StackSettings(BaseSettings):
         default="outboxkit_cdc",
         description="the login role the connectors use: REPLICATION, and SELECT on the outbox only",
     )
-    # Basic authentication for an external Connect cluster's REST API.
-    connect_user: str | None = None
-    connect_password_file: Path | None = None
-    cache_dir: Path = Field(default_factory=_default_cache_dir)
+    cache_dir: Path = Field(default_factory=default_cache_dir)
     database_name: str = "outboxkit"
 
-    connector_name: str = "outboxkit-outbox"
     topic_prefix: str = DEFAULT_TOPIC_PREFIX
     server_name: str = DEFAULT_SERVER_NAME
-    slot_name: str = DEFAULT_SLOT_NAME
-    publication_name: str = DEFAULT_PUBLICATION_NAME
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
     poll_interval_ms: int = Field(
         default=DEFAULT_POLL_INTERVAL_MS, ge=1, description="Debezium's poll.interval.ms"
@@ -152,11 +123,7 @@ class StackSettings(BaseSettings):
     def _no_empty_prefix(cls, value: str | None) -> str | None:
         return value or None  # OUTBOXKIT_MESSAGE_PREFIX= (empty): capture no messages
 
-    @field_validator("slot_name", "publication_name", "cdc_role")
+    @field_validator("cdc_role")
     @classmethod
-    def _postgres_identifier(cls, value: str) -> str:
-        if not value.replace("_", "").isalnum() or not value.islower() or len(value) > 63:
-            raise ValueError(
-                f"{value!r}: use lower-case letters, digits and underscores (at most 63)"
-            )
-        return value
+    def _role_identifier(cls, value: str) -> str:
+        return postgres_identifier(value)

@@ -1,4 +1,8 @@
-"""The `outboxkit` command line: stack, db, outbox, cdc and demo commands."""
+"""The `outboxkit` command line: stack, db, outbox, cdc, consume, inbox, audit and demo commands.
+
+The operator commands (db, outbox, cdc, consume, inbox, audit) read `outboxkit.settings.Settings`
+and find their endpoints through `outboxkit.endpoints`; only the commands that run the local stack
+(stack, demo, saga, chaos, bench) read the dev stack's settings and build it."""
 
 from __future__ import annotations
 
@@ -12,10 +16,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from devstack.settings import StackSettings
+from outboxkit.endpoints import resolve
 from outboxkit.settings import Settings
 
 
-def _stack(args: argparse.Namespace, settings: Settings) -> int:
+def _stack(args: argparse.Namespace, settings: StackSettings) -> int:
     from devstack import artifacts
     from devstack.stack import Stack
 
@@ -107,7 +113,7 @@ def _print_status(report: dict[str, object], *, as_json: bool) -> None:
 def _db(args: argparse.Namespace, settings: Settings) -> int:
     from migrations import runner
 
-    url = args.url or _stack_database_url(settings)
+    url = resolve(settings).database_url(args.url)
     if args.action == "upgrade":
         runner.upgrade(url, args.revision or "head")
     elif args.action == "downgrade":
@@ -116,21 +122,10 @@ def _db(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _stack_database_url(settings: Settings) -> str:
-    """The set-up URL: the external database's (its password, from OUTBOXKIT_DATABASE_PASSWORD_FILE,
-    in the stack's libpq password file), else the local stack's."""
-    from devstack.stack import Stack
-
-    stack = Stack(settings)
-    return stack.external_database_url() if settings.database_url else stack.database_url()
-
-
 def _outbox(args: argparse.Namespace, settings: Settings) -> int:
-    from sqlalchemy import create_engine
-
     from outbox import cleanup
 
-    engine = create_engine(args.url or _stack_database_url(settings))
+    engine = resolve(settings).engine(args.url)
     deleted = cleanup.cleanup(engine, older_than=timedelta(hours=args.older_than_hours))
     with engine.connect() as conn:
         left = cleanup.count(conn)
@@ -141,25 +136,18 @@ def _outbox(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cdc(args: argparse.Namespace, settings: Settings) -> int:
-    from sqlalchemy import create_engine
-
     from cdc import recovery
     from cdc.preflight import connector_check, run_checks
-    from devstack.stack import Stack
-    from devstack.state import StackState
     from outbox.kafka_security import librdkafka_config
 
-    # The Connect URL and the bootstrap servers: from the settings, else the local stack's.
-    stack = Stack(settings)
-    recorded = StackState.load(stack.state_file)
-    connect_url = settings.connect_url or (recorded.connect.endpoint if recorded else None)
-    bootstrap = settings.kafka_bootstrap_servers or (recorded.broker.endpoint if recorded else None)
-    client = stack.connect_client(connect_url) if connect_url else None
+    endpoints = resolve(settings)
+    client = endpoints.connect() if endpoints.connect_url else None
+    bootstrap = endpoints.bootstrap_servers
     name = args.connector or settings.connector_name
     if args.action != "preflight":
         if client is None or bootstrap is None:
             raise ValueError("set OUTBOXKIT_CONNECT_URL and OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS")
-        kafka_config = librdkafka_config(stack.kafka_security())
+        kafka_config = librdkafka_config(endpoints.kafka_security)
         if args.action == "restart":
             status = recovery.restart_failed(client, name)
         elif args.action == "raise-limit":
@@ -183,8 +171,9 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
             )
         print(f"connector {name}: {status.state}, tasks {[t[1] for t in status.tasks]}")
         return 0
-    url = args.url or _stack_database_url(settings)
-    with create_engine(url).connect() as conn:
+    url = endpoints.database_url(args.url)
+    engine = endpoints.engine(args.url)
+    with engine.connect() as conn:
         checks = run_checks(
             conn,
             slot_name=settings.slot_name,
@@ -332,13 +321,12 @@ def _audit(args: argparse.Namespace, settings: Settings) -> int:
 def _inbox(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
-    from sqlalchemy import create_engine
 
     from inbox import admin
 
     if args.action == "redrive":
         return _inbox_redrive(args)
-    engine = create_engine(args.url or _stack_database_url(settings))
+    engine = resolve(settings).engine(args.url)
     if args.action == "rewind":
         previous = admin.rewind(engine, args.consumer, args.topic, args.partition, args.offset)
         print(
@@ -451,7 +439,7 @@ def _bytes(value: bytes | None, cut: int | None) -> str:
     return shown if cut is None or len(value) <= cut else f"{shown}... ({len(value)} bytes)"
 
 
-def _demo(args: argparse.Namespace, settings: Settings) -> int:
+def _demo(args: argparse.Namespace, settings: StackSettings) -> int:
     from outboxkit.demo import run_demo
 
     return run_demo(settings, orders=args.orders, keep_running=args.keep_running)
@@ -466,7 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
     stack.add_argument("action", choices=["install", "up", "down", "status"])
     stack.add_argument("--json", action="store_true", help="status as JSON")
     stack.add_argument("--keep-data", action="store_true", help="down: keep the Postgres data")
-    stack.set_defaults(run=_stack)
+    stack.set_defaults(run=_stack, settings=StackSettings)
 
     db = sub.add_parser("db", help="framework migrations")
     db.add_argument("action", choices=["upgrade", "downgrade", "current"])
@@ -552,15 +540,17 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the main job: the order saga on the local stack")
     demo.add_argument("--orders", type=int, default=300, help="how many orders to place")
     demo.add_argument("--keep-running", action="store_true", help="leave the stack and services up")
-    demo.set_defaults(run=_demo)
+    demo.set_defaults(run=_demo, settings=StackSettings)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `outboxkit` console script."""
     args = build_parser().parse_args(argv)
-    settings = Settings()
-    run: Callable[[argparse.Namespace, Settings], int] = args.run
+    # The stack's commands read the dev stack's settings; every other command the operator's.
+    settings_type: type[Settings | StackSettings] = getattr(args, "settings", Settings)
+    settings = settings_type()
+    run: Callable[[argparse.Namespace, Any], int] = args.run
     try:
         return run(args, settings)
     except KeyboardInterrupt:

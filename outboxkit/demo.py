@@ -11,14 +11,14 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from devstack.settings import StackSettings
 from devstack.stack import Stack
 from outbox import tracing
 from outboxkit.bench.report import percentile
-from outboxkit.settings import Settings
 
 
 def run_demo(
-    settings: Settings, *, orders: int = 300, keep_running: bool = False, seed: int = 7
+    settings: StackSettings, *, orders: int = 300, keep_running: bool = False, seed: int = 7
 ) -> int:
     """Start everything, place ``orders`` orders, wait until each is final, report, stop."""
     from saga.processes import Saga, drop_checkpoints

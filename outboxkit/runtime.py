@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from outboxkit.settings import Settings
+from devstack.settings import StackSettings
 
 
 def progress(line: str) -> None:
@@ -33,7 +33,7 @@ def service_replicas(stack: Any) -> int:
     return int(getattr(stack.settings, "service_replicas", 1))
 
 
-def saga_command(args: argparse.Namespace, settings: Settings) -> int:
+def saga_command(args: argparse.Namespace, settings: StackSettings) -> int:
     """`outboxkit saga ACTION [NAME...]`: prepare, up, status, start, stop, restart or kill -9;
     a NAME is a process: a service replica (orders, orders-2, ...) or the consumer driver."""
     from devstack.stack import Stack
@@ -86,7 +86,7 @@ def saga_command(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if all(p["health"] in ("ready", "running", "stopped") for p in processes) else 1
 
 
-def chaos_command(args: argparse.Namespace, settings: Settings) -> int:
+def chaos_command(args: argparse.Namespace, settings: StackSettings) -> int:
     """`outboxkit chaos`: the fault campaign on the recorded saga (brought up when absent)."""
     from rich.console import Console
 
@@ -216,7 +216,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "replicas: setting service_replicas), consumers (default: all)",
     )
     saga.add_argument("--json", action="store_true")
-    saga.set_defaults(run=saga_command)
+    saga.set_defaults(run=saga_command, settings=StackSettings)
 
     chaos = sub.add_parser(
         "chaos",
@@ -239,4 +239,4 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     chaos.add_argument("--out", help="write chaos.json and chaos.md into this folder")
     chaos.add_argument("--keep-running", action="store_true", help="leave the stack and saga up")
-    chaos.set_defaults(run=chaos_command)
+    chaos.set_defaults(run=chaos_command, settings=StackSettings)

@@ -1,16 +1,24 @@
-"""The one settings object of an outboxkit process (environment prefix ``OUTBOXKIT_``): the
-stack's settings plus what the application layer adds."""
+"""The settings of the operator commands (environment prefix ``OUTBOXKIT_``): the pipeline's
+endpoints, as a deployment gives them, plus what the commands add. The local dev stack's settings
+(`devstack.settings.StackSettings`) are the stack commands' own; these do not inherit them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 
-from devstack.settings import StackSettings
+from cdc.endpoints import EndpointSettings
+from devstack.settings import default_cache_dir
 
 
-class Settings(StackSettings):
-    """Everything the `outboxkit` commands read, composed from the layers below."""
+class Settings(EndpointSettings):
+    """What `outboxkit db|outbox|cdc|inbox|consume|audit` read."""
 
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir,
+        description="where the pinned jars are kept (`outboxkit consume` hands them to Spark)",
+    )
     consumer_metrics_port: int | None = Field(
         default=None,
         ge=0,

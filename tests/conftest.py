@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
 
+from devstack.settings import StackSettings
 from devstack.stack import Stack
-from outboxkit.settings import Settings
 
 # Fixtures that start the real stack; a test reaching either (directly or through another
 # fixture: ``item.fixturenames`` is the closure) needs Postgres, Kafka and Connect.
@@ -93,7 +93,7 @@ def temporary_stack(prefix: str, label: str, **settings: Any) -> Iterator[Stack]
     base = Path(tempfile.mkdtemp(prefix=prefix))
     base.chmod(0o755)
     stack = Stack(
-        Settings(stack_dir=base / "stack", heartbeat_interval_ms=2000, **settings),
+        StackSettings(stack_dir=base / "stack", heartbeat_interval_ms=2000, **settings),
         echo=lambda line: print(f"[{label}] {line}"),
     )
     try:

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, make_url, text
 
-from outboxkit.settings import Settings
+from devstack.settings import StackSettings
 
 SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga", "profile", "cluster")
 DEFAULT = SCENARIOS[:-1]  # cluster starts a stack per shape (about 20 min): only when named
@@ -38,7 +38,7 @@ def _shape(text: str) -> Any:
         raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
-def run(args: argparse.Namespace, settings: Settings) -> int:
+def run(args: argparse.Namespace, settings: StackSettings) -> int:
     from rich.console import Console
 
     from devstack.stack import Stack
@@ -74,7 +74,7 @@ def _run_scenarios(
     scenarios: list[str],
     stack: Any,
     server: str,
-    settings: Settings,
+    settings: StackSettings,
 ) -> int:
     from rich.markdown import Markdown
 
@@ -120,7 +120,9 @@ def _run_scenarios(
     return 0
 
 
-def _cluster(args: argparse.Namespace, settings: Settings, out: Path) -> tuple[dict[str, Any], str]:
+def _cluster(
+    args: argparse.Namespace, settings: StackSettings, out: Path
+) -> tuple[dict[str, Any], str]:
     """The cluster scenario at its default sizes, or --quick's, or the ones given."""
     from outboxkit.bench import cluster
 
@@ -204,4 +206,4 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=Path,
         help="where the shapes' stacks go (default: the system's temporary directory)",
     )
-    bench.set_defaults(run=run)
+    bench.set_defaults(run=run, settings=StackSettings)

@@ -29,11 +29,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from devstack.settings import StackSettings
 from devstack.stack import Stack
 from outboxkit.bench.cluster_report import plural, report
 from outboxkit.bench.report import Progress
 from outboxkit.bench.usage import Watch, rss_mib, stack_nodes
-from outboxkit.settings import Settings
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 # One shape's pipeline measurement, its driver's start included: minutes on a quiet machine,
@@ -67,7 +67,7 @@ class Shape:
         slug = f"k{self.brokers}-s{self.spark_workers}-p{self.partitions}"
         return f"{slug}-again" if self.again else slug
 
-    def settings(self, base: Settings, stack_dir: Path) -> Settings:
+    def settings(self, base: StackSettings, stack_dir: Path) -> StackSettings:
         """``base`` in this shape, all embedded, in ``stack_dir``: one Connect worker (the
         connector is one task whatever the group's size) and one process per service."""
         return base.model_copy(
@@ -135,7 +135,7 @@ def plan(shapes: Sequence[Shape], sizes: Sizes) -> list[Shape]:
 
 
 @contextlib.contextmanager
-def shape_stack(shape: Shape, base: Settings, root: Path) -> Iterator[Stack]:
+def shape_stack(shape: Shape, base: StackSettings, root: Path) -> Iterator[Stack]:
     """A stack of ``shape`` in ``root``/<slug>, up for the block, then down by PID."""
     directory = root / shape.slug
     directory.mkdir(parents=True)
@@ -216,7 +216,7 @@ def measure_saga(stack: Stack, shape: Shape, workdir: Path, sizes: Sizes) -> dic
             saga.stop()
 
 
-def measure_shape(shape: Shape, base: Settings, root: Path, sizes: Sizes) -> dict[str, Any]:
+def measure_shape(shape: Shape, base: StackSettings, root: Path, sizes: Sizes) -> dict[str, Any]:
     """Start ``shape``'s stack, measure the pipeline (and the saga), stop it."""
     result: dict[str, Any] = {"shape": shape.slug, "label": shape.label, "load": {}}
     say = _say(shape)
@@ -255,7 +255,7 @@ def _load() -> str:
 
 
 def run(
-    settings: Settings,
+    settings: StackSettings,
     out: Path,
     *,
     shapes: Sequence[Shape] = SHAPES,

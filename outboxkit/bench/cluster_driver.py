@@ -9,9 +9,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from devstack.settings import StackSettings
 from devstack.stack import Stack
 from outboxkit.bench import cdc
-from outboxkit.settings import Settings
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from devstack.artifacts import cached_spark_jars
     from spark_consumers.session import build_session
 
-    settings = Settings.model_validate_json(args.settings.read_text())
+    settings = StackSettings.model_validate_json(args.settings.read_text())
     stack = Stack(settings, echo=lambda line: None)
     master = stack.spark_master() or "local[2]"
     jars = cached_spark_jars(settings.cache_dir)

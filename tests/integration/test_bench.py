@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from devstack.settings import StackSettings
 from devstack.stack import Stack
 from outboxkit.bench import cdc, cluster, inbox, profile, writes
 from outboxkit.bench.cli import fresh_database
-from outboxkit.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +79,7 @@ def test_cluster_benchmark_measures_each_shape_in_its_own_stack(tmp_path: Path) 
     try:
         sizes = cluster.Sizes(events=300, reps=1, warm_up=100, baseline_again=False)
         data, markdown = cluster.run(
-            Settings(), tmp_path, shapes=shapes, sizes=sizes, workdir=workdir
+            StackSettings(), tmp_path, shapes=shapes, sizes=sizes, workdir=workdir
         )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -124,7 +124,7 @@ def test_cluster_shapes_parse_and_ratios_divide_by_the_baseline() -> None:
     assert shapes[-1] == cluster.Shape(1, 0, 4, saga=False, again=True)
     assert shapes[-1].slug == "k1-s0-p4-again" and len(shapes) == len(cluster.SHAPES) + 1
     assert cluster.plan(cluster.SHAPES, cluster.QUICK) == list(cluster.SHAPES)
-    settings = cluster.Shape(3, 2, 8).settings(Settings(), Path("/tmp/x"))
+    settings = cluster.Shape(3, 2, 8).settings(StackSettings(), Path("/tmp/x"))
     assert (settings.kafka_brokers, settings.spark_workers, settings.connect_workers) == (3, 2, 1)
 
     def shape(drain: float, p50: float | None) -> dict[str, object]:

@@ -21,9 +21,9 @@ from sqlalchemy import create_engine, pool, text
 from cdc.config import topic_for
 from cdc.limits import BROKER_MESSAGE_MAX_BYTES
 from cdc.recovery import PRODUCER_OVERRIDE
+from devstack.settings import StackSettings
 from devstack.stack import Stack
 from outbox.record import header_map
-from outboxkit.settings import Settings
 from tests.kafka import read_records
 
 BIG_HEADER = 1_200_000  # bytes of one header value: over max.request.size (1,048,576)
@@ -39,7 +39,7 @@ def service(stack: Stack, empty_database: str, tmp_path: Path) -> Iterator[Stack
     registered on the session's Connect; deleted, its slot and publication dropped afterwards."""
     tag = uuid.uuid4().hex[:6]
     own = Stack(
-        Settings(
+        StackSettings(
             database_url=empty_database,
             secrets_dir=stack.secrets.dir,
             kafka_bootstrap_servers=stack.bootstrap_servers(),

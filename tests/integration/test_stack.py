@@ -16,8 +16,8 @@ from sqlalchemy import text
 
 from devstack.artifacts import pinned_versions
 from devstack.processes import alive
+from devstack.settings import StackSettings
 from devstack.stack import Stack
-from outboxkit.settings import Settings
 from tests.kafka import read_records
 
 
@@ -63,7 +63,7 @@ def test_broker_keeps_its_data_across_down_keep_data_and_up():
     base.chmod(0o755)
     suffix = uuid.uuid4().hex[:6]
     kept = Stack(
-        Settings(
+        StackSettings(
             stack_dir=base / "stack",
             connector_name=f"kept-{suffix}",
             slot_name=f"kept_{suffix}",
@@ -92,7 +92,7 @@ def test_broker_keeps_its_data_across_down_keep_data_and_up():
 def test_external_components_are_not_started_and_down_drops_their_slot(stack, engine, tmp_path):
     suffix = uuid.uuid4().hex[:6]
     external = Stack(
-        Settings(
+        StackSettings(
             database_url=stack.database_url(),
             secrets_dir=stack.secrets.dir,
             kafka_bootstrap_servers=stack.bootstrap_servers(),

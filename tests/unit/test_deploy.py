@@ -477,14 +477,14 @@ def test_each_service_process_gets_its_settings(container: str, container_env: A
 
 def test_the_setup_job_gets_the_stack_settings(container_env: Any):
     from devstack import connect
+    from devstack.settings import StackSettings
     from outbox.kafka_security import KafkaSecuritySettings
-    from outboxkit.settings import Settings
 
     env = container_env("setup")
-    settings = Settings()
+    settings = StackSettings()
     for name in env:
         rest = name.removeprefix("OUTBOXKIT_")
-        assert rest.lower() in Settings.model_fields or (
+        assert rest.lower() in StackSettings.model_fields or (
             rest.startswith("KAFKA_")
             and rest[len("KAFKA_") :].lower() in KafkaSecuritySettings.model_fields
         ), f"setup: {name} is read by nothing"

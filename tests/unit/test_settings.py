@@ -15,7 +15,9 @@ def test_environment_overrides_with_prefix(monkeypatch):
 
 
 def test_defaults_are_embedded_with_exactly_once_connect():
-    s = Settings(_env_file=None)
+    from devstack.settings import StackSettings
+
+    s = StackSettings(_env_file=None)
     assert (s.database_url, s.connect_url) == (None, None)
     assert s.connect_exactly_once is True
     assert s.topic_prefix == "outbox.event."
