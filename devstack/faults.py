@@ -1,7 +1,7 @@
 """Where the faults of a cluster strike: the node that leads a partition, coordinates a
 transactional id, is the active controller, or runs a connector's task, a Spark worker and its
 executors; kill -9 of a node, and waiting until a lost worker's task runs elsewhere. The
-campaign (`saga.chaos`) and the fault tests use these on the embedded stack."""
+campaign (`saga_harness.chaos`) and the fault tests use these on the embedded stack."""
 
 from __future__ import annotations
 

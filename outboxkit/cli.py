@@ -46,7 +46,7 @@ def _stack(args: argparse.Namespace, settings: StackSettings) -> int:
             saga.stop()
         stack.down(keep_data=args.keep_data)
         if not args.keep_data:
-            from saga.processes import drop_checkpoints
+            from saga_harness.processes import drop_checkpoints
 
             drop_checkpoints(stack.dir / "saga")
         return 0

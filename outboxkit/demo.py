@@ -21,7 +21,7 @@ def run_demo(
     settings: StackSettings, *, orders: int = 300, keep_running: bool = False, seed: int = 7
 ) -> int:
     """Start everything, place ``orders`` orders, wait until each is final, report, stop."""
-    from saga.processes import Saga, drop_checkpoints
+    from saga_harness.processes import Saga, drop_checkpoints
 
     console = Console()
     stack = Stack(settings, echo=lambda line: console.print(f"[dim]{line}[/dim]"))

@@ -20,7 +20,7 @@ def progress(line: str) -> None:
 
 def recorded_saga(stack: Any) -> Any:
     """The saga whose processes are recorded in the stack's directory, if any."""
-    from saga.processes import Saga
+    from saga_harness.processes import Saga
 
     workdir = stack.dir / "saga"
     if not (workdir / "processes.json").exists() or not stack.state_file.exists():
@@ -37,7 +37,7 @@ def saga_command(args: argparse.Namespace, settings: StackSettings) -> int:
     """`outboxkit saga ACTION [NAME...]`: prepare, up, status, start, stop, restart or kill -9;
     a NAME is a process: a service replica (orders, orders-2, ...) or the consumer driver."""
     from devstack.stack import Stack
-    from saga.processes import Saga, service_of
+    from saga_harness.processes import Saga, service_of
 
     stack = Stack(settings, echo=progress)  # stdout carries the report (--json) alone
     unknown = sorted(n for n in args.names if n != "consumers" and service_of(n) is None)
@@ -92,8 +92,8 @@ def chaos_command(args: argparse.Namespace, settings: StackSettings) -> int:
 
     from devstack.stack import Stack
     from outboxkit.bench.report import markdown_table, write
-    from saga import chaos, faults
-    from saga.processes import Saga, drop_checkpoints
+    from saga_harness import chaos, faults
+    from saga_harness.processes import Saga, drop_checkpoints
 
     console = Console()
     echo: Callable[[str], None] = lambda line: console.print(f"[dim]{line}[/dim]")  # noqa: E731
@@ -198,7 +198,7 @@ def print_processes(processes: Sequence[dict[str, Any]]) -> None:
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The ``saga`` and ``chaos`` commands."""
-    from saga import faults  # light: the kinds' catalogue, for the --kinds help
+    from saga_harness import faults  # light: the kinds' catalogue, for the --kinds help
 
     saga = sub.add_parser(
         "saga",

@@ -191,7 +191,7 @@ def measure_saga(stack: Stack, shape: Shape, workdir: Path, sizes: Sizes) -> dic
     from outbox.record import topic_for
     from outboxkit.bench.saga import fixed_rate
     from saga import rules
-    from saga.processes import Saga
+    from saga_harness.processes import Saga
 
     prefix = stack.settings.topic_prefix
     topics = [

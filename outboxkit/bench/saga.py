@@ -34,9 +34,9 @@ from outboxkit.bench.report import (
     spread,
 )
 from saga import rules
-from saga.invariants import Report
-from saga.load import Placed
-from saga.processes import Saga
+from saga_harness.invariants import Report
+from saga_harness.load import Placed
+from saga_harness.processes import Saga
 from spark_consumers.progress import PHASES
 
 GRACE_SECONDS = 5.0  # a step's orders may finish this long after its last POST

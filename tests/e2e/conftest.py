@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from devstack.stack import Stack
-from saga.processes import Saga
+from saga_harness.processes import Saga
 from tests.otlp import OtlpReceiver
 
 

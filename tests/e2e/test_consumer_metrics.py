@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from cdc.config import topic_for
 from inbox.tables import ledger, parked, watermarks
 from saga import rules
-from saga.processes import PARTITIONS, Saga
+from saga_harness.processes import PARTITIONS, Saga
 
 # The topics each saga job reads (saga.jobs).
 JOB_TOPICS = {

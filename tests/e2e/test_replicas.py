@@ -21,8 +21,8 @@ import pytest
 from devstack.processes import alive
 from devstack.stack import Stack
 from saga.common import SERVICES
-from saga.load import Placed
-from saga.processes import Saga, replica_names, service_of
+from saga_harness.load import Placed
+from saga_harness.processes import Saga, replica_names, service_of
 from tests.e2e.test_saga import assert_consistent, wait_all_final
 
 REPLICAS = [name for service in SERVICES for name in (service, f"{service}-2")]

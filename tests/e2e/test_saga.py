@@ -23,9 +23,10 @@ from devstack.processes import alive
 from devstack.stack import Stack
 from inbox.tables import parked, watermarks
 from outboxkit.bench.report import percentile
-from saga import chaos, orders, payments, rules, shipping
+from saga import orders, payments, rules, shipping
 from saga.common import SERVICES
-from saga.processes import Saga
+from saga_harness import chaos
+from saga_harness.processes import Saga
 
 
 def assert_consistent(saga: Saga, placed, warm=None) -> None:

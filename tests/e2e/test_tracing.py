@@ -12,8 +12,8 @@ import httpx
 
 from outbox.trace import TraceContext
 from saga import rules
-from saga.load import Placed
-from saga.processes import Saga
+from saga_harness.load import Placed
+from saga_harness.processes import Saga
 from tests.otlp import OtlpReceiver, ReceivedSpan
 
 SERVER, PRODUCER, CONSUMER = 2, 4, 5  # OTLP span kinds

@@ -12,8 +12,17 @@ from devstack.settings import StackSettings
 from outboxkit.bench.report import markdown_table
 from outboxkit.runtime import _chaos_markdown
 from saga import common
-from saga.chaos import Campaign, Round, schedule
-from saga.faults import NAMES, SERVICES, FaultKindError, Shape, check, help_lines, offered, pick
+from saga_harness.chaos import Campaign, Round, schedule
+from saga_harness.faults import (
+    NAMES,
+    SERVICES,
+    FaultKindError,
+    Shape,
+    check,
+    help_lines,
+    offered,
+    pick,
+)
 
 ONE_NODE = Shape()
 CLUSTER = Shape(postgres=1, brokers=3, connect_workers=2, spark_workers=2, replicas=2)

@@ -311,6 +311,20 @@ def test_one_image_built_from_this_repository_runs_every_python_process():
     assert users and users[-1] not in ("root", "0"), "the image must run as a non-root user"
 
 
+def test_the_build_context_lets_in_every_package_the_project_installs():
+    """The image runs `pip install` on the context: a package missing from it is missing from
+    the image (the setup job would fail on its first import)."""
+    mypy = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]["packages"]
+    allowed = {
+        line[1:].strip("/")
+        for line in (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+        if line.startswith("!")
+    }
+    for package in mypy:
+        assert (ROOT / package / "__init__.py").exists() or (ROOT / package).is_dir(), package
+        assert package in allowed, f"{package}/ is not in the image's build context"
+
+
 def test_pyspark_is_pinned_to_the_spark_kafka_connector_version():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     spark = [d for d in project["optional-dependencies"]["spark"] if d.startswith("pyspark")]

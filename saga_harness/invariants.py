@@ -12,7 +12,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.engine import Engine
 
 from saga import orders, payments, rules, shipping
-from saga.load import Placed
+from saga_harness.load import Placed
 
 
 @dataclass

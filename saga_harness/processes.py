@@ -1,7 +1,7 @@
 """The saga's processes on a stack: service databases, migrations and connectors, topics and
 stock; the three services (each in one or more replicas) and the Spark jobs' driver, started and
-stopped by PID. Load and invariant checks live in `saga.load` and `saga.invariants`; `Saga`
-delegates to them."""
+stopped by PID. Load and invariant checks live in `saga_harness.load` and
+`saga_harness.invariants`; `Saga` delegates to them."""
 
 from __future__ import annotations
 
@@ -27,11 +27,12 @@ from sqlalchemy.engine import Engine
 from devstack.processes import alive, free_port, port_open, start, stop, tail, wait_until
 from devstack.stack import Stack
 from outbox.record import topic_for
-from saga import invariants, load, rules, shipping
+from saga import rules, shipping
 from saga.common import SERVICES, migrations_of
-from saga.invariants import Report
 from saga.jobs import ALL as JOBS
-from saga.load import Placed
+from saga_harness import invariants, load
+from saga_harness.invariants import Report
+from saga_harness.load import Placed
 
 ROOT = Path(__file__).resolve().parents[1]
 SKUS = {"widget": 10_000, "gadget": 10_000, "gizmo": 25}  # gizmo runs out: stock-outs
@@ -409,7 +410,7 @@ class Saga:
         else:
             self._save()
 
-    # -- load and checks (saga.load, saga.invariants) ---------------------------------------
+    # -- load and checks (saga_harness.load, saga_harness.invariants) ---------------------------
     def place_orders(
         self,
         count: int,

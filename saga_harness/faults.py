@@ -20,7 +20,7 @@ from saga import rules
 if TYPE_CHECKING:
     from devstack.settings import StackSettings
     from devstack.stack import Stack
-    from saga.processes import Saga
+    from saga_harness.processes import Saga
 
 
 T = TypeVar("T")
@@ -311,7 +311,7 @@ STRIKES: dict[str, Strike] = {
 
 
 def inject(kind: str, stack: Stack, saga: Saga, rng: random.Random) -> str:
-    """One fault of ``kind`` (see `saga.faults`), repaired as production would; returns the
+    """One fault of ``kind`` (see `saga_harness.faults`), repaired as production would; returns the
     name of the node or process it struck."""
     service = kind.removesuffix("-kill")
     if service in SERVICES:

@@ -2,8 +2,8 @@
 an operator meets, while orders flow at a steady rate with client retries; then every order
 final, the saga's invariants, and the audit of its consumers.
 
-One fault per round, each kind in turn in a shuffled order; the kinds (`saga.faults`) are those
-the stack's shape can strike, or the ones asked for:
+One fault per round, each kind in turn in a shuffled order; the kinds (`saga_harness.faults`) are
+those the stack's shape can strike, or the ones asked for:
 
 - on any shape: kill -9 of the consumer driver or of a service replica (a random one when the
   service runs several), a Postgres crash, a Kafka node's restart (SIGTERM; a random node on a
@@ -37,14 +37,15 @@ from devstack import faults as nodes
 from devstack.stack import Stack
 from devstack.state import EMBEDDED, Component
 from outbox.errors import is_transient
-from saga import load, rules
-from saga.faults import ROUTINE as ROUTINE  # the e2e tests strike these mid-run
-from saga.faults import Shape, check, inject, offered
-from saga.invariants import Report
-from saga.load import Placed
-from saga.processes import Saga
+from saga import rules
+from saga_harness import load
+from saga_harness.faults import ROUTINE as ROUTINE  # the e2e tests strike these mid-run
+from saga_harness.faults import Shape, check, inject, offered
+from saga_harness.invariants import Report
+from saga_harness.load import Placed
+from saga_harness.processes import Saga
 
-# The kinds a single-node stack offers, its default (`saga.faults.NAMES`: every kind).
+# The kinds a single-node stack offers, its default (`saga_harness.faults.NAMES`: every kind).
 KINDS = offered(Shape())
 
 
