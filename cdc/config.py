@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from outbox.envelope import MAX_AGGREGATE_TYPE_LENGTH
-from outbox.record import DEFAULT_TOPIC_PREFIX, topic_for
 from outbox.wire import DEFAULT_MESSAGE_PREFIX, HEADER_COLUMNS
+from outbox.wire.record import DEFAULT_TOPIC_PREFIX, topic_for
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"

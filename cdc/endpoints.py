@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cdc.config import DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME
-from outbox.kafka_security import KafkaSecuritySettings
+from outbox.kafka.security import KafkaSecuritySettings
 
 DEFAULT_CONNECTOR_NAME = "outboxkit-outbox"
 

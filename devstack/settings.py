@@ -15,8 +15,8 @@ from cdc.config import (
 )
 from cdc.endpoints import EndpointSettings, postgres_identifier
 from outbox.publish import OutboxMode
-from outbox.record import DEFAULT_TOPIC_PREFIX
 from outbox.wire import DEFAULT_MESSAGE_PREFIX
+from outbox.wire.record import DEFAULT_TOPIC_PREFIX
 
 
 def default_cache_dir() -> Path:

@@ -26,7 +26,7 @@ from devstack.settings import StackSettings
 from devstack.state import EMBEDDED, EXTERNAL, LOCAL, Component, Node, StackState
 from devstack.transactions import TransactionTool
 from migrations import runner
-from outbox.kafka_security import KafkaSecurity, connect_worker_config, librdkafka_config
+from outbox.kafka.security import KafkaSecurity, connect_worker_config, librdkafka_config
 from outbox.secrets import read_secret
 
 

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from inbox.apply import HandlerOutcome, Inbox
 from inbox.operations import list_parked, parked_record, rewind, show, skip, status
 from outbox.envelope import Envelope
-from outbox.record import read
+from outbox.wire.record import read
 
 __all__ = ["RedriveResult", "list_parked", "redrive", "rewind", "show", "skip", "status"]
 

@@ -16,13 +16,13 @@ from sqlalchemy.orm import Session
 
 from inbox.decision import Action, Decider, Incoming, PartitionView
 from inbox.recorder import Recorder
-from inbox.spans import RecordSpans, ended
+from inbox.tracing import RecordSpans, ended
 from outbox.envelope import Envelope
 from outbox.errors import is_transient
 from outbox.publish import Outbox
-from outbox.record import Decoded, KafkaRecord, read
-from outbox.trace import TraceContext
+from outbox.tracing.context import TraceContext
 from outbox.unit import PublishedObserver, UnitOfWork
+from outbox.wire.record import Decoded, KafkaRecord, read
 
 # A handler applies one event in the inbox's transaction through the unit of work it is given:
 # business writes on ``uow.session``, follow-up events with ``uow.publish``.

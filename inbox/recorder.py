@@ -42,7 +42,7 @@ from inbox.tables import (
     recent_ids,
     watermarks,
 )
-from outbox.record import Decoded, key_bytes, key_text, readable
+from outbox.wire.record import Decoded, key_bytes, key_text, readable
 
 Executor = Session | Connection
 EVENT_ID = UUID(as_uuid=False)  # an event id as the window holds it, read and bound as str
@@ -188,7 +188,7 @@ class Recorder:
     def parked_keys(
         self, session: Session, topic: str, partition: int, keys: Iterable[str | None]
     ) -> frozenset[str]:
-        """Which of ``keys`` (as `outbox.record.key_text` reads them) have a parked record
+        """Which of ``keys`` (as `outbox.wire.record.key_text` reads them) have a parked record
         waiting for redrive."""
         wanted = {key_bytes(k) for k in keys if k is not None}
         if not wanted:

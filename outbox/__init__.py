@@ -6,7 +6,7 @@ from outbox.errors import InvalidEvent, OutboxError
 from outbox.publish import NewEvent, Outbox
 from outbox.settings import OutboxSettings
 from outbox.table import metadata, outbox_heartbeat_table, outbox_table
-from outbox.trace import TraceContext
+from outbox.tracing.context import TraceContext
 from outbox.unit import PublishedObserver, UnitOfWork
 
 __all__ = [

@@ -11,19 +11,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from outbox.errors import InvalidEvent
-from outbox.jsonb import render, utf8_size
 from outbox.wire import (
     TRACEPARENT,
     record_size,
     row_headers,
 )
+from outbox.wire.jsonb import render, utf8_size
 
 MAX_NAME_LENGTH = 255
 # Kafka topic names have at most 249 characters; the rest is the topic prefix's (see
 # cdc.config.MAX_TOPIC_PREFIX_LENGTH).
 MAX_AGGREGATE_TYPE_LENGTH = 200
 # The largest payload publish accepts, in bytes of its jsonb text (the Kafka record value, see
-# outbox.jsonb), not of the JSON we insert: the rendering adds a space after every ',' and ':'
+# outbox.wire.jsonb), not of the JSON we insert: the rendering adds a space after every ',' and ':'
 # and writes floats out in full.
 DEFAULT_MAX_PAYLOAD_BYTES = 900_000
 # The largest Kafka record publish accepts, as the connector writes it (see `wire_size`): key +

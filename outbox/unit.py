@@ -11,11 +11,11 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 from sqlalchemy.orm import Session
 
-from outbox import spans
 from outbox.contracts import Event
 from outbox.envelope import Envelope
 from outbox.publish import NewEvent, Outbox
-from outbox.trace import TraceContext
+from outbox.tracing import spans
+from outbox.tracing.context import TraceContext
 from outbox.wire import TRACEPARENT
 
 # Told, after the unit's transaction committed, which events it published (e.g. metrics).

@@ -138,7 +138,7 @@ def _outbox(args: argparse.Namespace, settings: Settings) -> int:
 def _cdc(args: argparse.Namespace, settings: Settings) -> int:
     from cdc import recovery
     from cdc.preflight import connector_check, run_checks
-    from outbox.kafka_security import librdkafka_config
+    from outbox.kafka.security import librdkafka_config
 
     endpoints = resolve(settings)
     client = endpoints.connect() if endpoints.connect_url else None
@@ -374,7 +374,7 @@ def _inbox_redrive(args: argparse.Namespace) -> int:
     from sqlalchemy import create_engine
 
     from inbox import admin
-    from outbox.record import key_text
+    from outbox.wire.record import key_text
     from spark_consumers.job import load_job
 
     if not args.job:

@@ -17,7 +17,7 @@ from cdc.connect import ConnectClient
 from cdc.endpoints import EndpointSettings
 from devstack.processes import alive
 from devstack.state import StackState
-from outbox.kafka_security import KafkaSecurity, librdkafka_config
+from outbox.kafka.security import KafkaSecurity, librdkafka_config
 from outbox.secrets import read_secret, url_with_password
 
 

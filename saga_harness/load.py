@@ -17,7 +17,7 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from outbox.trace import TraceContext
+from outbox.tracing.context import TraceContext
 from outbox.wire import TRACEPARENT
 from saga import orders, rules
 

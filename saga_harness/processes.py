@@ -26,7 +26,7 @@ from sqlalchemy.engine import Engine
 
 from devstack.processes import alive, free_port, port_open, start, stop, tail, wait_until
 from devstack.stack import Stack
-from outbox.record import topic_for
+from outbox.wire.record import topic_for
 from saga import rules, shipping
 from saga.common import SERVICES, migrations_of
 from saga.jobs import ALL as JOBS

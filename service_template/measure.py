@@ -13,8 +13,8 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
-from outbox import spans
-from outbox.trace import TraceContext
+from outbox.tracing import spans
+from outbox.tracing.context import TraceContext
 from outbox.wire import TRACEPARENT
 from service_template import logs
 from service_template.metrics import Metrics

@@ -12,8 +12,8 @@ from sqlalchemy.engine import Engine
 
 from inbox.operations import parked_counts, watermark_rows
 from outbox.envelope import Envelope
-from outbox.kafka_offsets import PartitionOffsets
-from outbox.kafka_security import PLAINTEXT, KafkaSecurity
+from outbox.kafka.offsets import PartitionOffsets
+from outbox.kafka.security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import URL, Engine
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, Handlers, Inbox
-from outbox.kafka_security import PLAINTEXT, KafkaSecurity
+from outbox.kafka.security import PLAINTEXT, KafkaSecurity
 from outbox.publish import Outbox
 from outbox.secrets import url_with_password
 from outbox.unit import PublishedObserver

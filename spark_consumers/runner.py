@@ -15,7 +15,7 @@ from sqlalchemy import create_engine
 
 from inbox.recorder import Recorder
 from outbox import tracing
-from outbox.kafka_security import librdkafka_config, spark_source_options
+from outbox.kafka.security import librdkafka_config, spark_source_options
 from spark_consumers.job import Job
 from spark_consumers.progress import ProgressLog
 from spark_consumers.retry import RestartBudget

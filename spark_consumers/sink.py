@@ -11,10 +11,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from outbox import spans, tracing
+from outbox import tracing
 from outbox.errors import is_transient
-from outbox.record import KafkaRecord
-from outbox.trace import TraceContext
+from outbox.tracing import spans
+from outbox.tracing.context import TraceContext
+from outbox.wire.record import KafkaRecord
 from spark_consumers.clock import HandlerClock
 from spark_consumers.job import Job
 from spark_consumers.retry import BATCH_RETRY, retrying

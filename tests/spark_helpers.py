@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 import outbox
 from cdc.config import topic_for
-from outbox.record import header_map
+from outbox.wire.record import header_map
 from spark_consumers.runner import run_jobs
 from tests.jobs import effects, make_job
 from tests.kafka import read_records

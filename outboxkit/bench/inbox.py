@@ -40,8 +40,8 @@ from sqlalchemy.orm import Session
 from inbox.apply import BatchHandler, Handlers, Inbox, as_batch
 from inbox.recorder import Recorder
 from outbox.envelope import Envelope
-from outbox.record import KafkaRecord, decode, encode
 from outbox.unit import UnitOfWork
+from outbox.wire.record import KafkaRecord, decode, encode
 from outboxkit.bench.report import (
     Progress,
     bar_plot,

@@ -49,9 +49,9 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from outbox.envelope import make_envelope
-from outbox.jsonb import render, utf8_size
 from outbox.publish import Outbox
 from outbox.table import outbox_table
+from outbox.wire.jsonb import render, utf8_size
 from outboxkit.bench.report import (
     Progress,
     bar_plot,

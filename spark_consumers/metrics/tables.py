@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 from cdc.preflight import SlotLag, database_slots
 from inbox.operations import partition_counts, watermark_rows
 from inbox.tables import ledger, parked, skipped
-from outbox.kafka_offsets import PartitionOffsets
+from outbox.kafka.offsets import PartitionOffsets
 from spark_consumers.job import Job
 from spark_consumers.runner import source_key
 

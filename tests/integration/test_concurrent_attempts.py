@@ -21,8 +21,8 @@ from sqlalchemy.engine import make_url
 
 from inbox.tables import watermarks
 from outbox import Outbox
-from outbox.record import KafkaRecord
 from outbox.table import outbox_table
+from outbox.wire.record import KafkaRecord
 from spark_consumers.job import Job
 from spark_consumers.sink import apply_batches
 from tests.integration.test_inbox_apply import effect_counts, effects, ids_of, record, recorder

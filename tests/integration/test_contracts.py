@@ -20,7 +20,7 @@ from inbox.typed import typed_batch
 from outbox import Contracts, Event, Outbox, UnitOfWork
 from outbox.contracts import VERSION_HEADER, Received
 from outbox.publish import MODES
-from outbox.record import decode
+from outbox.wire.record import decode
 from tests.kafka import read_records
 
 pytestmark = pytest.mark.integration

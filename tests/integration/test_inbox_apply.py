@@ -27,7 +27,7 @@ from inbox.recorder import Recorder
 from inbox.tables import parked, recent_ids, watermarks
 from migrations import runner
 from outbox import Outbox
-from outbox.record import KafkaRecord
+from outbox.wire.record import KafkaRecord
 
 effects_md = MetaData()
 effects = Table(

@@ -1,4 +1,4 @@
-"""`outbox.jsonb.render` against the real Postgres, and record sizes against the real connector."""
+"""`outbox.wire.jsonb.render` against the real Postgres, and record sizes against the connector."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ from outbox.envelope import (
     extra_headers,
     wire_size,
 )
-from outbox.jsonb import render, utf8_size
 from outbox.table import outbox_table
 from outbox.wire import HEADER_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
+from outbox.wire.jsonb import render, utf8_size
 from tests.kafka import read_records
 from tests.unit.test_jsonb import EXAMPLES
 

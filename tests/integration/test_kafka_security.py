@@ -15,7 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from devstack import artifacts, broker
 from devstack.processes import free_port, stop
-from outbox.kafka_security import (
+from outbox.kafka.security import (
     LOGIN_MODULES,
     KafkaSecurity,
     KafkaSecuritySettings,

@@ -20,9 +20,9 @@ from sqlalchemy.orm import Session
 import outbox
 from cdc.config import topic_for
 from devstack.stack import Stack
-from outbox.jsonb import render
 from outbox.publish import MODES, NewEvent
-from outbox.record import decode, header_map
+from outbox.wire.jsonb import render
+from outbox.wire.record import decode, header_map
 from tests.kafka import read_records
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -31,7 +31,7 @@ from inbox.decision import Action
 from inbox.operations import parked_record
 from inbox.tables import parked, skipped, watermarks
 from migrations import runner
-from outbox.record import KafkaRecord, read
+from outbox.wire.record import KafkaRecord, read
 from outboxkit import cli
 
 TOPIC = "poison"

@@ -10,8 +10,8 @@ from sqlalchemy import create_engine, select
 from inbox.apply import Inbox
 from outbox import Envelope, OutboxSettings, TraceContext
 from outbox.contracts import VERSION_HEADER
-from outbox.record import encode
 from outbox.table import outbox_table
+from outbox.wire.record import encode
 from saga import orders, payments, rules
 from saga.common import migrations_of
 from service_template import ServiceSettings, create_app

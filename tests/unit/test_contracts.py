@@ -15,8 +15,8 @@ from pydantic import ConfigDict
 from inbox.typed import typed_batch, typed_handler
 from outbox import ContractError, Contracts, Envelope, Event
 from outbox.contracts import VERSION_HEADER, Received
-from outbox.jsonb import render
 from outbox.schemas import check, export
+from outbox.wire.jsonb import render
 
 
 class Placed(Event):

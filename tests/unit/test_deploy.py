@@ -492,7 +492,7 @@ def test_each_service_process_gets_its_settings(container: str, container_env: A
 def test_the_setup_job_gets_the_stack_settings(container_env: Any):
     from devstack import connect
     from devstack.settings import StackSettings
-    from outbox.kafka_security import KafkaSecuritySettings
+    from outbox.kafka.security import KafkaSecuritySettings
 
     env = container_env("setup")
     settings = StackSettings()
@@ -674,7 +674,7 @@ def allowed(principal: str, operation: str, resource: str, name: str) -> bool:
 
 
 def outbox_topics() -> set[str]:
-    from outbox.record import topic_for
+    from outbox.wire.record import topic_for
     from saga import rules
 
     prefix = environment("kafka-init")["TOPIC_PREFIX"]
@@ -734,7 +734,7 @@ def test_every_client_principal_has_a_scram_user_and_its_password():
 
 # -- Connect: exactly-once source, secrets provider, SASL, authenticated REST ----------------
 def test_connect_runs_exactly_once_with_secrets_from_files_and_sasl():
-    from outbox.kafka_security import CONNECT_CLIENT_PREFIXES
+    from outbox.kafka.security import CONNECT_CLIENT_PREFIXES
 
     worker = connect_worker()
     assert worker["exactly.once.source.support"] == "enabled"

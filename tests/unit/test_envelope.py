@@ -19,8 +19,8 @@ from outbox.envelope import (
     wire_size,
 )
 from outbox.errors import InvalidEvent
-from outbox.jsonb import render, utf8_size
 from outbox.wire import HEADER_COLUMNS, HEADER_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
+from outbox.wire.jsonb import render, utf8_size
 
 TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 

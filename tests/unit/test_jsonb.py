@@ -5,7 +5,7 @@ from enum import IntEnum
 
 import pytest
 
-from outbox.jsonb import render, utf8_size
+from outbox.wire.jsonb import render, utf8_size
 
 # (value, what ``CAST(<value as JSON> AS jsonb)::text`` returns); the integration test
 # tests/integration/test_jsonb_rendering.py checks every row against the real Postgres.

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from devstack.connect import worker_properties
 from devstack.processes import java_properties
-from outbox.kafka_security import (
+from outbox.kafka.security import (
     PLAINTEXT,
     KafkaSecurity,
     KafkaSecurityError,

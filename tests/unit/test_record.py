@@ -5,7 +5,7 @@ from dataclasses import replace
 import pytest
 
 from outbox.envelope import Envelope
-from outbox.record import (
+from outbox.wire.record import (
     HEADER_COLUMNS,
     KafkaRecord,
     UndecodableRecord,

@@ -10,14 +10,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from inbox.decision import Action
-from inbox.spans import RecordSpans, ended
-from outbox import spans
+from inbox.tracing import RecordSpans, ended
 from outbox.envelope import make_envelope
 from outbox.publish import Outbox
-from outbox.record import encode, read
-from outbox.trace import TraceContext
-from outbox.tracing import exporters_wanted
+from outbox.tracing import exporters_wanted, spans
+from outbox.tracing.context import TraceContext
 from outbox.unit import UnitOfWork
+from outbox.wire.record import encode, read
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,18 @@
-"""The Kafka record the outbox connector writes for one outbox row, as far as the envelope's
-validation and the connector's diagnosis both need it: the header names, which outbox column the
-EventRouter places in which header, and the record's size as Kafka counts it against its limits.
-Reading and writing whole records: `outbox.record`."""
+"""The record format, in one package: what an event looks like on Kafka.
+
+- here: the header names, which outbox column the EventRouter places in which header, and the
+  record's size as Kafka counts it against its limits (what the envelope's validation and the
+  connector's diagnosis both need);
+- `outbox.wire.record`: whole records, encode (what the connector writes for an envelope) and
+  decode (a record back to its envelope, or why it is not one), side by side;
+- `outbox.wire.jsonb`: what Postgres makes of a payload in a ``jsonb`` column, as Debezium sends
+  it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from outbox.jsonb import utf8_size
+from outbox.wire.jsonb import utf8_size
 
 TRACEPARENT = "traceparent"
 # Header names. EventRouter always adds "id" (the event id column); the others come from

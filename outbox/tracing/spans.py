@@ -1,7 +1,7 @@
 """The spans of the units of work (an HTTP request, a publish, applying a consumed event) through
 the OpenTelemetry API. When the process set up the SDK (`outbox.tracing`) they are recorded and
 the ``traceparent`` an event carries is the span's own context; otherwise nothing is recorded
-and the context handed on is a fresh child id of the parent (`outbox.trace`), as before."""
+and the context handed on is a fresh child id of the parent (`outbox.tracing.context`)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from opentelemetry.trace import (
 )
 from opentelemetry.util.types import AttributeValue
 
-from outbox.trace import TraceContext
+from outbox.tracing.context import TraceContext
 
 TRACER = "outboxkit"
 Attributes = Mapping[str, AttributeValue]

@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from outbox.kafka_security import PLAINTEXT, KafkaSecurity, librdkafka_config
+from outbox.kafka.security import PLAINTEXT, KafkaSecurity, librdkafka_config
 
 log = logging.getLogger(__name__)
 # Seconds Kafka is not asked again after it failed to answer.

@@ -1,7 +1,11 @@
-"""The OpenTelemetry SDK of a process, set up from the standard ``OTEL_*`` environment: called by
+"""Tracing, in one package: the W3C trace context an event carries (`outbox.tracing.context`),
+the spans of the units of work (`outbox.tracing.spans`; the inbox's per-record spans are in
+`inbox.tracing`), and here the set-up.
+
+The OpenTelemetry SDK of a process, set up from the standard ``OTEL_*`` environment: called by
 each composition root (a service's app factory, the consumer driver, a Spark Python worker),
 never at import. Off unless the environment asks for it: spans are then not recorded, and the
-``traceparent`` events carry is made of fresh ids (`outbox.trace`)."""
+``traceparent`` events carry is made of fresh ids (`outbox.tracing.context`)."""
 
 from __future__ import annotations
 

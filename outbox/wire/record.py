@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from outbox import jsonb
 from outbox.envelope import Envelope, extra_headers
 from outbox.errors import OutboxError
 from outbox.wire import (
@@ -30,6 +29,7 @@ from outbox.wire import (
     ID,
     SCHEMA_VERSION,
     TRACEPARENT,
+    jsonb,
 )
 
 Headers = Sequence[tuple[str, bytes | None]]
