@@ -10,7 +10,7 @@ import pytest
 
 from devstack.settings import StackSettings
 from outboxkit.bench.report import markdown_table
-from outboxkit.runtime import _chaos_markdown
+from outboxkit.commands.chaos import _chaos_markdown
 from saga import common
 from saga_harness.chaos import Campaign, Round, schedule
 from saga_harness.faults import (

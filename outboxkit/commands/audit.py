@@ -1,0 +1,80 @@
+"""`outboxkit audit JOB...`: every event on consumer jobs' topics, applied, duplicate, parked,
+pending or lost."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from outboxkit.settings import Settings
+
+
+def _audit(args: argparse.Namespace, settings: Settings) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from sqlalchemy import create_engine
+
+    from spark_consumers.audit import CATEGORIES, audit
+    from spark_consumers.job import load_job
+
+    results = []
+    for spec in args.jobs:
+        job = load_job(spec)
+        engine = create_engine(job.engine_url())
+        try:
+            with engine.connect() as conn:
+                results.append(audit(job, conn))
+        finally:
+            engine.dispose()
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        console = Console()
+        for result in results:
+            verdict = (
+                "OK: nothing lost, nothing applied twice"
+                if result.ok
+                else "LOST OR DUPLICATE EVENTS"
+                if result.exact
+                else "no ledger: lost and duplicate cannot be counted (Job.ledger)"
+            )
+            table = Table(title=f"audit {result.consumer}: {verdict}")
+            for column in ("topic", "partition", "watermark", "end", "events", *CATEGORIES):
+                table.add_column(column, justify="left" if column == "topic" else "right")
+            for p in result.partitions:
+                table.add_row(
+                    p.topic,
+                    str(p.partition),
+                    str(p.watermark),
+                    str(p.end),
+                    str(p.events),
+                    *(str(p.counts[c]) for c in CATEGORIES),
+                )
+            table.add_row(
+                "total",
+                "",
+                "",
+                "",
+                str(sum(p.events for p in result.partitions)),
+                *(str(result.total(c)) for c in CATEGORIES),
+            )
+            console.print(table)
+            for p in result.partitions:
+                for category, examples in p.examples.items():
+                    if examples:
+                        print(f"  {category} on {p.topic}[{p.partition}]: {', '.join(examples)}")
+            if result.ledger_only:
+                print(f"  {result.ledger_only} applied event ids are no longer on the topics")
+    if any(r.exact and not r.ok for r in results):
+        return 1
+    return 0 if all(r.exact for r in results) else 2
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    audit = sub.add_parser(
+        "audit",
+        help="every event on consumer jobs' topics: applied, duplicate, parked, pending, lost",
+    )
+    audit.add_argument("jobs", nargs="+", metavar="JOB", help="module:attr of a Job")
+    audit.add_argument("--json", action="store_true")
+    audit.set_defaults(run=_audit)

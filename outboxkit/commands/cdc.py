@@ -1,0 +1,76 @@
+"""`outboxkit cdc preflight|restart|raise-limit|restore-limit`: CDC's checks and the way out of a
+FAILED connector task."""
+
+from __future__ import annotations
+
+import argparse
+
+from outboxkit.endpoints import resolve
+from outboxkit.settings import Settings
+
+
+def _cdc(args: argparse.Namespace, settings: Settings) -> int:
+    from cdc import recovery
+    from cdc.preflight import connector_check, run_checks
+    from outbox.kafka.security import librdkafka_config
+
+    endpoints = resolve(settings)
+    client = endpoints.connect() if endpoints.connect_url else None
+    bootstrap = endpoints.bootstrap_servers
+    name = args.connector or settings.connector_name
+    if args.action != "preflight":
+        if client is None or bootstrap is None:
+            raise ValueError("set OUTBOXKIT_CONNECT_URL and OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS")
+        kafka_config = librdkafka_config(endpoints.kafka_security)
+        if args.action == "restart":
+            status = recovery.restart_failed(client, name)
+        elif args.action == "raise-limit":
+            if not args.topic or not args.max_bytes:
+                raise ValueError("raise-limit needs --topic and --max-bytes (see stack status)")
+            status = recovery.raise_record_limit(
+                client,
+                bootstrap,
+                connector=name,
+                topics=args.topic,
+                max_bytes=args.max_bytes,
+                kafka_config=kafka_config,
+            )
+        else:
+            status = recovery.restore_record_limit(
+                client,
+                bootstrap,
+                connector=name,
+                topics=args.topic or [],
+                kafka_config=kafka_config,
+            )
+        print(f"connector {name}: {status.state}, tasks {[t[1] for t in status.tasks]}")
+        return 0
+    url = endpoints.database_url(args.url)
+    engine = endpoints.engine(args.url)
+    with engine.connect() as conn:
+        checks = run_checks(
+            conn,
+            slot_name=settings.slot_name,
+            publication_name=settings.publication_name,
+            expect_slot=args.expect_slot,
+        )
+    if client is not None:  # the connector's status, when a Connect URL is known
+        current = client.status(name)
+        diagnosis = recovery.diagnose_connector(
+            client, name, database_url=url, bootstrap_servers=bootstrap, status=current
+        )
+        checks.append(connector_check(name, current, diagnosis, expect_running=args.expect_slot))
+    for check in checks:
+        print(f"[{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    cdc = sub.add_parser("cdc", help="CDC checks; the way out of a FAILED connector task")
+    cdc.add_argument("action", choices=["preflight", "restart", "raise-limit", "restore-limit"])
+    cdc.add_argument("--url")
+    cdc.add_argument("--expect-slot", action="store_true", help="fail if the slot is missing")
+    cdc.add_argument("--connector", help="connector name (default: settings)")
+    cdc.add_argument("--topic", action="append", help="raise/restore-limit: topic (repeatable)")
+    cdc.add_argument("--max-bytes", type=int, help="raise-limit: the record limit to allow")
+    cdc.set_defaults(run=_cdc)

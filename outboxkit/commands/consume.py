@@ -1,0 +1,100 @@
+"""`outboxkit consume JOB...`: consumer jobs on Spark Structured Streaming, with their metrics."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from outboxkit.settings import Settings
+
+
+def _consume(args: argparse.Namespace, settings: Settings) -> int:
+    from rich.console import Console
+
+    from devstack.artifacts import cached_spark_jars
+    from spark_consumers.job import load_job
+    from spark_consumers.runner import run_jobs
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per JVM call otherwise
+    console = Console()
+    jobs = [load_job(spec) for spec in args.jobs]
+
+    def report(name: str, batch_id: int, rows: list[dict[str, object]]) -> None:
+        applied = sum(int(str(r["applied"])) for r in rows)
+        skipped = sum(int(str(r["skipped"])) for r in rows)
+        parked = sum(int(str(r["parked"])) for r in rows)
+        published = sum(int(str(r["published"])) for r in rows)
+        retries = sum(int(str(r["retries"])) for r in rows)
+        console.print(
+            f"{name} batch {batch_id}: {applied} applied, {skipped} skipped, "
+            f"{parked} parked, {published} published over {len(rows)} partition(s)"
+            + (f", {retries} retries (database unreachable)" if retries else "")
+        )
+
+    console.print(f"consuming {', '.join(j.name for j in jobs)} (checkpoints in {args.checkpoint})")
+    metrics = _consumer_metrics(args, settings, jobs, console)
+    listeners = [] if metrics is None else [metrics.listener]
+
+    def on_batch(name: str, batch_id: int, rows: list[dict[str, object]]) -> None:
+        report(name, batch_id, rows)
+        if metrics is not None:
+            metrics.on_batch(name, batch_id, rows)
+
+    try:
+        run_jobs(
+            jobs,
+            checkpoint=Path(args.checkpoint),
+            trigger_seconds=args.trigger,
+            once=args.once,
+            on_batch=on_batch,
+            jars=cached_spark_jars(settings.cache_dir),
+            shared=not args.query_per_job,
+            listeners=listeners,
+        )
+    finally:
+        if metrics is not None:
+            metrics.close()
+    return 0
+
+
+def _consumer_metrics(
+    args: argparse.Namespace, settings: Settings, jobs: Sequence[Any], console: Any
+) -> Any:
+    """The driver's metrics, served when a port is set (--metrics-port, else settings)."""
+    port = settings.consumer_metrics_port if args.metrics_port is None else args.metrics_port
+    if port is None:
+        return None
+    from spark_consumers.metrics import DriverMetrics
+
+    host = args.metrics_host or settings.consumer_metrics_host
+    metrics = DriverMetrics(jobs)
+    bound = metrics.serve(host, port)
+    console.print(f"metrics on http://{host}:{bound}/metrics")
+    return metrics
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    consume = sub.add_parser("consume", help="run consumer jobs (Spark Structured Streaming)")
+    consume.add_argument("jobs", nargs="+", metavar="JOB", help="module:attr of a Job")
+    consume.add_argument("--trigger", type=float, default=1.0, help="seconds between batches")
+    consume.add_argument("--checkpoint", default=".outboxkit/checkpoints")
+    consume.add_argument("--once", action="store_true", help="apply what is there, then stop")
+    consume.add_argument(
+        "--query-per-job",
+        action="store_true",
+        help="one streaming query per job (default: one per Kafka cluster, each topic read once)",
+    )
+    consume.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus metrics on this port, 0: a free one "
+        "(default: OUTBOXKIT_CONSUMER_METRICS_PORT; unset: none)",
+    )
+    consume.add_argument(
+        "--metrics-host", help="metrics address (default: OUTBOXKIT_CONSUMER_METRICS_HOST)"
+    )
+    consume.set_defaults(run=_consume)

@@ -1,0 +1,20 @@
+"""`outboxkit demo`: the main job, the order saga on the local stack."""
+
+from __future__ import annotations
+
+import argparse
+
+from devstack.settings import StackSettings
+
+
+def _demo(args: argparse.Namespace, settings: StackSettings) -> int:
+    from outboxkit.demo import run_demo
+
+    return run_demo(settings, orders=args.orders, keep_running=args.keep_running)
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = sub.add_parser("demo", help="the main job: the order saga on the local stack")
+    demo.add_argument("--orders", type=int, default=300, help="how many orders to place")
+    demo.add_argument("--keep-running", action="store_true", help="leave the stack and services up")
+    demo.set_defaults(run=_demo, settings=StackSettings)

@@ -1,0 +1,155 @@
+"""`outboxkit inbox status|parked|show|skip|redrive|rewind`: a consumer's inbox state, its parked
+records and what an operator does with them."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from typing import Any
+
+from outboxkit.endpoints import resolve
+from outboxkit.settings import Settings
+
+
+def _inbox(args: argparse.Namespace, settings: Settings) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from inbox import admin
+
+    if args.action == "redrive":
+        return _inbox_redrive(args)
+    engine = resolve(settings).engine(args.url)
+    if args.action == "rewind":
+        previous = admin.rewind(engine, args.consumer, args.topic, args.partition, args.offset)
+        print(
+            f"rewound {args.consumer} {args.topic}[{args.partition}]: {previous} -> {args.offset}"
+        )
+        return 0
+    if args.action == "show":
+        return _inbox_show(engine, _parked_id(args), as_json=args.json, full=args.full)
+    if args.action == "skip":
+        if not args.reason:
+            raise ValueError("skip needs --reason (recorded with the skipped record)")
+        row = admin.skip(
+            engine, _parked_id(args), by=args.by or getpass.getuser(), reason=args.reason
+        )
+        print(
+            f"skipped parked record {row['id']}: {row['consumer']} {row['topic']}"
+            f"[{row['partition']}] offset {row['offset']} (key {row['key']!r}); "
+            "records of its key parked behind it stay parked until the key is redriven"
+        )
+        return 0
+    rows = (
+        admin.status(engine, args.consumer)
+        if args.action == "status"
+        else admin.list_parked(engine, args.consumer, limit=args.limit)
+    )
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    table = Table(title=f"inbox {args.action}")
+    for column in rows[0].keys() if rows else ["(empty)"]:
+        table.add_column(str(column))
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    Console().print(table)
+    return 0
+
+
+def _parked_id(args: argparse.Namespace) -> int:
+    if args.id is None:
+        raise ValueError(f"{args.action} needs --id (the id column of `outboxkit inbox parked`)")
+    return int(args.id)
+
+
+def _inbox_redrive(args: argparse.Namespace) -> int:
+    from sqlalchemy import create_engine
+
+    from inbox import admin
+    from outbox.wire.record import key_text
+    from spark_consumers.job import load_job
+
+    if not args.job:
+        raise ValueError("redrive needs --job module:attr (its handlers apply the records)")
+    job = load_job(args.job)
+    inbox = job.inbox(create_engine(job.engine_url()))
+    topic, partition, key = args.topic, args.partition, args.key
+    if args.id is not None:  # the parked record's partition and exact key
+        found = admin.show(inbox.engine, int(args.id))
+        if found is None or found["state"] != "parked" or found["consumer"] != inbox.consumer:
+            raise ValueError(f"no parked record {args.id} of consumer {inbox.consumer}")
+        topic, partition, key = found["topic"], found["partition"], key_text(found["raw_key"])
+    if not topic:
+        raise ValueError("redrive needs --topic (and --partition), or --id")
+    result = admin.redrive(inbox, topic, partition, key=key)
+    print(
+        f"redrive: {result.applied} applied, {result.skipped} already applied, "
+        f"{result.still_parked} still parked"
+    )
+    return 0 if result.still_parked == 0 else 1
+
+
+def _inbox_show(engine: Any, parked_id: int, *, as_json: bool, full: bool) -> int:
+    """One parked (or skipped) record: readable fields, then the raw bytes (base64 in JSON)."""
+    from inbox import admin
+
+    found = admin.show(engine, parked_id)
+    if found is None:
+        print(f"no parked or skipped record with id {parked_id}", file=sys.stderr)
+        return 1
+    raw = ("raw_key", "raw_value", "raw_headers")
+    if as_json:
+        shown = {k: v for k, v in found.items() if k not in raw}
+        shown["raw_key"] = _b64(found["raw_key"])
+        shown["raw_value"] = _b64(found["raw_value"])
+        shown["raw_headers"] = [[n, _b64(v)] for n, v in found["raw_headers"]]
+        print(json.dumps(shown, indent=2, default=str))
+        return 0
+    for name, value in found.items():
+        if name not in raw:
+            print(f"{name:>13}: {value}")
+    cut = None if full else 2000
+    print(f"{'raw key':>13}: {_bytes(found['raw_key'], cut)}")
+    print(f"{'raw value':>13}: {_bytes(found['raw_value'], cut)}")
+    for header, value in found["raw_headers"]:
+        print(f"{'header':>13}: {header!r} = {_bytes(value, cut)}")
+    if not full:
+        print("(byte strings cut at 2000 bytes; --full shows them whole, --json as base64)")
+    return 0
+
+
+def _b64(value: bytes | None) -> str | None:
+    import base64
+
+    return None if value is None else base64.b64encode(value).decode()
+
+
+def _bytes(value: bytes | None, cut: int | None) -> str:
+    if value is None:
+        return "null"
+    shown = repr(value if cut is None else value[:cut])
+    return shown if cut is None or len(value) <= cut else f"{shown}... ({len(value)} bytes)"
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    inbox = sub.add_parser(
+        "inbox", help="inbox state: status, parked (list, show, skip), redrive, rewind"
+    )
+    inbox.add_argument("action", choices=["status", "parked", "show", "skip", "redrive", "rewind"])
+    inbox.add_argument("--id", type=int, help="show/skip/redrive: a parked record's id")
+    inbox.add_argument("--reason", help="skip: why (recorded)")
+    inbox.add_argument("--by", help="skip: who (recorded; default: the OS user)")
+    inbox.add_argument("--full", action="store_true", help="show: raw bytes whole")
+    inbox.add_argument("--url", help="the consumer's database (default: settings, local stack)")
+    inbox.add_argument("--consumer")
+    inbox.add_argument("--job", help="redrive: module:attr of the Job whose handlers apply")
+    inbox.add_argument("--topic")
+    inbox.add_argument("--partition", type=int, default=0)
+    inbox.add_argument("--key", help="redrive only this key")
+    inbox.add_argument("--offset", type=int, help="rewind: the new watermark")
+    inbox.add_argument("--limit", type=int, default=100)
+    inbox.add_argument("--json", action="store_true")
+    inbox.set_defaults(run=_inbox)

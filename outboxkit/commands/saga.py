@@ -1,0 +1,126 @@
+"""`outboxkit saga ACTION [NAME...]`: the saga example's processes as an operator runs them on the
+local stack (prepare, up, status, start, stop, restart, kill -9), each recorded with PID, port and
+log."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from devstack.settings import StackSettings
+
+
+def progress(line: str) -> None:
+    """A progress line on stderr, so that stdout holds only the command's report."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def recorded_saga(stack: Any) -> Any:
+    """The saga whose processes are recorded in the stack's directory, if any."""
+    from saga_harness.processes import Saga
+
+    workdir = stack.dir / "saga"
+    if not (workdir / "processes.json").exists() or not stack.state_file.exists():
+        return None
+    return Saga.attach(stack, workdir, echo=stack.echo)
+
+
+def service_replicas(stack: Any) -> int:
+    """The stack's replica count per saga service (setting service_replicas; 1 without it)."""
+    return int(getattr(stack.settings, "service_replicas", 1))
+
+
+def saga_command(args: argparse.Namespace, settings: StackSettings) -> int:
+    """`outboxkit saga ACTION [NAME...]`: prepare, up, status, start, stop, restart or kill -9;
+    a NAME is a process: a service replica (orders, orders-2, ...) or the consumer driver."""
+    from devstack.stack import Stack
+    from saga_harness.processes import Saga, service_of
+
+    stack = Stack(settings, echo=progress)  # stdout carries the report (--json) alone
+    unknown = sorted(n for n in args.names if n != "consumers" and service_of(n) is None)
+    if unknown:
+        raise ValueError(
+            f"unknown saga process(es) {unknown}: choose from orders, payments, shipping (a "
+            "replica: orders-2, ...) and consumers"
+        )
+    if args.action == "prepare":
+        # Set-up only, as a deployment's one-shot job runs it: roles, databases, migrations,
+        # connectors, topics. Its processes run elsewhere (containers), with their own roles.
+        stack.up()
+        Saga(stack, stack.dir / "saga", echo=progress).prepare()
+        progress("saga prepared: service roles and databases, migrations, connectors, topics")
+        return 0
+    if args.action == "up":
+        stack.up()
+        saga = recorded_saga(stack)
+        if saga is None:
+            saga = Saga(stack, stack.dir / "saga", echo=progress)
+            saga.prepare()
+        saga.scale(service_replicas(stack))  # the setting's count, a recorded saga's too
+        names = args.names or saga.processes
+        saga.start(names)
+        if "orders" in names and "consumers" in names:
+            saga.warm_up()
+    else:
+        saga = recorded_saga(stack)
+        if saga is None:
+            raise LookupError(f"no saga recorded in {stack.dir / 'saga'}: outboxkit saga up")
+        names = args.names or saga.processes
+        if args.action == "start":
+            saga.start(names)
+        elif args.action == "stop":
+            saga.stop(names, dispose=False)
+        elif args.action == "restart":
+            saga.restart(names)
+        elif args.action == "kill":
+            for name in names:
+                saga.kill(name)
+    processes = saga.status()
+    if args.json:
+        print(json.dumps(processes, indent=2))
+    else:
+        print_processes(processes)
+    return 0 if all(p["health"] in ("ready", "running", "stopped") for p in processes) else 1
+
+
+def print_processes(processes: Sequence[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="saga processes")
+    for column in ("process", "service", "pid", "port", "health", "url", "log"):
+        table.add_column(column)
+    for p in processes:
+        table.add_row(
+            p["name"],
+            p["service"],
+            str(p["pid"] or ""),
+            str(p["port"] or ""),
+            p["health"],
+            p["url"] or "",
+            p["log"],
+        )
+    Console().print(table)
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    saga = sub.add_parser(
+        "saga",
+        help="the saga's services and consumer driver: prepare (set-up only), up, status, start, "
+        "stop, restart",
+    )
+    saga.add_argument(
+        "action", choices=["prepare", "up", "status", "start", "stop", "restart", "kill"]
+    )
+    saga.add_argument(
+        "names",
+        nargs="*",
+        metavar="NAME",
+        help="processes: orders, payments, shipping (replica 1 of each), orders-2 ... (other "
+        "replicas: setting service_replicas), consumers (default: all)",
+    )
+    saga.add_argument("--json", action="store_true")
+    saga.set_defaults(run=saga_command, settings=StackSettings)
