@@ -20,6 +20,7 @@ from spark_consumers.job import Job
 from spark_consumers.progress import ProgressLog
 from spark_consumers.retry import RestartBudget
 from spark_consumers.sink import TRACE_SERVICE, inbox_sink
+from spark_consumers.summary import SliceSummary
 
 log = logging.getLogger("outboxkit.consumers")
 
@@ -29,7 +30,8 @@ log = logging.getLogger("outboxkit.consumers")
 # by default): that wait was most of a small batch's read time (0.2-0.4 s for a few records).
 FETCH_MAX_WAIT_MS = "10"
 
-BatchCallback = Callable[[str, int, list[dict[str, Any]]], None]
+# Told per job and micro-batch what the inbox did with each Kafka partition's slice.
+BatchCallback = Callable[[str, int, list[SliceSummary]], None]
 
 
 def inbox_positions(job: Job) -> dict[tuple[str, int], int]:

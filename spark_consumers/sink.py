@@ -19,12 +19,8 @@ from outbox.wire.record import KafkaRecord
 from spark_consumers.clock import HandlerClock
 from spark_consumers.job import Job
 from spark_consumers.retry import BATCH_RETRY, retrying
+from spark_consumers.summary import SPARK_SCHEMA, SliceSummary, to_arrow
 
-RESULT_SCHEMA = (
-    "job string, topic string, partition int, watermark long, applied long, skipped long, "
-    "parked long, published long, retries long, resent long, seconds double, "
-    "handler_seconds double"
-)
 _ENGINES: dict[str, Any] = {}
 # service.name of the consumers' spans (driver and Python workers) unless OTEL_SERVICE_NAME is set.
 TRACE_SERVICE = "outboxkit-consumers"
@@ -71,22 +67,6 @@ def records_from_arrow(batch: pa.RecordBatch) -> list[KafkaRecord]:
     ]
 
 
-RESULT_FIELDS = [
-    ("job", pa.string()),
-    ("topic", pa.string()),
-    ("partition", pa.int32()),
-    ("watermark", pa.int64()),
-    ("applied", pa.int64()),
-    ("skipped", pa.int64()),
-    ("parked", pa.int64()),
-    ("published", pa.int64()),
-    ("retries", pa.int64()),
-    ("resent", pa.int64()),  # of the skipped: re-sends (a known event id at a new offset)
-    ("seconds", pa.float64()),  # applying the slice, inbox transaction and retries included
-    ("handler_seconds", pa.float64()),  # of which in the handlers
-]
-
-
 def apply_batches(
     jobs: Sequence[Job], batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
@@ -97,9 +77,7 @@ def apply_batches(
     for batch in batches:
         for record in records_from_arrow(batch):
             grouped.setdefault((record.topic, record.partition), []).append(record)
-    from inbox.decision import Action
-
-    rows: dict[str, list[Any]] = {name: [] for name, _ in RESULT_FIELDS}
+    summaries: list[SliceSummary] = []
     for (topic, partition), records in sorted(grouped.items()):
         for job in jobs:
             if topic not in job.topics:
@@ -116,21 +94,16 @@ def apply_batches(
                 backoff=dataclasses.replace(BATCH_RETRY, budget=job.batch_retry_seconds),
                 what=f"{job.name} {topic}[{partition}]",
             )
-            rows["job"].append(job.name)
-            rows["topic"].append(topic)
-            rows["partition"].append(partition)
-            rows["watermark"].append(result.watermark)
-            rows["applied"].append(result.count(Action.APPLY))
-            rows["skipped"].append(
-                result.count(Action.SKIP_REPLAY) + result.count(Action.SKIP_DUPLICATE)
+            summaries.append(
+                SliceSummary.of(
+                    job.name,
+                    result,
+                    retries=retries,
+                    seconds=time.perf_counter() - started,
+                    handler_seconds=clock.seconds,
+                )
             )
-            rows["parked"].append(result.count(Action.PARK) + result.count(Action.HOLD))
-            rows["published"].append(len(result.published))
-            rows["retries"].append(retries)
-            rows["resent"].append(result.count(Action.SKIP_DUPLICATE))
-            rows["seconds"].append(time.perf_counter() - started)
-            rows["handler_seconds"].append(clock.seconds)
-    yield pa.RecordBatch.from_pydict(rows, schema=pa.schema(RESULT_FIELDS))
+    yield to_arrow(summaries)
 
 
 def traced_batches(
@@ -151,7 +124,8 @@ def traced_batches(
 
 def inbox_sink(jobs: Sequence[Job], on_batch: Any = None) -> Any:
     """A foreachBatch function applying each micro-batch through the jobs' inboxes; tells
-    ``on_batch(job_name, batch_id, rows)`` per job what it did."""
+    ``on_batch(job_name, batch_id, summaries)`` per job what it did (a `SliceSummary` per Kafka
+    partition)."""
     jobs = tuple(jobs)
     name = "+".join(job.name for job in jobs)
 
@@ -167,7 +141,7 @@ def inbox_sink(jobs: Sequence[Job], on_batch: Any = None) -> Any:
         try:
             results = (
                 frame.coalesce(slots)
-                .mapInArrow(lambda it: traced_batches(jobs, it, link), RESULT_SCHEMA)
+                .mapInArrow(lambda it: traced_batches(jobs, it, link), SPARK_SCHEMA)
                 .collect()
             )
         except Exception as exc:
@@ -181,6 +155,7 @@ def inbox_sink(jobs: Sequence[Job], on_batch: Any = None) -> Any:
         )
         if on_batch is not None:
             for job in jobs:
-                on_batch(job.name, batch_id, [r.asDict() for r in results if r.job == job.name])
+                summaries = [SliceSummary.from_row(r.asDict()) for r in results]
+                on_batch(job.name, batch_id, [s for s in summaries if s.job == job.name])
 
     return sink

@@ -14,6 +14,7 @@ import outbox
 from cdc.config import topic_for
 from outbox.wire.record import header_map
 from spark_consumers.runner import run_jobs
+from spark_consumers.summary import SliceSummary
 from tests.jobs import effects, make_job
 from tests.kafka import read_records
 
@@ -82,9 +83,9 @@ def new_job(stack: Any, aggregate_type: str, **extra: Any) -> Any:
     )
 
 
-def run_once(spark: Any, job: Any, checkpoint: Path) -> list[dict[str, Any]]:
+def run_once(spark: Any, job: Any, checkpoint: Path) -> list[SliceSummary]:
     """Run the job until everything on its topics is applied; returns per-partition results."""
-    rows: list[dict[str, Any]] = []
+    rows: list[SliceSummary] = []
     run_jobs(
         [job],
         checkpoint=checkpoint,
@@ -96,5 +97,5 @@ def run_once(spark: Any, job: Any, checkpoint: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def total(rows: list[dict[str, Any]], column: str) -> int:
-    return sum(int(r[column]) for r in rows)
+def total(rows: list[SliceSummary], column: str) -> int:
+    return sum(int(getattr(r, column)) for r in rows)

@@ -6,9 +6,12 @@ import argparse
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outboxkit.settings import Settings
+
+if TYPE_CHECKING:
+    from spark_consumers.summary import SliceSummary
 
 
 def _consume(args: argparse.Namespace, settings: Settings) -> int:
@@ -23,12 +26,12 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
     console = Console()
     jobs = [load_job(spec) for spec in args.jobs]
 
-    def report(name: str, batch_id: int, rows: list[dict[str, object]]) -> None:
-        applied = sum(int(str(r["applied"])) for r in rows)
-        skipped = sum(int(str(r["skipped"])) for r in rows)
-        parked = sum(int(str(r["parked"])) for r in rows)
-        published = sum(int(str(r["published"])) for r in rows)
-        retries = sum(int(str(r["retries"])) for r in rows)
+    def report(name: str, batch_id: int, rows: list[SliceSummary]) -> None:
+        applied = sum(r.applied for r in rows)
+        skipped = sum(r.skipped for r in rows)
+        parked = sum(r.parked for r in rows)
+        published = sum(r.published for r in rows)
+        retries = sum(r.retries for r in rows)
         console.print(
             f"{name} batch {batch_id}: {applied} applied, {skipped} skipped, "
             f"{parked} parked, {published} published over {len(rows)} partition(s)"
@@ -39,7 +42,7 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
     metrics = _consumer_metrics(args, settings, jobs, console)
     listeners = [] if metrics is None else [metrics.listener]
 
-    def on_batch(name: str, batch_id: int, rows: list[dict[str, object]]) -> None:
+    def on_batch(name: str, batch_id: int, rows: list[SliceSummary]) -> None:
         report(name, batch_id, rows)
         if metrics is not None:
             metrics.on_batch(name, batch_id, rows)

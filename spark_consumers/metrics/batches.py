@@ -4,7 +4,7 @@ duration of each micro-batch."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -12,6 +12,7 @@ from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from spark_consumers.job import Job
 from spark_consumers.metrics.tables import LABELS
+from spark_consumers.summary import SliceSummary
 
 SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -44,18 +45,17 @@ class BatchMetrics:
             "handler_seconds", "time in the handlers while applying one partition's slice"
         )
 
-    def __call__(self, job_name: str, batch_id: int, rows: Sequence[Mapping[str, Any]]) -> None:
+    def __call__(self, job_name: str, batch_id: int, rows: Sequence[SliceSummary]) -> None:
         for row in rows:
-            key = [job_name, self.consumers.get(job_name, ""), row["topic"], str(row["partition"])]
-            resent = int(row["resent"])
-            self.applied.labels(*key).inc(int(row["applied"]))
-            self.skipped.labels(*key, "replay").inc(int(row["skipped"]) - resent)
-            self.skipped.labels(*key, "resend").inc(resent)
-            self.parked.labels(*key).inc(int(row["parked"]))
-            self.published.labels(*key).inc(int(row["published"]))
-            self.retries.labels(*key).inc(int(row["retries"]))
-            self.slice_seconds.labels(*key).observe(float(row["seconds"]))
-            self.handler_seconds.labels(*key).observe(float(row["handler_seconds"]))
+            key = [job_name, self.consumers.get(job_name, ""), row.topic, str(row.partition)]
+            self.applied.labels(*key).inc(row.applied)
+            self.skipped.labels(*key, "replay").inc(row.skipped - row.resent)
+            self.skipped.labels(*key, "resend").inc(row.resent)
+            self.parked.labels(*key).inc(row.parked)
+            self.published.labels(*key).inc(row.published)
+            self.retries.labels(*key).inc(row.retries)
+            self.slice_seconds.labels(*key).observe(row.seconds)
+            self.handler_seconds.labels(*key).observe(row.handler_seconds)
 
 
 class BatchDurations(StreamingQueryListener):

@@ -31,7 +31,7 @@ def test_100k_events_exactly_once_across_restart_and_lost_checkpoint(
     wait_on_kafka(stack, aggregate_type, EVENTS)
     job = new_job(stack, aggregate_type)
     first = run_once(spark, job, tmp_path / "cp")
-    assert len({r["partition"] for r in first}) == 4
+    assert len({r.partition for r in first}) == 4
     assert effect_stats(engine, job.consumer) == (EVENTS, EVENTS)
     # Restart from the checkpoint with new events: only the new ones are applied.
     publish(engine, aggregate_type, 1000, start=EVENTS)

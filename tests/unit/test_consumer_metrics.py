@@ -17,6 +17,7 @@ from spark_consumers.job import Job
 from spark_consumers.metrics import DriverMetrics
 from spark_consumers.metrics.batches import BatchDurations, BatchMetrics
 from spark_consumers.metrics.tables import JobSlot, PartitionState, inbox_families
+from spark_consumers.summary import SliceSummary
 
 
 def samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -110,18 +111,20 @@ def job(name: str = "saga_payments", consumer: str = "payments") -> Job:
     return Job(name, ("t",), consumer, lambda e, u: None, "postgresql://h/db", "k:9092")
 
 
-def row(partition: int, **counts: float) -> dict[str, Any]:
+def row(partition: int, **counts: int) -> SliceSummary:
     fields = ("applied", "skipped", "parked", "published", "retries", "resent")
-    return {
-        "job": "saga_payments",
-        "topic": "t",
-        "partition": partition,
-        "watermark": 0,
-        **dict.fromkeys(fields, 0),
-        "seconds": 0.2,
-        "handler_seconds": 0.05,
-        **counts,
-    }
+    return SliceSummary.from_row(
+        {
+            "job": "saga_payments",
+            "topic": "t",
+            "partition": partition,
+            "watermark": 0,
+            **dict.fromkeys(fields, 0),
+            "seconds": 0.2,
+            "handler_seconds": 0.05,
+            **counts,
+        }
+    )
 
 
 def test_batch_results_add_up_per_partition() -> None:
@@ -199,3 +202,15 @@ def test_offsets_are_not_asked_again_for_a_while_once_kafka_did_not_answer():
         assert asked == []  # none of them asked Kafka again
     finally:
         offsets.close()
+
+
+def test_a_slice_summary_goes_through_arrow_and_a_spark_row_unchanged() -> None:
+    from spark_consumers.summary import ARROW_SCHEMA, SPARK_SCHEMA, to_arrow
+
+    sent = [row(0, applied=3, skipped=4, resent=1), row(3, parked=2, retries=1)]
+    batch = to_arrow(sent)
+    assert batch.schema == ARROW_SCHEMA and batch.num_rows == 2
+    assert [SliceSummary.from_row(r) for r in batch.to_pylist()] == sent
+    assert to_arrow([]).num_rows == 0
+    assert SPARK_SCHEMA.startswith("job string, topic string, partition long, watermark long")
+    assert len(SPARK_SCHEMA.split(", ")) == len(ARROW_SCHEMA)

@@ -1,0 +1,84 @@
+"""What one job's inbox did with one Kafka partition's slice of a micro-batch: the typed row an
+executor task sends back to the driver (as Arrow, the one format ``mapInArrow`` returns) and the
+driver hands to ``on_batch`` callbacks, the console report and the metrics."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import astuple, dataclass, fields
+from typing import Any
+
+import pyarrow as pa
+
+from inbox.apply import BatchResult
+from inbox.decision import Action
+
+
+@dataclass(frozen=True)
+class SliceSummary:
+    """One (job, Kafka partition) of a micro-batch."""
+
+    job: str
+    topic: str
+    partition: int
+    watermark: int  # the partition's watermark after the slice
+    applied: int
+    skipped: int  # replays (at or below the watermark) and re-sends
+    parked: int  # parked, or held behind a parked record of their key
+    published: int  # events the handlers published, committed with the slice
+    retries: int  # retries of the slice while the database was unreachable
+    resent: int  # of the skipped: re-sends (a known event id at a new offset)
+    seconds: float  # applying the slice, inbox transaction and retries included
+    handler_seconds: float  # of which in the handlers
+
+    @classmethod
+    def of(
+        cls,
+        job: str,
+        result: BatchResult,
+        *,
+        retries: int,
+        seconds: float,
+        handler_seconds: float,
+    ) -> SliceSummary:
+        """The summary of the inbox's ``result`` for ``job``."""
+        return cls(
+            job=job,
+            topic=result.topic,
+            partition=result.partition,
+            watermark=result.watermark,
+            applied=result.count(Action.APPLY),
+            skipped=result.count(Action.SKIP_REPLAY) + result.count(Action.SKIP_DUPLICATE),
+            parked=result.count(Action.PARK) + result.count(Action.HOLD),
+            published=len(result.published),
+            retries=retries,
+            resent=result.count(Action.SKIP_DUPLICATE),
+            seconds=seconds,
+            handler_seconds=handler_seconds,
+        )
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> SliceSummary:
+        """A summary from a result row (a Spark ``Row.asDict()``, an Arrow ``to_pylist`` item)."""
+        return cls(**{f.name: _TYPES[f.name](row[f.name]) for f in fields(cls)})
+
+
+_TYPES: dict[str, type] = {
+    f.name: {"str": str, "int": int, "float": float}[str(f.type)] for f in fields(SliceSummary)
+}
+_ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64()}
+ARROW_SCHEMA = pa.schema([(name, _ARROW[kind]) for name, kind in _TYPES.items()])
+# The same columns as Spark declares them for mapInArrow's result.
+SPARK_SCHEMA = ", ".join(
+    f"{name} {({str: 'string', int: 'long', float: 'double'})[kind]}"
+    for name, kind in _TYPES.items()
+)
+
+
+def to_arrow(summaries: Iterable[SliceSummary]) -> pa.RecordBatch:
+    """The summaries as one Arrow record batch of `ARROW_SCHEMA`."""
+    columns = list(zip(*(astuple(s) for s in summaries), strict=True)) or [()] * len(_TYPES)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(list(c), type=t) for c, t in zip(columns, ARROW_SCHEMA.types, strict=True)],
+        schema=ARROW_SCHEMA,
+    )
