@@ -76,4 +76,4 @@ def _redrive_one(inbox: Inbox, session: Session, topic: str, row: Any) -> Handle
     invalid = inbox.batch.invalid(decoded.envelope)
     if invalid is not None:
         return HandlerOutcome(0, f"invalid payload: {invalid}")
-    return inbox.apply_one(session, decoded.envelope)
+    return inbox.slices.apply_one(session, decoded.envelope)

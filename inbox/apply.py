@@ -1,147 +1,46 @@
-"""The apply loop: one partition's ordered records in ONE transaction on the consumer's database."""
+"""The apply loop's entry point: one partition's ordered records in ONE transaction on the
+consumer's database, exactly once per event.
+
+`Inbox.apply_partition` tries the slice at once (`inbox.slice`: one savepoint, falling back to
+one per record), then record by record with constraints checked at each statement, and as a last
+resort parks every new record with the reason; the handlers' API is in `inbox.handlers`."""
 
 from __future__ import annotations
 
 import logging
-import time
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import cast
 
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from inbox.decision import Action, Decider, Incoming, PartitionView
+from inbox.decision import Action, PartitionView
+from inbox.handlers import BatchHandler, Handler, Handlers, as_batch
 from inbox.recorder import Recorder
-from inbox.tracing import RecordSpans, ended
-from outbox.envelope import Envelope
+from inbox.slice import BatchResult, HandlerOutcome, SliceApplier, SliceOutcome
 from outbox.errors import is_transient
 from outbox.publish import Outbox
-from outbox.tracing.context import TraceContext
-from outbox.unit import PublishedObserver, UnitOfWork
-from outbox.wire.record import Decoded, KafkaRecord, read
+from outbox.unit import PublishedObserver
+from outbox.wire.record import KafkaRecord, read
 
-# A handler applies one event in the inbox's transaction through the unit of work it is given:
-# business writes on ``uow.session``, follow-up events with ``uow.publish``.
-Handler = Callable[[Envelope, UnitOfWork], None]
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_WINDOW",
+    "BatchHandler",
+    "BatchResult",
+    "Handler",
+    "HandlerOutcome",
+    "Handlers",
+    "Inbox",
+    "as_batch",
+]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class BatchHandler:
-    """Applies a partition's slice set-wise: ``apply(events, uow)`` gets every event the inbox
-    decided to apply, in offset order, and the unit of work of the partition's transaction.
-
-    It writes with a few set-wise statements (``executemany``, multi-row VALUES, COPY) instead
-    of one per event, and publishes the next events with ``uow.publish_many`` (``caused_by``
-    carries each consumed event's trace on). It must keep per-key order itself: events of one
-    key arrive in the order they were published. When it raises, the inbox rolls the slice back
-    and applies the events one by one (``apply([event], uow)``), so the failing event is retried,
-    then parked, and only its key waits."""
-
-    apply: Callable[[Sequence[Envelope], UnitOfWork], None]
-    # The event types it applies (others are parked as unknown); None: every type.
-    event_types: frozenset[str] | None = None
-    # Why an event's payload must not be applied, None when it may (pure: no I/O). An event it
-    # rejects is parked with that reason before ``apply`` sees it, not retried. None: no check.
-    validate: Callable[[Envelope], str | None] | None = None
-
-    def handles(self, event_type: str) -> bool:
-        """True when ``event_type`` is applied by this handler."""
-        return self.event_types is None or event_type in self.event_types
-
-    def invalid(self, event: Envelope) -> str | None:
-        """Why ``event`` must not be applied (``validate`` rejected it), else None."""
-        if self.validate is None or not self.handles(event.event_type):
-            return None
-        try:
-            return self.validate(event)
-        except Exception as exc:  # a check crashing on a payload rejects it: parked, not lost
-            log.warning("the payload check of event %s failed", event.event_id, exc_info=True)
-            return f"the payload check failed: {type(exc).__name__}: {exc}"
-
-
-Handlers = Mapping[str, Handler] | Handler | BatchHandler
-
-
-def as_batch(handlers: Handlers) -> BatchHandler:
-    """The one-event API as a batch handler: each event through its handler, in offset order,
-    with a unit of work whose span continues the event's trace."""
-    if isinstance(handlers, BatchHandler):
-        return handlers
-    if callable(handlers):
-        single = handlers
-
-        def each(events: Sequence[Envelope], uow: UnitOfWork) -> None:
-            for event in events:
-                single(event, uow.for_event(event))
-
-        return BatchHandler(each)
-    by_type = dict(handlers)
-
-    def each_by_type(events: Sequence[Envelope], uow: UnitOfWork) -> None:
-        for event in events:
-            by_type[event.event_type](event, uow.for_event(event))
-
-    return BatchHandler(each_by_type, frozenset(by_type))
-
 
 DEFAULT_MAX_ATTEMPTS = 3  # runs of a failing handler before its record is parked
 DEFAULT_WINDOW = 50_000  # offsets per partition; Debezium re-sends measured in the hundreds
-
-
-@dataclass
-class BatchResult:
-    """What one partition batch did."""
-
-    topic: str
-    partition: int
-    watermark: int
-    counts: dict[Action, int] = field(default_factory=dict)
-    # Events the handlers published, committed with the batch.
-    published: list[Envelope] = field(default_factory=list)
-
-    def count(self, action: Action) -> int:
-        """How many records got ``action``."""
-        return self.counts.get(action, 0)
-
-    def published_by_type(self) -> Counter[tuple[str, str]]:
-        """How many events the handlers published, by (aggregate type, event type)."""
-        return Counter((e.aggregate_type, e.event_type) for e in self.published)
-
-
-@dataclass(frozen=True)
-class HandlerOutcome:
-    """How running a handler ended: ``error`` is None when it applied."""
-
-    attempts: int
-    error: str | None = None
-    published: tuple[Envelope, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-@dataclass
-class _Slice:
-    """What applying one partition's records decided, before the bookkeeping is written."""
-
-    result: BatchResult
-    applied: list[tuple[str, int]] = field(default_factory=list)  # (event id, offset)
-    parked: list[tuple[Decoded, str, int]] = field(default_factory=list)  # record, why, attempts
-
-    def count(self, item: Decoded, action: Action, reason: str = "", attempts: int = 1) -> None:
-        result = self.result
-        result.counts[action] = result.counts.get(action, 0) + 1
-        result.watermark = max(result.watermark, item.record.offset)
-        if action is Action.APPLY and item.event_id is not None:
-            self.applied.append((item.event_id, item.record.offset))
-        elif action in (Action.PARK, Action.HOLD):
-            self.parked.append((item, reason, attempts))
 
 
 @dataclass(frozen=True)
@@ -174,6 +73,11 @@ class Inbox:
     def batch(self) -> BatchHandler:
         """The handlers as one batch handler (the one-event API wrapped)."""
         return as_batch(self.handlers)
+
+    @property
+    def slices(self) -> SliceApplier:
+        """What applies this consumer's decided slices."""
+        return SliceApplier(self.consumer, self.batch, self.outbox, self.max_attempts)
 
     def handles(self, event_type: str) -> bool:
         """True when a handler exists for ``event_type``."""
@@ -236,9 +140,10 @@ class Inbox:
                     session, topic, partition, (d.key for d in decoded)
                 ),
             )
-            done = self._apply_slice(session, view, decoded) if optimistic else None
+            slices = self.slices
+            done = slices.optimistic(session, view, decoded) if optimistic else None
             if done is None:
-                done = self._apply_each(session, view, decoded)
+                done = slices.one_by_one(session, view, decoded)
             recorder.park(session, done.parked)
             recorder.remember(session, topic, partition, done.applied)
             recorder.append_ledger(session, topic, partition, done.applied)
@@ -258,7 +163,7 @@ class Inbox:
         with Session(self.engine) as session, session.begin():
             mark = recorder.lock(session, topic, partition)
             fresh = [read(r) for r in records if r.offset > mark]
-            done = _Slice(BatchResult(topic, partition, mark))
+            done = SliceOutcome(BatchResult(topic, partition, mark))
             for item in fresh:
                 done.count(item, Action.PARK, reason, 0)
             recorder.park(session, done.parked)
@@ -269,93 +174,6 @@ class Inbox:
         log.error("%s[%d]: %d records parked: %s", topic, partition, len(fresh), reason)
         return result
 
-    def _apply_slice(
-        self, session: Session, view: PartitionView, decoded: Sequence[Decoded]
-    ) -> _Slice | None:
-        """Every record decided up front, the ones to apply through the batch handler at once
-        under one savepoint; None when the handler raised (nothing of it is kept)."""
-        first = decoded[0].record
-        done = _Slice(BatchResult(first.topic, first.partition, view.watermark))
-        decider = Decider(view, known_types=self.batch.event_types)
-        decisions = [(item, decider.decide(_incoming(item, self.batch))) for item in decoded]
-        events = [item.envelope for item, d in decisions if d.action is Action.APPLY]
-        spans = RecordSpans(self.consumer, [item for item, _ in decisions])
-        uow = UnitOfWork(session, self.outbox, event_spans=spans.by_event_id())
-        started = time.perf_counter()
-        try:
-            with session.begin_nested():
-                if events:
-                    self.batch.apply(cast(list[Envelope], events), uow)
-        except Exception as exc:  # a handler failed: redo record by record, retrying
-            spans.end_all(f"the slice's handler failed, redone record by record: {exc!r}")
-            if is_transient(exc):  # the database went away: the whole batch is retried
-                raise
-            log.info("%s[%d]: per-record apply after %r", first.topic, first.partition, exc)
-            return None
-        took = time.perf_counter() - started  # the slice's, shared by its applied events
-        for (item, decision), traced in zip(decisions, spans.started, strict=True):
-            done.count(item, decision.action, decision.reason)
-            applied = decision.action is Action.APPLY
-            ended(
-                traced, decision.action, decision.reason, handler_seconds=took if applied else None
-            )
-        done.result.published.extend(uow.published)
-        return done
-
-    def _apply_each(
-        self, session: Session, view: PartitionView, decoded: Sequence[Decoded]
-    ) -> _Slice:
-        """Decide and apply record by record, each in its own savepoint with retries: a record
-        whose handler keeps failing is parked, and the later records of its key behind it."""
-        first = decoded[0].record
-        done = _Slice(BatchResult(first.topic, first.partition, view.watermark))
-        decider = Decider(view, known_types=self.batch.event_types)
-        spans = RecordSpans(self.consumer)
-        for item in decoded:
-            incoming = _incoming(item, self.batch)
-            decision = decider.decide(incoming)
-            action, reason, attempts, took = decision.action, decision.reason, 1, None
-            traced = spans.start(item)
-            if action is Action.APPLY:
-                assert item.envelope is not None  # decided APPLY: it decoded
-                started = time.perf_counter()
-                outcome = self.apply_one(session, item.envelope, spans.context(traced))
-                took, attempts = time.perf_counter() - started, outcome.attempts
-                if outcome.ok:
-                    done.result.published.extend(outcome.published)
-                else:
-                    action, reason = Action.PARK, str(outcome.error)
-                    decider.parked(incoming)  # later records of this key wait behind it
-            done.count(item, action, reason, attempts)
-            ended(traced, action, reason, handler_seconds=took, attempts=attempts)
-        return done
-
-    def apply_one(
-        self, session: Session, envelope: Envelope, span: TraceContext | None = None
-    ) -> HandlerOutcome:
-        """Run the handler for one event in a savepoint, retrying up to ``max_attempts`` times
-        (``span``: the span applying it, which the events the handler publishes continue)."""
-        error = ""
-        event_spans = {str(envelope.event_id): span} if span is not None else None
-        for attempt in range(1, self.max_attempts + 1):
-            uow = UnitOfWork(session, self.outbox, event_spans=event_spans)
-            try:
-                with session.begin_nested():
-                    self.batch.apply([envelope], uow)
-                return HandlerOutcome(attempt, None, tuple(uow.published))
-            except Exception as exc:  # a failing handler is retried, then parked; never lost
-                if is_transient(exc):  # not the event's fault: the batch is retried
-                    raise
-                error = f"handler failed: {type(exc).__name__}: {exc}"
-                log.warning("%s (attempt %d/%d)", error, attempt, self.max_attempts)
-        return HandlerOutcome(self.max_attempts, error)
-
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
-
-
-def _incoming(item: Decoded, batch: BatchHandler) -> Incoming:
-    invalid = None if item.envelope is None else batch.invalid(item.envelope)
-    record = item.record
-    return Incoming(record.offset, item.key, item.event_id, item.event_type, item.problem, invalid)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from inbox.apply import BatchHandler
+from inbox.handlers import BatchHandler
 from outbox.contracts import Contracts, Received
 from outbox.envelope import Envelope
 from outbox.unit import UnitOfWork

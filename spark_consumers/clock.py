@@ -6,7 +6,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from inbox.apply import BatchHandler
+from inbox.handlers import BatchHandler
 from outbox.envelope import Envelope
 from outbox.unit import UnitOfWork
 

@@ -333,7 +333,7 @@ def pipeline(
     given (left running), else in its own (OUTBOXKIT_SPARK_MASTER, else local[2]); on topics of
     ``partitions`` partitions, after ``warm_up`` events through each query."""
     from devstack.artifacts import cached_spark_jars
-    from inbox.apply import Handlers
+    from inbox.handlers import Handlers
     from outboxkit.bench.inbox import bench_metadata, effects, record_effect, record_effects
     from spark_consumers.job import Job
     from spark_consumers.runner import start_job

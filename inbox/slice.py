@@ -1,0 +1,175 @@
+"""One partition's slice inside the inbox's transaction: decided record by record (`Decider`),
+then applied either at once through the batch handler under one savepoint (`optimistic`), or,
+when that fails, record by record, each in its own savepoint with retries, parking what keeps
+failing (`one_by_one`). What it decided is a `SliceOutcome`; the bookkeeping is written after."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import cast
+
+from sqlalchemy.orm import Session
+
+from inbox.decision import Action, Decider, Incoming, PartitionView
+from inbox.handlers import BatchHandler
+from inbox.tracing import RecordSpans, ended
+from outbox.envelope import Envelope
+from outbox.errors import is_transient
+from outbox.publish import Outbox
+from outbox.tracing.context import TraceContext
+from outbox.unit import UnitOfWork
+from outbox.wire.record import Decoded
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchResult:
+    """What one partition batch did."""
+
+    topic: str
+    partition: int
+    watermark: int
+    counts: dict[Action, int] = field(default_factory=dict)
+    # Events the handlers published, committed with the batch.
+    published: list[Envelope] = field(default_factory=list)
+
+    def count(self, action: Action) -> int:
+        """How many records got ``action``."""
+        return self.counts.get(action, 0)
+
+    def published_by_type(self) -> Counter[tuple[str, str]]:
+        """How many events the handlers published, by (aggregate type, event type)."""
+        return Counter((e.aggregate_type, e.event_type) for e in self.published)
+
+
+@dataclass(frozen=True)
+class HandlerOutcome:
+    """How running a handler ended: ``error`` is None when it applied."""
+
+    attempts: int
+    error: str | None = None
+    published: tuple[Envelope, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class SliceOutcome:
+    """What applying one partition's records decided, before the bookkeeping is written."""
+
+    result: BatchResult
+    applied: list[tuple[str, int]] = field(default_factory=list)  # (event id, offset)
+    parked: list[tuple[Decoded, str, int]] = field(default_factory=list)  # record, why, attempts
+
+    def count(self, item: Decoded, action: Action, reason: str = "", attempts: int = 1) -> None:
+        result = self.result
+        result.counts[action] = result.counts.get(action, 0) + 1
+        result.watermark = max(result.watermark, item.record.offset)
+        if action is Action.APPLY and item.event_id is not None:
+            self.applied.append((item.event_id, item.record.offset))
+        elif action in (Action.PARK, Action.HOLD):
+            self.parked.append((item, reason, attempts))
+
+
+@dataclass(frozen=True)
+class SliceApplier:
+    """Applies decided slices for one consumer through its batch handler."""
+
+    consumer: str
+    batch: BatchHandler
+    outbox: Outbox
+    max_attempts: int
+
+    def optimistic(
+        self, session: Session, view: PartitionView, decoded: Sequence[Decoded]
+    ) -> SliceOutcome | None:
+        """Every record decided up front, the ones to apply through the batch handler at once
+        under one savepoint; None when the handler raised (nothing of it is kept)."""
+        first = decoded[0].record
+        done = SliceOutcome(BatchResult(first.topic, first.partition, view.watermark))
+        decider = Decider(view, known_types=self.batch.event_types)
+        decisions = [(item, decider.decide(_incoming(item, self.batch))) for item in decoded]
+        events = [item.envelope for item, d in decisions if d.action is Action.APPLY]
+        spans = RecordSpans(self.consumer, [item for item, _ in decisions])
+        uow = UnitOfWork(session, self.outbox, event_spans=spans.by_event_id())
+        started = time.perf_counter()
+        try:
+            with session.begin_nested():
+                if events:
+                    self.batch.apply(cast(list[Envelope], events), uow)
+        except Exception as exc:  # a handler failed: redo record by record, retrying
+            spans.end_all(f"the slice's handler failed, redone record by record: {exc!r}")
+            if is_transient(exc):  # the database went away: the whole batch is retried
+                raise
+            log.info("%s[%d]: per-record apply after %r", first.topic, first.partition, exc)
+            return None
+        took = time.perf_counter() - started  # the slice's, shared by its applied events
+        for (item, decision), traced in zip(decisions, spans.started, strict=True):
+            done.count(item, decision.action, decision.reason)
+            applied = decision.action is Action.APPLY
+            ended(
+                traced, decision.action, decision.reason, handler_seconds=took if applied else None
+            )
+        done.result.published.extend(uow.published)
+        return done
+
+    def one_by_one(
+        self, session: Session, view: PartitionView, decoded: Sequence[Decoded]
+    ) -> SliceOutcome:
+        """Decide and apply record by record, each in its own savepoint with retries: a record
+        whose handler keeps failing is parked, and the later records of its key behind it."""
+        first = decoded[0].record
+        done = SliceOutcome(BatchResult(first.topic, first.partition, view.watermark))
+        decider = Decider(view, known_types=self.batch.event_types)
+        spans = RecordSpans(self.consumer)
+        for item in decoded:
+            incoming = _incoming(item, self.batch)
+            decision = decider.decide(incoming)
+            action, reason, attempts, took = decision.action, decision.reason, 1, None
+            traced = spans.start(item)
+            if action is Action.APPLY:
+                assert item.envelope is not None  # decided APPLY: it decoded
+                started = time.perf_counter()
+                outcome = self.apply_one(session, item.envelope, spans.context(traced))
+                took, attempts = time.perf_counter() - started, outcome.attempts
+                if outcome.ok:
+                    done.result.published.extend(outcome.published)
+                else:
+                    action, reason = Action.PARK, str(outcome.error)
+                    decider.parked(incoming)  # later records of this key wait behind it
+            done.count(item, action, reason, attempts)
+            ended(traced, action, reason, handler_seconds=took, attempts=attempts)
+        return done
+
+    def apply_one(
+        self, session: Session, envelope: Envelope, span: TraceContext | None = None
+    ) -> HandlerOutcome:
+        """Run the handler for one event in a savepoint, retrying up to ``max_attempts`` times
+        (``span``: the span applying it, which the events the handler publishes continue)."""
+        error = ""
+        event_spans = {str(envelope.event_id): span} if span is not None else None
+        for attempt in range(1, self.max_attempts + 1):
+            uow = UnitOfWork(session, self.outbox, event_spans=event_spans)
+            try:
+                with session.begin_nested():
+                    self.batch.apply([envelope], uow)
+                return HandlerOutcome(attempt, None, tuple(uow.published))
+            except Exception as exc:  # a failing handler is retried, then parked; never lost
+                if is_transient(exc):  # not the event's fault: the batch is retried
+                    raise
+                error = f"handler failed: {type(exc).__name__}: {exc}"
+                log.warning("%s (attempt %d/%d)", error, attempt, self.max_attempts)
+        return HandlerOutcome(self.max_attempts, error)
+
+
+def _incoming(item: Decoded, batch: BatchHandler) -> Incoming:
+    invalid = None if item.envelope is None else batch.invalid(item.envelope)
+    record = item.record
+    return Incoming(record.offset, item.key, item.event_id, item.event_type, item.problem, invalid)
