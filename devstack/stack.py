@@ -5,22 +5,26 @@ from __future__ import annotations
 import re
 import shutil
 import signal
-import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from psycopg.conninfo import make_conninfo
-from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
 
-from cdc.config import ConnectorSettings, build_connector_config
+from cdc.config import ConnectorSettings
 from cdc.connect import ConnectClient, ConnectError
-from cdc.preflight import drop_slot, slot_lag
-from cdc.recovery import diagnose_connector
-from devstack import artifacts, broker, connect, postgres, roles, spark, transactions
-from devstack.processes import StackError, alive, free_port, port_open, stop, wait_until
+from devstack import (
+    artifacts,
+    broker,
+    connect,
+    connectors,
+    postgres,
+    roles,
+    spark,
+    status,
+    transactions,
+)
+from devstack.processes import StackError, alive, free_port, port_open, stop
 from devstack.secrets import SecretStore, write_pgpass
 from devstack.settings import StackSettings
 from devstack.state import EMBEDDED, EXTERNAL, LOCAL, Component, Node, StackState
@@ -140,7 +144,7 @@ class Stack:
         state.connect = self._connect(found, previous, state.broker.endpoint, restarted)
         state.save(self.state_file)
         self.echo(f"connect    {state.connect.mode:8} {state.connect.endpoint}")
-        self._register(state)
+        connectors.register(self, state)
         state.save(self.state_file)
         state.spark = self._spark(previous)
         state.save(self.state_file)
@@ -170,7 +174,7 @@ class Stack:
             return Component(EXTERNAL, endpoint=self.external_database_url())
         assert found is not None
         superuser_password = self.secrets.password(postgres.SUPERUSER)
-        self._write_pgpass()
+        self.write_pgpass()
         old = previous.postgres if previous else None
         data = self.dir / "pgdata"
         if old and old.mode == EMBEDDED and alive(old.pid) and old.port and port_open(old.port):
@@ -189,7 +193,7 @@ class Stack:
         """The external database's set-up URL without a password: the password (from
         database_password_file, else the URL) goes to the stack's libpq password file."""
         assert self.settings.database_url, "no external database configured"
-        self._write_pgpass()
+        self.write_pgpass()
         bare = make_url(self.settings.database_url).set(password=None)
         bare = bare.update_query_dict({"passfile": str(self.pgpass)})
         return bare.render_as_string(hide_password=False)
@@ -204,7 +208,7 @@ class Stack:
             return {user: read_secret(self.settings.database_password_file)}
         return {user: url.password} if url.password else {}
 
-    def _write_pgpass(self) -> None:
+    def write_pgpass(self) -> None:
         """Every role with a password file, and the set-up role, in libpq's password file."""
         # Only Postgres roles (lower-case identifiers): a mounted secrets directory also holds
         # other secrets (Kafka's, Connect REST's), which have no place in libpq's file.
@@ -265,77 +269,7 @@ class Stack:
 
     def connector_settings(self, database_url: str) -> ConnectorSettings:
         """Connector settings for the stack's database, as Connect must reach it."""
-        parsed = make_url(database_url)
-        return ConnectorSettings(
-            name=self.settings.connector_name,
-            database_host=self.settings.connect_database_host or parsed.host or "127.0.0.1",
-            database_port=self.settings.connect_database_port or parsed.port or 5432,
-            database_name=parsed.database or self.settings.database_name,
-            # The connector logs in as the CDC role; Connect's config provider reads its
-            # password where the worker sees the secrets, so Connect's REST API, its config topic
-            # and its logs only ever show the placeholder.
-            database_user=self.settings.cdc_role,
-            database_password=self._password_placeholder(self.settings.cdc_role),
-            publication_autocreate="disabled",
-            server_name=self.settings.server_name,
-            slot_name=self.settings.slot_name,
-            publication_name=self.settings.publication_name,
-            heartbeat_interval_ms=self.settings.heartbeat_interval_ms,
-            poll_interval_ms=self.settings.poll_interval_ms,
-            topic_prefix=self.settings.topic_prefix,
-            payload_encoding=self.settings.payload_encoding,
-            exactly_once=self.settings.connect_exactly_once,
-            message_prefix=self.settings.message_prefix,
-        )
-
-    def _password_placeholder(self, role: str) -> str:
-        """The Connect config-provider reference to ``role``'s password file."""
-        directory = self.settings.connect_secrets_dir or str(self.secrets.dir)
-        return f"${{{connect.SECRETS_PROVIDER}:{directory}:{self.secrets.file(role).name}}}"
-
-    def _prepare_capture(self, state: StackState, cs: ConnectorSettings) -> None:
-        """The CDC role, its grants on the outbox tables of ``cs``'s database and the connector's
-        publication, made by the set-up role."""
-        self.secrets.password(cs.database_user)
-        self._write_pgpass()
-        admin = make_url(state.postgres.endpoint).set(database=cs.database_name)
-        with _admin_connection(admin) as conn:
-            roles.ensure_role(
-                conn, cs.database_user, self.secrets.password(cs.database_user), replication=True
-            )
-            heartbeat = cs.heartbeat_table if cs.heartbeat_interval_ms else None
-            roles.grant_capture(
-                conn, cs.database_name, cs.database_user, cs.outbox_tables, heartbeat
-            )
-            roles.ensure_publication(
-                conn, cs.publication_name, [*cs.outbox_tables, *([heartbeat] if heartbeat else [])]
-            )
-            if cs.message_prefix is not None:  # it captures messages: only the owner may emit
-                roles.restrict_messages(conn)
-
-    def _register(self, state: StackState, cs: ConnectorSettings | None = None) -> None:
-        cs = cs or self.connector_settings(state.postgres.endpoint)
-        self._prepare_capture(state, cs)
-        config = build_connector_config(cs)
-        url = self.connect_url(state)
-        worker = next((n for n in state.connect.nodes if n.endpoint == url), None)
-        client = self.connect_client(url)
-        wait_until("kafka connect", client.ready, timeout=240, pid=worker.pid if worker else None)
-        if client.get_config(cs.name) != config:
-            client.put_config(cs.name, config)
-        publication = cs.publication_name
-        if cs.database_name != make_url(state.postgres.endpoint).database:
-            publication = f"{cs.database_name}:{publication}"  # dropped from its own database
-        for items, item in (
-            (state.connectors, cs.name),
-            (state.slots, cs.slot_name),
-            (state.publications, publication),
-        ):
-            if item not in items:
-                items.append(item)
-        state.save(self.state_file)
-        status = client.wait_running(cs.name, timeout=180)
-        self.echo(f"connector  {status.name} {status.state}")
+        return connectors.connector_settings(self, database_url)
 
     def service_database_url(self, name: str) -> str:
         """The URL of service ``name``'s database on the stack's Postgres, as its own role
@@ -368,12 +302,12 @@ class Stack:
             raise StackError(f"service name {name!r} is taken by the stack itself: choose another")
         state = self.state
         password = self.secrets.password(name)
-        self._write_pgpass()
+        self.write_pgpass()
         admin = make_url(state.postgres.endpoint)
-        with _admin_connection(admin.set(database="postgres")) as conn:
+        with connectors.admin_connection(admin.set(database="postgres")) as conn:
             roles.ensure_role(conn, name, password)
             roles.ensure_database(conn, name, owner=name)
-        with _admin_connection(admin.set(database=name)) as conn:
+        with connectors.admin_connection(admin.set(database=name)) as conn:
             roles.hand_over_objects(conn, name)
             roles.restrict_messages(conn, writer=name)
         service_url = self.service_database_url(name)
@@ -386,111 +320,14 @@ class Stack:
             slot_name=f"{self.settings.slot_name}_{name}"[:63],
             publication_name=f"{self.settings.publication_name}_{name}"[:63],
         )
-        self._register(state, cs)
+        connectors.register(self, state, cs)
         return service_url
 
     # -- status -------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
-        """Each component's mode, state and endpoint, plus the connector and slot."""
-        state = StackState.load(self.state_file)
-        if state is None:
-            return {"up": False, "stack_dir": str(self.dir)}
-        report: dict[str, Any] = {"up": True, "stack_dir": str(self.dir)}
-        for name in ("postgres", "broker", "connect", "spark"):
-            comp: Component = getattr(state, name)
-            running = all(alive(n.pid) for n in comp.nodes) if comp.mode == EMBEDDED else None
-            report[name] = {**asdict(comp), "pid": comp.pid, "port": comp.port, "running": running}
-        report["nodes"] = self.nodes(state)
-        report["broker"]["product"] = self._broker_product(state)
-        report["connect"]["product"] = self._connect_product(state)
-        report["database_url"] = state.postgres.endpoint
-        report["bootstrap_servers"] = state.broker.endpoint
-        report["connect_url"] = self.connect_url(state)
-        report["connectors"], report["failures"] = self._connector_report(state)
-        report["slots"] = self._slot_report(state)
-        report["up"] = all(
-            report[n]["running"] is not False for n in ("postgres", "broker", "connect", "spark")
-        )
-        return report
-
-    def nodes(self, state: StackState) -> list[dict[str, Any]]:
-        """Every process of the embedded engines: name, role, PID, endpoint and health
-        (``up``: it runs and answers on its port; ``down``: it runs not)."""
-        rows = []
-        for engine in ("postgres", "broker", "connect", "spark"):
-            component: Component = getattr(state, engine)
-            for node in component.nodes if component.mode == EMBEDDED else []:
-                running = alive(node.pid)
-                answers = running and node.port is not None and port_open(node.port)
-                health = "up" if answers else ("starting" if running else "down")
-                rows.append({"engine": engine, **asdict(node), "health": health})
-        return rows
-
-    def _connector_report(self, state: StackState) -> tuple[dict[str, str], dict[str, Any]]:
-        """Each connector's state (FAILED when a task failed, though Connect says the connector
-        RUNS) and, for a failed one, the reason and the way out."""
-        client = self.connect_client(self.connect_url(state), timeout=5)
-        states: dict[str, str] = {}
-        failures: dict[str, Any] = {}
-        for name in state.connectors:
-            try:
-                st = client.status(name)
-                diagnosis = (
-                    diagnose_connector(
-                        client,
-                        name,
-                        database_url=state.postgres.endpoint,
-                        bootstrap_servers=state.broker.endpoint,
-                        status=st,
-                    )
-                    if st is not None and st.failure
-                    else None
-                )
-            except ConnectError as exc:
-                states[name] = f"UNREACHABLE: {exc}"
-                continue
-            if diagnosis:
-                states[name], failures[name] = "FAILED", diagnosis.as_dict()
-            else:
-                states[name] = st.state if st else "ABSENT"
-        return states, failures
-
-    def _broker_product(self, state: StackState) -> dict[str, Any]:
-        """What the broker is: Apache Kafka, with its version when this stack runs it."""
-        version = (
-            "external"
-            if state.broker.mode == EXTERNAL
-            else artifacts.running_version(self.settings.cache_dir, "broker")
-        )
-        return {"name": "Apache Kafka", "version": version}
-
-    def _connect_product(self, state: StackState) -> dict[str, Any]:
-        """Connect's version (from its REST API) and whether it runs exactly-once source."""
-        try:
-            version = self.connect_client(self.connect_url(state), timeout=5).version()
-        except ConnectError as exc:
-            version = f"unreachable: {exc}"
-        return {
-            "name": "Apache Kafka Connect",
-            "version": version,
-            "exactly_once_source": self.settings.connect_exactly_once,
-            "debezium": artifacts.running_version(self.settings.cache_dir, "connect"),
-        }
-
-    def _slot_report(self, state: StackState) -> dict[str, Any]:
-        slots: dict[str, Any] = {}
-        try:
-            engine = create_engine(state.postgres.endpoint, poolclass=pool.NullPool)
-            with engine.connect() as conn:
-                for slot in state.slots:
-                    lag = slot_lag(conn, slot)
-                    slots[slot] = (
-                        None if lag is None else {"active": lag.active, "lag_bytes": lag.lag_bytes}
-                    )
-            engine.dispose()
-        except Exception as exc:
-            slots["error"] = str(exc).splitlines()[0]
-        return slots
+        """Each component's mode, state and endpoint, plus the connectors and slots
+        (`devstack.status`)."""
+        return status.report(self)
 
     # -- down ---------------------------------------------------------------------------
     def down(self, *, keep_data: bool = False) -> None:
@@ -508,7 +345,7 @@ class Stack:
                     self.echo(f"warning: could not delete connector {name}: {exc}")
         self._stop_nodes(state.spark)
         self._stop_nodes(state.connect)
-        self._drop_replication(state)
+        connectors.drop_replication(state, self.echo)
         self._stop_nodes(state.broker)
         # SIGINT is Postgres's "fast" shutdown: disconnect clients, checkpoint, exit.
         if state.postgres.mode == EMBEDDED and stop(
@@ -528,47 +365,3 @@ class Stack:
         for node in reversed(component.nodes):
             if stop(node.pid):
                 self.echo(f"{node.name:10} stopped (pid {node.pid})")
-
-    def _drop_replication(self, state: StackState) -> None:
-        if state.postgres.mode == EMBEDDED and not alive(state.postgres.pid):
-            return
-        engine = create_engine(state.postgres.endpoint, poolclass=pool.NullPool)
-        try:
-            for slot in state.slots:
-                deadline = time.monotonic() + 15
-                while True:
-                    try:
-                        with engine.begin() as conn:
-                            if drop_slot(conn, slot):
-                                self.echo(f"slot       {slot} dropped")
-                        break
-                    except Exception as exc:  # the walsender may take a moment to exit
-                        if time.monotonic() > deadline:
-                            self.echo(f"warning: could not drop slot {slot}: {exc}")
-                            break
-                        time.sleep(0.5)
-            for entry in state.publications:
-                database, _, publication = entry.rpartition(":")
-                url = make_url(state.postgres.endpoint)
-                target = create_engine(
-                    url.set(database=database or url.database), poolclass=pool.NullPool
-                )
-                try:
-                    with target.begin() as conn:
-                        conn.execute(text(f'DROP PUBLICATION IF EXISTS "{publication}"'))
-                except Exception as exc:  # the database may be gone already
-                    self.echo(f"warning: could not drop publication {entry}: {exc}")
-                finally:
-                    target.dispose()
-        finally:
-            engine.dispose()
-
-
-def _admin_connection(url: Any) -> psycopg.Connection:
-    """An autocommit psycopg connection for set-up statements (CREATE DATABASE cannot run in a
-    transaction)."""
-    params = {k: v for k, v in url.query.items() if isinstance(v, str)}
-    conninfo = make_conninfo(
-        host=url.host, port=url.port, user=url.username, dbname=url.database, **params
-    )
-    return psycopg.connect(conninfo, password=url.password, autocommit=True)
