@@ -1,5 +1,5 @@
-"""Inbox tables: watermarks, the bounded window of applied event ids, parked records, and the
-idempotency keys of HTTP requests."""
+"""Inbox tables: watermarks, the bounded window of applied event ids, parked and skipped records,
+and the ledger."""
 
 from __future__ import annotations
 
@@ -151,19 +151,4 @@ ledger = Table(
     Column("event_id", UUID(as_uuid=False), nullable=False),
     Column("applied_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Index("ix_inbox_ledger_consumer_event", "consumer", "event_id"),
-)
-
-# The idempotent receiver of HTTP requests: one row per (route, Idempotency-Key), holding the
-# first response, written in the request's transaction (see service_template.uow).
-idempotency = Table(
-    "service_idempotency",
-    metadata,
-    Column("scope", String(255), nullable=False),
-    Column("key", String(255), nullable=False),
-    Column("fingerprint", String(64), nullable=False),
-    Column("status_code", Integer, nullable=True),
-    Column("response", JSONB, nullable=True),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    PrimaryKeyConstraint("scope", "key"),
-    Index("ix_service_idempotency_created", "created_at"),
 )

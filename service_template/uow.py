@@ -21,9 +21,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from inbox.tables import idempotency
 from outbox.unit import UnitOfWork
 from service_template.errors import Problem
+from service_template.idempotency import idempotency
 from service_template.logs import current_trace
 
 MAX_KEY = 255

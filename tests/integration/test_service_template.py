@@ -21,10 +21,10 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.engine import make_url
 
 from devstack.processes import free_port, wait_until
-from inbox.tables import idempotency
 from saga import orders
 from saga.common import migrations_of, settings_of
 from service_template import ServiceSettings, create_app
+from service_template.idempotency import idempotency
 from tests.proxy import Proxy
 
 BODY = {"customer": "vip-ada", "items": [{"sku": "widget", "qty": 2}], "amount": 120}
