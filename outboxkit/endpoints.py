@@ -8,6 +8,7 @@ each from where it is."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine
@@ -19,6 +20,7 @@ from devstack.processes import alive
 from devstack.state import StackState
 from outbox.kafka.security import KafkaSecurity, librdkafka_config
 from outbox.secrets import read_secret, url_with_password
+from outboxkit.settings import Settings
 
 
 class EndpointError(LookupError):
@@ -126,3 +128,14 @@ def _live_worker(recorded: StackState) -> str:
         if alive(node.pid):
             return node.endpoint
     return recorded.connect.endpoint
+
+
+def spark_jars(settings: Settings) -> list[Path]:
+    """The jars a consumer driver hands Spark: the settings', else the local stack's cache's
+    (none when neither has them: the cluster's classpath or spark-submit provides them)."""
+    if settings.spark_jars:
+        return list(settings.spark_jars)
+    from devstack.artifacts import cached_spark_jars
+    from devstack.settings import default_cache_dir
+
+    return cached_spark_jars(settings.cache_dir or default_cache_dir())

@@ -9,15 +9,21 @@ from pathlib import Path
 from pydantic import Field
 
 from cdc.endpoints import EndpointSettings
-from devstack.settings import default_cache_dir
 
 
 class Settings(EndpointSettings):
     """What `outboxkit db|outbox|cdc|inbox|consume|audit` read."""
 
-    cache_dir: Path = Field(
-        default_factory=default_cache_dir,
-        description="where the pinned jars are kept (`outboxkit consume` hands them to Spark)",
+    spark_jars: list[Path] = Field(
+        default_factory=list,
+        description="jars `outboxkit consume` hands Spark (its Kafka connector and dependencies); "
+        "empty: those of the local stack's cache, if `outboxkit stack install` put them there, "
+        "else none (a cluster's classpath or spark-submit provides them)",
+    )
+    cache_dir: Path | None = Field(
+        default=None,
+        description="the local stack's download cache, for the jars' fallback "
+        "(default ~/.cache/outboxkit)",
     )
     consumer_metrics_port: int | None = Field(
         default=None,

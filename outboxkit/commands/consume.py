@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def _consume(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
 
-    from devstack.artifacts import cached_spark_jars
+    from outboxkit.endpoints import spark_jars
     from spark_consumers.job import load_job
     from spark_consumers.runner import run_jobs
 
@@ -54,7 +54,7 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
             trigger_seconds=args.trigger,
             once=args.once,
             on_batch=on_batch,
-            jars=cached_spark_jars(settings.cache_dir),
+            jars=spark_jars(settings),
             shared=not args.query_per_job,
             listeners=listeners,
         )

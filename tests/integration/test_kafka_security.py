@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient
 
 from devstack import artifacts, broker
 from devstack.processes import free_port, stop
+from devstack.settings import StackSettings
 from outbox.kafka.security import (
     LOGIN_MODULES,
     KafkaSecurity,
@@ -22,7 +23,6 @@ from outbox.kafka.security import (
     jaas_quoted,
     librdkafka_config,
 )
-from outboxkit.settings import Settings
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ def broker_jaas(password: str) -> str:
 @pytest.fixture(scope="module")
 def sasl_broker() -> Iterator[str]:
     """A broker on free loopback ports; yields its SASL_PLAINTEXT bootstrap address."""
-    found = artifacts.locate(Settings(_env_file=None).cache_dir)
+    found = artifacts.locate(StackSettings(_env_file=None).cache_dir)
     workdir = Path(tempfile.mkdtemp(prefix="outboxkit-sasl-"))
     port, sasl_port, controller = free_port(), free_port(), free_port()
     extra = {

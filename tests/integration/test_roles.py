@@ -133,9 +133,9 @@ def test_a_cluster_an_earlier_version_created_with_trust_is_moved_to_passwords(t
     from devstack import artifacts, postgres
     from devstack.processes import free_port, stop
     from devstack.secrets import write_pgpass
-    from outboxkit.settings import Settings
+    from devstack.settings import StackSettings
 
-    found = artifacts.locate(Settings(_env_file=None).cache_dir)
+    found = artifacts.locate(StackSettings(_env_file=None).cache_dir)
     base = Path(tempfile.mkdtemp(prefix="outboxkit-trust-"))
     base.chmod(0o755)
     data, log = base / "pgdata", base / "postgres.log"

@@ -1,0 +1,109 @@
+"""The packages' layers, read from the imports: each package imports only the ones below it (the
+table in the README's "Where things live"), the dev stack only from the places that run it, and
+no framework module grows into a hub again."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Each package and what it may import (the README's table says the same in words).
+MAY_IMPORT: dict[str, set[str]] = {
+    "outbox": set(),
+    "cdc": {"outbox"},
+    "inbox": {"outbox"},
+    "migrations": {"outbox", "inbox"},
+    "spark_consumers": {"outbox", "inbox", "cdc"},
+    "service_template": {"outbox", "inbox", "migrations"},
+    "devstack": {"outbox", "cdc", "migrations"},
+    "saga": {"outbox", "inbox", "migrations", "service_template", "spark_consumers"},
+    "saga_harness": {"outbox", "cdc", "inbox", "saga", "devstack"},
+    "outboxkit": {
+        "outbox",
+        "cdc",
+        "inbox",
+        "migrations",
+        "spark_consumers",
+        "service_template",
+        "devstack",
+        "saga",
+        "saga_harness",
+    },
+}
+FRAMEWORK = ("outbox", "cdc", "inbox", "migrations", "spark_consumers", "service_template")
+# The operator commands reach the dev stack only through the endpoint resolver's fallback.
+OPERATOR = [
+    "outboxkit/settings.py",
+    *(f"outboxkit/commands/{name}.py" for name in ("db", "outbox", "cdc", "consume", "inbox")),
+    *(f"outboxkit/commands/{name}.py" for name in ("audit", "schemas")),
+]
+MAX_LINES = 400
+
+
+def python_files(package: str) -> Iterator[Path]:
+    yield from sorted((ROOT / package).rglob("*.py"))
+
+
+def imported_packages(path: Path) -> set[str]:
+    """The top-level project packages ``path`` imports (anywhere in it, lazily or not)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        found |= {name.split(".")[0] for name in names} & MAY_IMPORT.keys()
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(MAY_IMPORT))
+def test_a_package_imports_only_the_layers_below_it(package: str) -> None:
+    for path in python_files(package):
+        beyond = imported_packages(path) - MAY_IMPORT[package] - {package}
+        assert not beyond, f"{path.relative_to(ROOT)} imports {sorted(beyond)}"
+
+
+def test_the_layers_have_no_cycle() -> None:
+    # A package below another may not import it back: the allowed imports form an order.
+    placed: list[str] = []
+    left = dict(MAY_IMPORT)
+    while left:
+        ready = [p for p, below in left.items() if below <= set(placed)]
+        assert ready, f"a cycle among {sorted(left)}"
+        placed += ready
+        for p in ready:
+            del left[p]
+
+
+def test_only_what_runs_the_dev_stack_imports_it() -> None:
+    users = [
+        path.relative_to(ROOT).as_posix()
+        for package in (*FRAMEWORK, "saga")
+        for path in python_files(package)
+        if "devstack" in imported_packages(path)
+    ]
+    users += [path for path in OPERATOR if "devstack" in imported_packages(ROOT / path)]
+    assert users == []
+    # The resolver's fallback is the one place an operator command reads the dev stack.
+    assert "devstack" in imported_packages(ROOT / "outboxkit/endpoints.py")
+
+
+@pytest.mark.parametrize("package", FRAMEWORK)
+def test_no_framework_module_is_a_hub(package: str) -> None:
+    for path in python_files(package):
+        lines = len(path.read_text().splitlines())
+        assert lines <= MAX_LINES, f"{path.relative_to(ROOT)}: {lines} lines"
+
+
+def test_the_check_sees_an_import_up_a_layer(tmp_path: Path) -> None:
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text("def f():\n    from devstack.stack import Stack\n    return Stack\n")
+    assert imported_packages(wrong) == {"devstack"}
+    assert "devstack" not in MAY_IMPORT["inbox"]
