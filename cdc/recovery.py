@@ -15,7 +15,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
     ResourceType,
 )
-from sqlalchemy import create_engine, pool, text
+from sqlalchemy import text
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -23,6 +23,7 @@ from cdc.connect import ConnectClient, ConnectError, ConnectorStatus
 from cdc.health import Diagnosis, OversizedEvent, Site, diagnose, is_record_too_large, record_bytes
 from cdc.limits import PRODUCER_MAX_REQUEST_SIZE
 from cdc.pgoutput import inserted_rows
+from outbox.engines import engine_for
 
 PRODUCER_OVERRIDE = "producer.override.max.request.size"
 TOPIC_LIMIT = "max.message.bytes"
@@ -91,7 +92,7 @@ def diagnose_connector(
     unread = None
     if database_url and "database.dbname" in config and is_record_too_large(status):
         url = make_url(database_url).set(database=config["database.dbname"])
-        engine = create_engine(url, poolclass=pool.NullPool)
+        engine = engine_for(url, "once")
         try:
             with engine.connect() as conn:
                 oversized = oversized_events(conn, config)

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import psycopg
 from psycopg.conninfo import make_conninfo
-from sqlalchemy import create_engine, pool, text
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from cdc.config import ConnectorSettings, build_connector_config
@@ -21,6 +21,7 @@ from devstack.processes import alive, wait_until
 from devstack.secrets import SecretStore
 from devstack.settings import StackSettings
 from devstack.state import EMBEDDED, StackState
+from outbox.engines import engine_for
 
 
 class Stack(Protocol):
@@ -123,7 +124,7 @@ def drop_replication(state: StackState, echo: Callable[[str], Any]) -> None:
     let its slot go)."""
     if state.postgres.mode == EMBEDDED and not alive(state.postgres.pid):
         return
-    engine = create_engine(state.postgres.endpoint, poolclass=pool.NullPool)
+    engine = engine_for(state.postgres.endpoint, "once")
     try:
         for slot in state.slots:
             deadline = time.monotonic() + 15
@@ -141,9 +142,7 @@ def drop_replication(state: StackState, echo: Callable[[str], Any]) -> None:
         for entry in state.publications:
             database, _, publication = entry.rpartition(":")
             url = make_url(state.postgres.endpoint)
-            target = create_engine(
-                url.set(database=database or url.database), poolclass=pool.NullPool
-            )
+            target = engine_for(url.set(database=database or url.database), "once")
             try:
                 with target.begin() as conn:
                     conn.execute(text(f'DROP PUBLICATION IF EXISTS "{publication}"'))

@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from sqlalchemy import create_engine, pool
-
 from cdc.connect import ConnectError
 from cdc.preflight import slot_lag
 from cdc.recovery import diagnose_connector
@@ -16,6 +14,7 @@ from devstack import artifacts
 from devstack.connectors import Stack
 from devstack.processes import alive, port_open
 from devstack.state import EMBEDDED, EXTERNAL, Component, StackState
+from outbox.engines import engine_for
 
 
 def report(stack: Stack) -> dict[str, Any]:
@@ -113,7 +112,7 @@ def _connect_product(stack: Stack, state: StackState) -> dict[str, Any]:
 def _slot_report(state: StackState) -> dict[str, Any]:
     slots: dict[str, Any] = {}
     try:
-        engine = create_engine(state.postgres.endpoint, poolclass=pool.NullPool)
+        engine = engine_for(state.postgres.endpoint, "once")
         with engine.connect() as conn:
             for slot in state.slots:
                 lag = slot_lag(conn, slot)

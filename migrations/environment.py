@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from alembic import context
-from sqlalchemy import MetaData, create_engine, pool
+from sqlalchemy import MetaData
 
 from migrations.runner import VERSION_TABLE, resolve_url
+from outbox.engines import engine_for
 
 
 def _table_names(metadata: MetaData | Sequence[MetaData] | None) -> frozenset[str]:
@@ -73,7 +74,7 @@ def run(
         with context.begin_transaction():
             context.run_migrations()
         return
-    engine = create_engine(url, poolclass=pool.NullPool)
+    engine = engine_for(url, "once")
     with engine.connect() as connection:
         context.configure(connection=connection, **options)
         with context.begin_transaction():

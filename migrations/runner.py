@@ -10,8 +10,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import URL
+
+from outbox.engines import engine_for
 
 VERSION_TABLE = "outboxkit_alembic_version"
 _HERE = Path(__file__).resolve().parent
@@ -66,7 +67,7 @@ class Migrations:
 
     def current(self, url: str | URL) -> str | None:
         """The revision the database is at, or None for an empty database."""
-        engine = create_engine(url, poolclass=pool.NullPool)
+        engine = engine_for(url, "once")
         try:
             with engine.connect() as connection:
                 context = MigrationContext.configure(

@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine
 from sqlalchemy.engine import URL, make_url
 
 from cdc.connect import ConnectClient
 from cdc.endpoints import EndpointSettings
 from devstack.processes import alive
 from devstack.state import StackState
+from outbox.engines import engine_for
 from outbox.kafka.security import KafkaSecurity, librdkafka_config
 from outbox.secrets import read_secret, url_with_password
 from outboxkit.settings import Settings
@@ -52,7 +53,7 @@ class Endpoints:
 
     def engine(self, override: str | None = None, **options: Any) -> Engine:
         """An engine on `database_url` (its password, if any, never in a log: URL masks it)."""
-        return create_engine(self.database_url(override), **options)
+        return engine_for(self.database_url(override), "once", **options)
 
     def kafka(self) -> dict[str, str]:
         """A confluent-kafka client's bootstrap servers and security."""

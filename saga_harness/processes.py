@@ -21,11 +21,11 @@ from typing import Any
 
 import httpx
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from devstack.processes import alive, free_port, port_open, start, stop, tail, wait_until
 from devstack.stack import Stack
+from outbox.engines import engine_for
 from outbox.wire.record import topic_for
 from saga import rules, shipping
 from saga.common import SERVICES, migrations_of
@@ -182,7 +182,7 @@ class Saga:
 
     def _connect_database(self, service: str, url: str) -> None:
         self.database_urls[service] = url
-        self.engines[service] = create_engine(url, pool_size=4, pool_pre_ping=True)
+        self.engines[service] = engine_for(url, "service", pool_size=4)
 
     # -- set-up ----------------------------------------------------------------------------
     def prepare(self, stock: dict[str, int] | None = None) -> None:

@@ -10,12 +10,13 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
 from migrations.runner import FRAMEWORK, Migrations
 from outbox import tracing
+from outbox.engines import engine_for
 from outbox.publish import Outbox
 from service_template import errors, logs, openapi
 from service_template.limits import BodyLimit
@@ -72,9 +73,7 @@ def create_app(
     """A FastAPI app with the service's routers plus /health, /ready, /metrics and /docs."""
     logs.configure(settings.name, settings.log_level, settings.log_json)
     tracing.configure(settings.name)  # when OTEL_* ask for it (OTEL_SERVICE_NAME wins)
-    engine = engine or create_engine(
-        settings.engine_url(), pool_size=settings.pool_size, pool_pre_ping=True
-    )
+    engine = engine or engine_for(settings.engine_url(), "service", pool_size=settings.pool_size)
     metrics = Metrics(
         engine,
         settings.consumers,

@@ -11,10 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine
-
 from inbox.recorder import Recorder
 from outbox import tracing
+from outbox.engines import engine_for
 from outbox.kafka.security import librdkafka_config, spark_source_options
 from spark_consumers.job import Job
 from spark_consumers.progress import ProgressLog
@@ -36,7 +35,7 @@ BatchCallback = Callable[[str, int, list[SliceSummary]], None]
 
 def inbox_positions(job: Job) -> dict[tuple[str, int], int]:
     """Next offset per (topic, partition) from the inbox watermarks (job without checkpoint)."""
-    engine = create_engine(job.engine_url())
+    engine = engine_for(job.engine_url(), "once")
     try:
         with engine.connect() as conn:
             return Recorder(job.consumer).positions(conn, job.topics)

@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from outbox import tracing
+from outbox.engines import engine_for
 from outbox.errors import is_transient
 from outbox.tracing import spans
 from outbox.tracing.context import TraceContext
@@ -30,9 +31,7 @@ def _engine(job: Job) -> Any:
     """One engine per executor process and database, reused across batches."""
     key = f"{job.database_url} {job.database_password_file}"
     if key not in _ENGINES:
-        from sqlalchemy import create_engine
-
-        _ENGINES[key] = create_engine(job.engine_url(), pool_size=2, pool_pre_ping=True)
+        _ENGINES[key] = engine_for(job.engine_url(), "consumer")
     return _ENGINES[key]
 
 

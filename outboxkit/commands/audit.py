@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 
+from outbox.engines import engine_for
 from outboxkit.settings import Settings
 
 
 def _audit(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
-    from sqlalchemy import create_engine
 
     from spark_consumers.audit import CATEGORIES, audit
     from spark_consumers.job import load_job
@@ -20,7 +20,7 @@ def _audit(args: argparse.Namespace, settings: Settings) -> int:
     results = []
     for spec in args.jobs:
         job = load_job(spec)
-        engine = create_engine(job.engine_url())
+        engine = engine_for(job.engine_url(), "once")
         try:
             with engine.connect() as conn:
                 results.append(audit(job, conn))

@@ -9,6 +9,7 @@ import json
 import sys
 from typing import Any
 
+from outbox.engines import engine_for
 from outboxkit.endpoints import resolve
 from outboxkit.settings import Settings
 
@@ -66,7 +67,6 @@ def _parked_id(args: argparse.Namespace) -> int:
 
 
 def _inbox_redrive(args: argparse.Namespace) -> int:
-    from sqlalchemy import create_engine
 
     from inbox import admin
     from outbox.wire.record import key_text
@@ -75,7 +75,7 @@ def _inbox_redrive(args: argparse.Namespace) -> int:
     if not args.job:
         raise ValueError("redrive needs --job module:attr (its handlers apply the records)")
     job = load_job(args.job)
-    inbox = job.inbox(create_engine(job.engine_url()))
+    inbox = job.inbox(engine_for(job.engine_url(), "once"))
     topic, partition, key = args.topic, args.partition, args.key
     if args.id is not None:  # the parked record's partition and exact key
         found = admin.show(inbox.engine, int(args.id))

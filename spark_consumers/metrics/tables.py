@@ -11,12 +11,12 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy import create_engine
 from sqlalchemy.engine import Connection, Engine
 
 from cdc.preflight import SlotLag, database_slots
 from inbox.operations import partition_counts, watermark_rows
 from inbox.tables import ledger, parked, skipped
+from outbox.engines import engine_for
 from outbox.kafka.offsets import PartitionOffsets
 from spark_consumers.job import Job
 from spark_consumers.runner import source_key
@@ -160,7 +160,7 @@ class InboxTablesCollector(Collector):
     def _engine(self, job: Job) -> Engine:
         key = f"{job.database_url} {job.database_password_file}"
         if key not in self._engines:
-            self._engines[key] = create_engine(job.engine_url(), pool_size=1, pool_pre_ping=True)
+            self._engines[key] = engine_for(job.engine_url(), "metrics")
         return self._engines[key]
 
     def _offsets_of(self, job: Job) -> PartitionOffsets:
