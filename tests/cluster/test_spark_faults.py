@@ -108,6 +108,9 @@ def applied_once(cluster, engine, driver: Driver) -> None:
     assert driver.process.poll() is None  # the driver rode the fault out
 
 
+# tests/integration/test_spark_cluster.py shows the placement in every run on a standalone
+# cluster of two workers; this is the same on the whole cluster shape, in the full run.
+@pytest.mark.slow
 def test_tasks_run_in_executors_under_the_workers(cluster, cluster_engine, backlog, tmp_path):
     driver = Driver(cluster, backlog, tmp_path)
     try:

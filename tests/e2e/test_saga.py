@@ -315,7 +315,14 @@ def assert_forged_parked_and_not_applied(
 FAULTS = chaos.ROUTINE  # postgres-crash, broker-restart, connect-task-restart
 
 
-@pytest.mark.parametrize("fault", list(FAULTS))
+@pytest.mark.parametrize(
+    "fault",
+    [
+        # A broker restart takes a minute here; the short campaign strikes it in every run too.
+        pytest.param(f, marks=pytest.mark.slow) if f == "broker-restart" else f
+        for f in FAULTS
+    ],
+)
 def test_a_routine_fault_mid_run_is_ridden_out_with_nobody_restarting_anything(saga, stack, fault):
     """While 150 orders flow at 10/s, a routine infrastructure event: Postgres (every service's
     database) going down hard for a few seconds, the broker restarting, Connect's tasks

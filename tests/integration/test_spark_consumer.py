@@ -21,29 +21,35 @@ from tests.spark_helpers import (
     wait_on_kafka,
 )
 
-EVENTS = 100_000
 
-
-def test_100k_events_exactly_once_across_restart_and_lost_checkpoint(
-    stack, engine, spark, aggregate_type, tmp_path
+@pytest.mark.parametrize(
+    "events",
+    [
+        pytest.param(10_000, id="10k"),
+        # The same at 100k: ~3 minutes on two cores, in the full run (--slow).
+        pytest.param(100_000, id="100k", marks=pytest.mark.slow),
+    ],
+)
+def test_events_exactly_once_across_restart_and_lost_checkpoint(
+    stack, engine, spark, aggregate_type, tmp_path, events
 ):
-    publish(engine, aggregate_type, EVENTS, per_tx=2000)
-    wait_on_kafka(stack, aggregate_type, EVENTS)
+    publish(engine, aggregate_type, events, per_tx=2000)
+    wait_on_kafka(stack, aggregate_type, events)
     job = new_job(stack, aggregate_type)
     first = run_once(spark, job, tmp_path / "cp")
     assert len({r.partition for r in first}) == 4
-    assert effect_stats(engine, job.consumer) == (EVENTS, EVENTS)
+    assert effect_stats(engine, job.consumer) == (events, events)
     # Restart from the checkpoint with new events: only the new ones are applied.
-    publish(engine, aggregate_type, 1000, start=EVENTS)
-    wait_on_kafka(stack, aggregate_type, EVENTS + 1000)
+    publish(engine, aggregate_type, 1000, start=events)
+    wait_on_kafka(stack, aggregate_type, events + 1000)
     second = run_once(spark, job, tmp_path / "cp")
     assert total(second, "applied") == 1000
-    assert effect_stats(engine, job.consumer) == (EVENTS + 1000, EVENTS + 1000)
+    assert effect_stats(engine, job.consumer) == (events + 1000, events + 1000)
     # Lose the checkpoint: the job starts from the inbox watermarks and applies nothing again.
     shutil.rmtree(tmp_path / "cp")
     third = run_once(spark, job, tmp_path / "cp")
     assert total(third, "applied") == 0
-    assert effect_stats(engine, job.consumer) == (EVENTS + 1000, EVENTS + 1000)
+    assert effect_stats(engine, job.consumer) == (events + 1000, events + 1000)
 
 
 def test_two_instances_of_one_job_apply_each_event_once(
@@ -51,9 +57,9 @@ def test_two_instances_of_one_job_apply_each_event_once(
 ):
     from spark_consumers.runner import start_job
 
-    publish(engine, aggregate_type, 20_000)
-    wait_on_kafka(stack, aggregate_type, 20_000)
-    job = new_job(stack, aggregate_type, max_offsets_per_trigger=4000)
+    publish(engine, aggregate_type, 8_000)
+    wait_on_kafka(stack, aggregate_type, 8_000)
+    job = new_job(stack, aggregate_type, max_offsets_per_trigger=1600)
     twin = type(job)(**{**job.__dict__, "name": job.name + "_twin"})
     queries = [
         start_job(spark, j, checkpoint=tmp_path / j.name, trigger_seconds=0.5) for j in (job, twin)
@@ -64,7 +70,7 @@ def test_two_instances_of_one_job_apply_each_event_once(
     finally:
         for query in queries:
             query.stop()
-    assert effect_stats(engine, job.consumer) == (20_000, 20_000)
+    assert effect_stats(engine, job.consumer) == (8_000, 8_000)
 
 
 def test_a_partition_whose_last_broker_batch_holds_many_records_is_read_to_its_end(
