@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cdc.config import DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME
 from outbox.kafka.security import KafkaSecuritySettings
+from outbox.secrets import read_secret
 
 DEFAULT_CONNECTOR_NAME = "outboxkit-outbox"
 
@@ -69,6 +70,13 @@ class EndpointSettings(BaseSettings):
     publication_name: str = Field(
         default=DEFAULT_PUBLICATION_NAME, description="the connector's publication"
     )
+
+    def connect_auth(self) -> tuple[str, str] | None:
+        """Basic authentication for Connect's REST API (user, password from its file), or None."""
+        if not self.connect_user:
+            return None
+        password = read_secret(self.connect_password_file) if self.connect_password_file else ""
+        return (self.connect_user, password)
 
     @field_validator("slot_name", "publication_name")
     @classmethod

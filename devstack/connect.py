@@ -17,7 +17,7 @@ from devstack.processes import (
     stop,
     wait_until,
 )
-from devstack.state import EMBEDDED, Component, Node
+from devstack.state import EMBEDDED, Component, Node, StackState
 
 # Connect's config provider for secrets: ${dir:<directory>:<file>} in a connector config is that
 # file's content, resolved inside the worker (KIP-297/KIP-632), so the REST API, the config topic
@@ -202,3 +202,12 @@ def ensure(
         assert node.pid and node.port
         wait_ready(node.pid, node.port, log)
     return Component(EMBEDDED, nodes[0].endpoint, nodes)
+
+
+def live_url(state: StackState) -> str:
+    """The REST URL of a recorded Connect worker that runs (any worker of the group serves the
+    group's REST API; the first one, unless it is down)."""
+    for node in state.connect.nodes:
+        if alive(node.pid):
+            return node.endpoint
+    return state.connect.endpoint

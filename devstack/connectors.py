@@ -24,7 +24,7 @@ from devstack.state import EMBEDDED, StackState
 from outbox.engines import engine_for
 
 
-class Stack(Protocol):
+class StackView(Protocol):
     """What the connectors and the status report use of the stack (`devstack.stack.Stack`)."""
 
     settings: StackSettings
@@ -40,7 +40,7 @@ class Stack(Protocol):
     def write_pgpass(self) -> None: ...
 
 
-def connector_settings(stack: Stack, database_url: str) -> ConnectorSettings:
+def connector_settings(stack: StackView, database_url: str) -> ConnectorSettings:
     """Connector settings for the stack's database, as Connect must reach it."""
     parsed = make_url(database_url)
     return ConnectorSettings(
@@ -66,13 +66,13 @@ def connector_settings(stack: Stack, database_url: str) -> ConnectorSettings:
     )
 
 
-def _password_placeholder(stack: Stack, role: str) -> str:
+def _password_placeholder(stack: StackView, role: str) -> str:
     """The Connect config-provider reference to ``role``'s password file."""
     directory = stack.settings.connect_secrets_dir or str(stack.secrets.dir)
     return f"${{{connect.SECRETS_PROVIDER}:{directory}:{stack.secrets.file(role).name}}}"
 
 
-def _prepare_capture(stack: Stack, state: StackState, cs: ConnectorSettings) -> None:
+def _prepare_capture(stack: StackView, state: StackState, cs: ConnectorSettings) -> None:
     """The CDC role, its grants on the outbox tables of ``cs``'s database and the connector's
     publication, made by the set-up role."""
     stack.secrets.password(cs.database_user)
@@ -91,7 +91,7 @@ def _prepare_capture(stack: Stack, state: StackState, cs: ConnectorSettings) -> 
             roles.restrict_messages(conn)
 
 
-def register(stack: Stack, state: StackState, cs: ConnectorSettings | None = None) -> None:
+def register(stack: StackView, state: StackState, cs: ConnectorSettings | None = None) -> None:
     """The CDC role's grants and the publication for ``cs`` (the stack's own connector when
     None), then the connector registered (its config put when it differs) and RUNNING; what was
     created is recorded in ``state`` for `down` to drop."""

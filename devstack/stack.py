@@ -84,24 +84,13 @@ class Stack:
 
     def connect_client(self, endpoint: str | None = None, *, timeout: float = 30) -> ConnectClient:
         """A client for the stack's Kafka Connect REST API (authenticated when configured)."""
-        auth = None
-        if self.settings.connect_user:
-            password = (
-                read_secret(self.settings.connect_password_file)
-                if self.settings.connect_password_file
-                else ""
-            )
-            auth = (self.settings.connect_user, password)
-        return ConnectClient(endpoint or self.connect_url(), timeout=timeout, auth=auth)
+        return ConnectClient(
+            endpoint or self.connect_url(), timeout=timeout, auth=self.settings.connect_auth()
+        )
 
     def connect_url(self, state: StackState | None = None) -> str:
-        """The REST URL of a Connect worker that runs (any worker of the group serves the
-        group's REST API; the first one, unless it is down)."""
-        connect_ = (state or self.state).connect
-        for node in connect_.nodes:
-            if alive(node.pid):
-                return node.endpoint
-        return connect_.endpoint
+        """The REST URL of a Connect worker that runs (`devstack.connect.live_url`)."""
+        return connect.live_url(state or self.state)
 
     # -- up -----------------------------------------------------------------------------
     def up(self) -> StackState:

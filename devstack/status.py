@@ -11,13 +11,13 @@ from cdc.connect import ConnectError
 from cdc.preflight import slot_lag
 from cdc.recovery import diagnose_connector
 from devstack import artifacts
-from devstack.connectors import Stack
+from devstack.connectors import StackView
 from devstack.processes import alive, port_open
 from devstack.state import EMBEDDED, EXTERNAL, Component, StackState
 from outbox.engines import engine_for
 
 
-def report(stack: Stack) -> dict[str, Any]:
+def report(stack: StackView) -> dict[str, Any]:
     """Each component's mode, state and endpoint, plus the connector and slot."""
     state = StackState.load(stack.state_file)
     if state is None:
@@ -55,7 +55,7 @@ def nodes(state: StackState) -> list[dict[str, Any]]:
     return rows
 
 
-def _connector_report(stack: Stack, state: StackState) -> tuple[dict[str, str], dict[str, Any]]:
+def _connector_report(stack: StackView, state: StackState) -> tuple[dict[str, str], dict[str, Any]]:
     """Each connector's state (FAILED when a task failed, though Connect says the connector
     RUNS) and, for a failed one, the reason and the way out."""
     client = stack.connect_client(stack.connect_url(state), timeout=5)
@@ -85,7 +85,7 @@ def _connector_report(stack: Stack, state: StackState) -> tuple[dict[str, str], 
     return states, failures
 
 
-def _broker_product(stack: Stack, state: StackState) -> dict[str, Any]:
+def _broker_product(stack: StackView, state: StackState) -> dict[str, Any]:
     """What the broker is: Apache Kafka, with its version when this stack runs it."""
     version = (
         "external"
@@ -95,7 +95,7 @@ def _broker_product(stack: Stack, state: StackState) -> dict[str, Any]:
     return {"name": "Apache Kafka", "version": version}
 
 
-def _connect_product(stack: Stack, state: StackState) -> dict[str, Any]:
+def _connect_product(stack: StackView, state: StackState) -> dict[str, Any]:
     """Connect's version (from its REST API) and whether it runs exactly-once source."""
     try:
         version = stack.connect_client(stack.connect_url(state), timeout=5).version()

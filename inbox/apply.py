@@ -74,7 +74,7 @@ class Inbox:
         """The handlers as one batch handler (the one-event API wrapped)."""
         return as_batch(self.handlers)
 
-    @property
+    @cached_property
     def slices(self) -> SliceApplier:
         """What applies this consumer's decided slices."""
         return SliceApplier(self.consumer, self.batch, self.outbox, self.max_attempts)

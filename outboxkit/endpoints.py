@@ -16,11 +16,11 @@ from sqlalchemy.engine import URL, make_url
 
 from cdc.connect import ConnectClient
 from cdc.endpoints import EndpointSettings
-from devstack.processes import alive
+from devstack.connect import live_url
 from devstack.state import StackState
 from outbox.engines import engine_for
 from outbox.kafka.security import KafkaSecurity, librdkafka_config
-from outbox.secrets import read_secret, url_with_password
+from outbox.secrets import url_with_password
 from outboxkit.settings import Settings
 
 
@@ -100,35 +100,21 @@ def resolve(settings: EndpointSettings) -> Endpoints:
     bootstrap = pick(
         "kafka", settings.kafka_bootstrap_servers, recorded and recorded.broker.endpoint
     )
-    connect = pick("connect", settings.connect_url, recorded and _live_worker(recorded))
+    connect = pick("connect", settings.connect_url, recorded and live_url(recorded))
     security = settings.kafka_security
     if source.get("kafka", "settings") != "settings" and security.security_protocol != "PLAINTEXT":
         raise EndpointError(
             f"OUTBOXKIT_KAFKA_SECURITY_PROTOCOL={security.security_protocol} is set, but Kafka is "
             "the local stack's (PLAINTEXT): set OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS too"
         )
-    auth = None
-    if settings.connect_user:
-        password = (
-            read_secret(settings.connect_password_file) if settings.connect_password_file else ""
-        )
-        auth = (settings.connect_user, password)
     return Endpoints(
         database=database,
         bootstrap_servers=bootstrap,
         connect_url=connect,
         kafka_security=security.resolve(),
-        connect_auth=auth,
+        connect_auth=settings.connect_auth(),
         source=source,
     )
-
-
-def _live_worker(recorded: StackState) -> str:
-    """The REST URL of a recorded Connect worker that runs (any serves the group's API)."""
-    for node in recorded.connect.nodes:
-        if alive(node.pid):
-            return node.endpoint
-    return recorded.connect.endpoint
 
 
 def spark_jars(settings: Settings) -> list[Path]:

@@ -153,8 +153,8 @@ def inbox_sink(jobs: Sequence[Job], on_batch: Any = None) -> Any:
             }
         )
         if on_batch is not None:
+            summaries = [SliceSummary.from_row(r.asDict()) for r in results]
             for job in jobs:
-                summaries = [SliceSummary.from_row(r.asDict()) for r in results]
                 on_batch(job.name, batch_id, [s for s in summaries if s.job == job.name])
 
     return sink

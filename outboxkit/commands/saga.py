@@ -29,8 +29,8 @@ def recorded_saga(stack: Any) -> Any:
 
 
 def service_replicas(stack: Any) -> int:
-    """The stack's replica count per saga service (setting service_replicas; 1 without it)."""
-    return int(getattr(stack.settings, "service_replicas", 1))
+    """The stack's replica count per saga service (setting service_replicas)."""
+    return int(stack.settings.service_replicas)
 
 
 def saga_command(args: argparse.Namespace, settings: StackSettings) -> int:
