@@ -1,0 +1,27 @@
+"""The inbox: apply Kafka records exactly once on the consumer's database, one transaction per
+partition slice, deduplicated by (partition, max offset) and, for at-least-once sources, a window
+of recent event ids; a record that cannot be applied is parked with its reason, never skipped."""
+
+from inbox.admin import RedriveResult, redrive
+from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, Inbox
+from inbox.handlers import BatchHandler, Handler, Handlers, as_batch
+from inbox.slice import BatchResult, HandlerOutcome
+from inbox.tables import metadata
+from inbox.typed import typed_batch, typed_handler
+
+__all__ = [
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_WINDOW",
+    "BatchHandler",
+    "BatchResult",
+    "Handler",
+    "HandlerOutcome",
+    "Handlers",
+    "Inbox",
+    "RedriveResult",
+    "as_batch",
+    "metadata",
+    "redrive",
+    "typed_batch",
+    "typed_handler",
+]

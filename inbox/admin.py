@@ -8,8 +8,9 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from inbox.apply import HandlerOutcome, Inbox
+from inbox.apply import Inbox
 from inbox.operations import list_parked, parked_record, rewind, show, skip, status
+from inbox.slice import HandlerOutcome
 from outbox.envelope import Envelope
 from outbox.wire.record import read
 

@@ -17,25 +17,15 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from inbox.decision import Action, PartitionView
-from inbox.handlers import BatchHandler, Handler, Handlers, as_batch
+from inbox.handlers import BatchHandler, Handlers, as_batch
 from inbox.recorder import Recorder
-from inbox.slice import BatchResult, HandlerOutcome, SliceApplier, SliceOutcome
+from inbox.slice import BatchResult, SliceApplier, SliceOutcome
 from outbox.errors import is_transient
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
 from outbox.wire.record import KafkaRecord, read
 
-__all__ = [
-    "DEFAULT_MAX_ATTEMPTS",
-    "DEFAULT_WINDOW",
-    "BatchHandler",
-    "BatchResult",
-    "Handler",
-    "HandlerOutcome",
-    "Handlers",
-    "Inbox",
-    "as_batch",
-]
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_WINDOW", "Inbox"]
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """Transactional outbox: write an event in the same transaction as the business rows."""
 
 from outbox.contracts import ContractError, Contracts, Event, Received
+from outbox.engines import engine_for
 from outbox.envelope import Envelope, make_envelope
 from outbox.errors import InvalidEvent, OutboxError
 from outbox.publish import NewEvent, Outbox
@@ -23,6 +24,7 @@ __all__ = [
     "Received",
     "TraceContext",
     "UnitOfWork",
+    "engine_for",
     "make_envelope",
     "metadata",
     "outbox_heartbeat_table",

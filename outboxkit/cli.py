@@ -26,6 +26,7 @@ DESCRIPTION = (
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `outboxkit` command."""
+    from outboxkit import __version__
     from outboxkit.bench import cli as bench
     from outboxkit.commands import (
         audit,
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     parser = argparse.ArgumentParser(prog="outboxkit", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"outboxkit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for group in (stack, db, outbox, cdc, consume, inbox, bench, audit, schemas, saga, chaos, demo):
         group.add_parser(sub)

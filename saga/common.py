@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic_settings import SettingsConfigDict
 
-from inbox.apply import BatchHandler
+from inbox import BatchHandler
 from migrations.runner import Migrations
 from outbox.unit import UnitOfWork
 from saga.contracts import CONTRACTS

@@ -30,7 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from inbox.apply import BatchHandler
+from inbox import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of

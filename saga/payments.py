@@ -27,7 +27,7 @@ from sqlalchemy import (
     values,
 )
 
-from inbox.apply import BatchHandler
+from inbox import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, publish_replies, settings_of

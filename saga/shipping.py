@@ -29,7 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from inbox.apply import BatchHandler
+from inbox import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, publish_replies, settings_of

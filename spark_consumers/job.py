@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.engine import URL, Engine
 
-from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, Handlers, Inbox
+from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, Inbox
+from inbox.handlers import Handlers
 from outbox.kafka.security import PLAINTEXT, KafkaSecurity
 from outbox.publish import Outbox
 from outbox.secrets import url_with_password

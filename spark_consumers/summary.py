@@ -10,8 +10,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from inbox.apply import BatchResult
 from inbox.decision import Action
+from inbox.slice import BatchResult
 
 
 @dataclass(frozen=True)

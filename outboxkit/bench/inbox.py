@@ -37,7 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
-from inbox.apply import BatchHandler, Handlers, Inbox, as_batch
+from inbox import BatchHandler, Handlers, Inbox, as_batch
 from inbox.recorder import Recorder
 from outbox.envelope import Envelope
 from outbox.unit import UnitOfWork

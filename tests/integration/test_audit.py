@@ -12,7 +12,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Engine
 
 from devstack.stack import Stack
-from inbox.apply import Inbox
+from inbox import Inbox
 from inbox.tables import ledger
 from spark_consumers.audit import audit
 from spark_consumers.job import Job

@@ -13,8 +13,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, select
 from sqlalchemy.orm import Session
 
 from cdc.config import topic_for
-from inbox import admin
-from inbox.apply import Inbox
+from inbox import Inbox, admin
 from inbox.decision import Action
 from inbox.typed import typed_batch
 from outbox import Contracts, Event, Outbox, UnitOfWork

@@ -20,8 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from inbox import admin
-from inbox.apply import BatchHandler, Inbox
+from inbox import BatchHandler, Inbox, admin
 from inbox.decision import Action
 from inbox.recorder import Recorder
 from inbox.tables import parked, recent_ids, watermarks

@@ -25,8 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-from inbox import admin
-from inbox.apply import BatchHandler, Inbox
+from inbox import BatchHandler, Inbox, admin
 from inbox.decision import Action
 from inbox.operations import parked_record
 from inbox.tables import parked, skipped, watermarks

@@ -9,8 +9,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from inbox import admin
-from inbox.apply import Inbox
+from inbox import Inbox, admin
 from tests.jobs import record_effect
 from tests.spark_helpers import (
     effect_stats,

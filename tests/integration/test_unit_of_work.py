@@ -7,7 +7,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, select
 
-from inbox.apply import Inbox
+from inbox import Inbox
 from outbox import Envelope, OutboxSettings, TraceContext
 from outbox.contracts import VERSION_HEADER
 from outbox.table import outbox_table

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from cdc.preflight import SlotLag
-from inbox.apply import BatchHandler
+from inbox import BatchHandler
 from spark_consumers.clock import HandlerClock
 from spark_consumers.job import Job
 from spark_consumers.metrics import DriverMetrics

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from inbox.apply import BatchHandler
+from inbox import BatchHandler
 from inbox.decision import Action, Incoming, PartitionView, decide
 from outbox import Envelope
 from saga import orders, payments, rules, shipping
