@@ -6,6 +6,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from pydantic import ValidationError
 from sqlalchemy.engine import URL, Engine
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, Inbox
@@ -90,7 +91,16 @@ def load_job(spec: str) -> Job:
         target = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"job {spec!r} cannot be loaded: {exc}") from exc
-    job = target() if callable(target) and not isinstance(target, Job) else target
+    try:
+        job = target() if callable(target) and not isinstance(target, Job) else target
+    except ValidationError as exc:  # the job's settings, read from its environment
+        missing = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise ValueError(
+            f"job {spec!r} cannot be built from its settings ({exc.title}): {missing}"
+        ) from exc
     if not isinstance(job, Job):
         raise ValueError(f"job {spec!r} is a {type(job).__name__}, not a spark_consumers.Job")
     return job

@@ -23,6 +23,7 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per JVM call otherwise
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # a line per plugin
     console = Console()
     jobs = [load_job(spec) for spec in args.jobs]
 
