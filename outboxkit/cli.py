@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
         db,
         demo,
         inbox,
+        new_service,
         outbox,
         saga,
         schemas,
@@ -43,7 +44,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="outboxkit", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (stack, db, outbox, cdc, consume, inbox, bench, audit, schemas, saga, chaos, demo):
+    for group in (
+        stack,
+        db,
+        outbox,
+        cdc,
+        consume,
+        inbox,
+        bench,
+        audit,
+        schemas,
+        saga,
+        chaos,
+        demo,
+        new_service,
+    ):
         group.add_parser(sub)
     return parser
 
