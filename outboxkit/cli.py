@@ -20,7 +20,7 @@ DESCRIPTION = (
     "Exactly-once events between services: transactional outbox, Debezium, Kafka, Spark, inbox. "
     "The operator commands (db, outbox, cdc, consume, inbox, audit) take their endpoints from "
     "the OUTBOXKIT_* settings, else from the local stack's state file; stack, demo, saga, chaos "
-    "and bench run the local stack."
+    "and bench run the local stack; new-service writes a new service from the template."
 )
 
 

@@ -150,7 +150,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     new = sub.add_parser(
         "new-service",
         help="generate a new service folder from the service template",
-        description="Write DIR/NAME: a service on outboxkit's service template (a FastAPI app "
+        description="Write PATH/NAME: a service on outboxkit's service template (a FastAPI app "
         "whose POST /items publishes an event through the outbox in the item's transaction), "
         "its tables and Alembic chain, a Spark consumer job applying another service's event "
         "through a typed contract, unit and integration tests, a README. Refuses to write into "
@@ -160,7 +160,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "name",
         metavar="NAME",
         help="the service's name: 1-30 lower-case letters and digits, words joined by single "
-        "underscores, starting with a letter (e.g. billing); it names the package, database, settings prefix (NAME_*) and topic",
+        "underscores, starting with a letter (e.g. billing); it names the package, database, "
+        "settings prefix (NAME_*) and topic",
     )
     new.add_argument(
         "--dir",
