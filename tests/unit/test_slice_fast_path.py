@@ -53,3 +53,23 @@ def test_all_new_agrees_with_the_decider(
     decider = Decider(view, known_types=batch.event_types)
     decided = [decider.decide(_incoming(item, batch)).action for item in items]
     assert all_new(view, items, batch) == all(a is Action.APPLY for a in decided)
+
+
+@given(st.uuids(), st.sampled_from(["plain", "upper", "braces", "urn", "hex", "cut", "space"]))
+def test_the_window_takes_exactly_the_canonical_uuid_text(value: uuid.UUID, form: str) -> None:
+    from inbox.recorder import _is_uuid
+
+    text = {
+        "plain": str(value),
+        "upper": str(value).upper(),
+        "braces": "{" + str(value) + "}",
+        "urn": value.urn,
+        "hex": value.hex,
+        "cut": str(value)[:-1],
+        "space": str(value) + "\n",
+    }[form]
+    try:
+        canonical = str(uuid.UUID(text)) == text
+    except ValueError:
+        canonical = False
+    assert _is_uuid(text) == canonical
