@@ -3,7 +3,8 @@
 Convention: the ``python`` blocks of one page run in order, in one namespace, in a fresh
 interpreter. A page with the comment ``<!-- snippets: stack -->`` needs the real stack: its
 blocks read ``DATABASE_URL``, ``KAFKA_BOOTSTRAP_SERVERS`` and ``CONNECT_URL`` from the
-environment and run in the integration test; every other page's blocks need nothing running and run in the unit test."""
+environment and run in the integration test; every other page's blocks need nothing running and
+run in the unit test."""
 
 from __future__ import annotations
 
