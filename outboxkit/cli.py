@@ -20,7 +20,7 @@ DESCRIPTION = (
     "Exactly-once events between services: transactional outbox, Debezium, Kafka, Spark, inbox. "
     "The operator commands (db, outbox, cdc, consume, inbox, audit) take their endpoints from "
     "the OUTBOXKIT_* settings, else from the local stack's state file; stack, demo, saga, chaos "
-    "and bench run the local stack."
+    "and bench run the local stack; new-service writes a new service from the template."
 )
 
 
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         db,
         demo,
         inbox,
+        new_service,
         outbox,
         saga,
         schemas,
@@ -45,7 +46,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="outboxkit", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"outboxkit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    for group in (stack, db, outbox, cdc, consume, inbox, bench, audit, schemas, saga, chaos, demo):
+    for group in (
+        stack,
+        db,
+        outbox,
+        cdc,
+        consume,
+        inbox,
+        bench,
+        audit,
+        schemas,
+        saga,
+        chaos,
+        demo,
+        new_service,
+    ):
         group.add_parser(sub)
     return parser
 

@@ -11,7 +11,7 @@ from sqlalchemy import create_engine, make_url, text
 
 from devstack.settings import StackSettings
 
-SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga", "profile", "cluster")
+SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga", "service", "profile", "cluster")
 DEFAULT = SCENARIOS[:-1]  # cluster starts a stack per shape (about 20 min): only when named
 DATABASE_ONLY = ("outbox", "inbox", "profile")  # Postgres alone
 OWN_STACKS = ("cluster",)  # stacks of its own; the rest: the settings' stack
@@ -78,7 +78,7 @@ def _run_scenarios(
 ) -> int:
     from rich.markdown import Markdown
 
-    from outboxkit.bench import cdc, inbox, profile, report, saga, writes
+    from outboxkit.bench import cdc, inbox, profile, report, saga, service, writes
 
     out = Path(args.out)
     reps = args.reps
@@ -100,6 +100,8 @@ def _run_scenarios(
             data, markdown = cdc.cdc(stack, out, events=args.events, reps=reps)
         elif scenario == "pipeline":
             data, markdown = cdc.pipeline(stack, out, events=args.events, reps=reps)
+        elif scenario == "service":
+            data, markdown = service.run(stack, out, reps=reps)
         elif scenario == "cluster":
             data, markdown = _cluster(args, settings, out)
         else:
@@ -143,7 +145,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="benchmarks: figures and ratios printed and written (JSON, markdown, PNG)",
         description="Scenarios: outbox (write overhead), cdc (commit -> Kafka vs raw produce), "
         "inbox (sink rows/s and dedup-state size), pipeline (outbox -> Spark inbox vs Debezium "
-        "drain), saga (latency at fixed rates, capacity under a step load), profile (where "
+        "drain), saga (latency at fixed rates, capacity under a step load), service (the orders "
+        "service alone: POSTs/s and CPU per POST, a flame graph with py-spy), profile (where "
         "the inbox sink's time goes), cluster (the pipeline and the saga on stacks of several "
         "shapes, each started and stopped in turn: 1 vs 3 brokers, Spark local[2] vs 1 and 2 "
         "workers, 4 vs 8 partitions; about 20 min). Default: all but cluster.",
