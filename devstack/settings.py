@@ -28,38 +28,77 @@ class StackSettings(EndpointSettings):
     """The local dev stack: which components it starts (those whose endpoint is unset), their
     shape, and how the outbox is relayed."""
 
-    # Address Connect uses to reach Postgres, when it differs from database_url (containers).
-    connect_database_host: str | None = None
-    connect_database_port: int | None = None
+    connect_database_host: str | None = Field(
+        default=None,
+        description="the host Connect uses to reach Postgres, when it differs from "
+        "database_url's (containers)",
+    )
+    connect_database_port: int | None = Field(
+        default=None,
+        description="the port Connect uses to reach Postgres, when it differs from database_url's",
+    )
 
-    # Role passwords, one file per role (<role>.password), generated where missing; the stack's
-    # own directory when unset. connect_secrets_dir is the same directory as the Connect worker
-    # sees it (its DirectoryConfigProvider reads the CDC role's password there).
-    secrets_dir: Path | None = None
-    connect_secrets_dir: str | None = None
+    secrets_dir: Path | None = Field(
+        default=None,
+        description="role passwords, one file per role (<role>.password), generated where "
+        "missing; unset: the stack's own directory",
+    )
+    connect_secrets_dir: str | None = Field(
+        default=None,
+        description="secrets_dir as the Connect worker sees it (its DirectoryConfigProvider "
+        "reads the CDC role's password there); unset: secrets_dir",
+    )
     cdc_role: str = Field(
         default="outboxkit_cdc",
         description="the login role the connectors use: REPLICATION, and SELECT on the outbox only",
     )
-    cache_dir: Path = Field(default_factory=default_cache_dir)
-    database_name: str = "outboxkit"
+    cache_dir: Path = Field(
+        default_factory=default_cache_dir,
+        description="where downloaded jars and distributions are kept (~/.cache/outboxkit)",
+    )
+    database_name: str = Field(
+        default="outboxkit", description="the outbox's database, when database_url names none"
+    )
 
-    topic_prefix: str = DEFAULT_TOPIC_PREFIX
-    server_name: str = DEFAULT_SERVER_NAME
-    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    topic_prefix: str = Field(
+        default=DEFAULT_TOPIC_PREFIX,
+        description="the connectors' topic prefix: events of aggregate type T go to prefix+T",
+    )
+    server_name: str = Field(
+        default=DEFAULT_SERVER_NAME, description="Debezium's topic.prefix (the logical server)"
+    )
+    heartbeat_interval_ms: int = Field(
+        default=DEFAULT_HEARTBEAT_INTERVAL_MS,
+        description="Debezium's heartbeat.interval.ms: how often the slot advances on a quiet "
+        "outbox",
+    )
     poll_interval_ms: int = Field(
         default=DEFAULT_POLL_INTERVAL_MS, ge=1, description="Debezium's poll.interval.ms"
     )
-    payload_encoding: Literal["text", "expand"] = DEFAULT_PAYLOAD_ENCODING
+    payload_encoding: Literal["text", "expand"] = Field(
+        default=DEFAULT_PAYLOAD_ENCODING,
+        description="how EventRouter writes the payload: text (its JSON text as stored) or "
+        "expand (a Connect struct, for schema-aware converters; two shapes for one event type "
+        "where it cannot infer a schema)",
+    )
 
-    # How the saga's services (and their consumers) write events; the connectors capture
-    # logical decoding messages with message_prefix whatever the mode (empty: none).
-    outbox_mode: OutboxMode = "delete"
-    message_prefix: str | None = DEFAULT_MESSAGE_PREFIX
+    # The connectors capture logical decoding messages with message_prefix whatever the mode.
+    outbox_mode: OutboxMode = Field(
+        default="delete",
+        description="how the saga's services (and their consumers) write events: delete, "
+        "retain or message",
+    )
+    message_prefix: str | None = Field(
+        default=DEFAULT_MESSAGE_PREFIX,
+        description="prefix of the logical decoding messages the connectors capture (empty: none)",
+    )
 
-    # KIP-618: the embedded Connect worker commits Debezium's records and source offsets in one
-    # Kafka transaction. Describes an external Connect cluster when connect_url is set.
-    connect_exactly_once: bool = True
+    connect_exactly_once: bool = Field(
+        default=True,
+        description="KIP-618: the embedded Connect worker commits Debezium's records and source "
+        "offsets in one Kafka transaction; describes an external Connect cluster when "
+        "connect_url is set",
+    )
 
     # The shape of the embedded stack: how many processes each engine runs. The defaults are a
     # single node of everything; OUTBOXKIT_CLUSTER=true is the cluster shape (each count can

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
 from inbox import BatchHandler
@@ -24,8 +25,11 @@ SERVICES = ("orders", "payments", "shipping")
 class SagaServiceSettings(ServiceSettings, ConsumerSettings):
     """A saga service's settings: its HTTP side and its consumer job, from one environment."""
 
-    # Micro-batches small enough to keep a hop short under load.
-    max_offsets_per_trigger: int = 5_000
+    max_offsets_per_trigger: int = Field(
+        default=5_000,
+        description="most Kafka records a micro-batch reads: small enough to keep a hop short "
+        "under load",
+    )
 
 
 def migrations_of(service: str) -> Migrations:

@@ -13,8 +13,8 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ]; then
   echo "python: .venv up to date"
   exit 0
 fi
-echo "python: installing outboxkit[spark,service,dev,bench] into .venv (first time: a few minutes)"
+echo "python: installing outboxkit[spark,service,dev,bench,docs] into .venv (first time: a few minutes)"
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[spark,service,dev,bench]'
+.venv/bin/python -m pip install -q -e '.[spark,service,dev,bench,docs]'
 echo "$digest" > "$stamp"
 echo "python: done"

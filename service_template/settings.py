@@ -52,9 +52,11 @@ class ServiceSettings(BaseSettings):
         description="largest request body accepted, declared or streamed; larger is a 413 "
         "(e.g. ORDERS_MAX_REQUEST_BYTES)",
     )
-    pool_size: int = 10
-    log_level: str = "INFO"
-    log_json: bool = True
+    pool_size: int = Field(default=10, description="connections in the database engine's pool")
+    log_level: str = Field(default="INFO", description="the logging level (DEBUG, INFO, ...)")
+    log_json: bool = Field(
+        default=True, description="logs as one JSON object a line (false: plain text)"
+    )
 
     def engine_url(self) -> URL:
         """The database URL with its password from ``database_password_file`` (masked when

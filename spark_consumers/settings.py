@@ -31,8 +31,16 @@ class ConsumerSettings(BaseSettings):
         description="offsets per partition of applied event ids kept against re-sends "
         "(unset: 0 for exactly-once sources, else the inbox's default)",
     )
-    max_offsets_per_trigger: int = Field(default=DEFAULT_MAX_OFFSETS_PER_TRIGGER, gt=0)
-    max_handler_attempts: int = Field(default=DEFAULT_MAX_ATTEMPTS, ge=1)
+    max_offsets_per_trigger: int = Field(
+        default=DEFAULT_MAX_OFFSETS_PER_TRIGGER,
+        gt=0,
+        description="most Kafka records a micro-batch reads (Spark's maxOffsetsPerTrigger)",
+    )
+    max_handler_attempts: int = Field(
+        default=DEFAULT_MAX_ATTEMPTS,
+        ge=1,
+        description="attempts of a failing handler on a record before the record is parked",
+    )
     batch_retry_seconds: float = Field(
         default=BATCH_RETRY.budget,
         ge=0,

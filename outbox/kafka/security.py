@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from outbox.secrets import SecretError, read_secret
@@ -121,11 +121,22 @@ class KafkaSecuritySettings(BaseSettings):
         env_prefix="OUTBOXKIT_KAFKA_", env_file=".env", extra="ignore", frozen=True
     )
 
-    security_protocol: SecurityProtocol = "PLAINTEXT"
-    sasl_mechanism: SaslMechanism | None = None
-    sasl_username: str | None = None
-    sasl_password_file: Path | None = None
-    ssl_ca_location: Path | None = None
+    security_protocol: SecurityProtocol = Field(
+        default="PLAINTEXT",
+        description="how clients reach the brokers: plain or TLS, with or without SASL",
+    )
+    sasl_mechanism: SaslMechanism | None = Field(
+        default=None, description="the SASL mechanism (SASL_PLAINTEXT and SASL_SSL need one)"
+    )
+    sasl_username: str | None = Field(default=None, description="the SASL user")
+    sasl_password_file: Path | None = Field(
+        default=None, description="file holding the SASL user's password (a mounted secret)"
+    )
+    ssl_ca_location: Path | None = Field(
+        default=None,
+        description="PEM file of the CA that signed the brokers' certificates (SSL, SASL_SSL); "
+        "unset: the system's trust store",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> KafkaSecuritySettings:

@@ -76,5 +76,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="every event on consumer jobs' topics: applied, duplicate, parked, pending, lost",
     )
     audit.add_argument("jobs", nargs="+", metavar="JOB", help="module:attr of a Job")
-    audit.add_argument("--json", action="store_true")
+    audit.add_argument("--json", action="store_true", help="print the results as JSON")
     audit.set_defaults(run=_audit)

@@ -67,8 +67,13 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cdc = sub.add_parser("cdc", help="CDC checks; the way out of a FAILED connector task")
-    cdc.add_argument("action", choices=["preflight", "restart", "raise-limit", "restore-limit"])
-    cdc.add_argument("--url")
+    cdc.add_argument(
+        "action",
+        choices=["preflight", "restart", "raise-limit", "restore-limit"],
+        help="preflight: check the database (and the connector) for CDC; restart: restart a "
+        "FAILED task; raise-limit/restore-limit: the record size limit of the topics",
+    )
+    cdc.add_argument("--url", help="database URL (default: settings, then the local stack)")
     cdc.add_argument("--expect-slot", action="store_true", help="fail if the slot is missing")
     cdc.add_argument("--connector", help="connector name (default: settings)")
     cdc.add_argument("--topic", action="append", help="raise/restore-limit: topic (repeatable)")

@@ -112,10 +112,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "restarts, while orders flow; then every invariant and the audit",
         formatter_class=argparse.RawTextHelpFormatter,  # the --kinds help: one kind a line
     )
-    chaos.add_argument("--rounds", type=int, default=50)
-    chaos.add_argument("--orders", type=int, default=10_000)
+    chaos.add_argument("--rounds", type=int, default=50, help="fault rounds")
+    chaos.add_argument("--orders", type=int, default=10_000, help="orders placed in all")
     chaos.add_argument("--rate", type=float, default=10.0, help="orders per second")
-    chaos.add_argument("--seed", type=int, default=1)
+    chaos.add_argument("--seed", type=int, default=1, help="seed of the faults' choice and timing")
     chaos.add_argument("--gap-min", type=float, default=2.0, help="seconds between rounds, min")
     chaos.add_argument("--gap-max", type=float, default=8.0, help="seconds between rounds, max")
     chaos.add_argument(

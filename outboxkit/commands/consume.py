@@ -85,7 +85,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     consume = sub.add_parser("consume", help="run consumer jobs (Spark Structured Streaming)")
     consume.add_argument("jobs", nargs="+", metavar="JOB", help="module:attr of a Job")
     consume.add_argument("--trigger", type=float, default=1.0, help="seconds between batches")
-    consume.add_argument("--checkpoint", default=".outboxkit/checkpoints")
+    consume.add_argument(
+        "--checkpoint", default=".outboxkit/checkpoints", help="folder of the queries' checkpoints"
+    )
     consume.add_argument("--once", action="store_true", help="apply what is there, then stop")
     consume.add_argument(
         "--query-per-job",

@@ -23,7 +23,13 @@ def _db(args: argparse.Namespace, settings: Settings) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     db = sub.add_parser("db", help="framework migrations")
-    db.add_argument("action", choices=["upgrade", "downgrade", "current"])
+    db.add_argument(
+        "action",
+        choices=["upgrade", "downgrade", "current"],
+        help="upgrade (to head), downgrade (to base) or print the current revision",
+    )
     db.add_argument("--url", help="database URL (default: settings, then the local stack)")
-    db.add_argument("--revision")
+    db.add_argument(
+        "--revision", help="upgrade/downgrade: the target revision (default: head/base)"
+    )
     db.set_defaults(run=_db)

@@ -138,18 +138,23 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     inbox = sub.add_parser(
         "inbox", help="inbox state: status, parked (list, show, skip), redrive, rewind"
     )
-    inbox.add_argument("action", choices=["status", "parked", "show", "skip", "redrive", "rewind"])
+    inbox.add_argument(
+        "action",
+        choices=["status", "parked", "show", "skip", "redrive", "rewind"],
+        help="status: watermarks and parked counts; parked: list parked records; show: one "
+        "record; skip: give one up; redrive: apply parked records again; rewind: set a watermark",
+    )
     inbox.add_argument("--id", type=int, help="show/skip/redrive: a parked record's id")
     inbox.add_argument("--reason", help="skip: why (recorded)")
     inbox.add_argument("--by", help="skip: who (recorded; default: the OS user)")
     inbox.add_argument("--full", action="store_true", help="show: raw bytes whole")
     inbox.add_argument("--url", help="the consumer's database (default: settings, local stack)")
-    inbox.add_argument("--consumer")
+    inbox.add_argument("--consumer", help="the inbox consumer name (default: all; rewind: needed)")
     inbox.add_argument("--job", help="redrive: module:attr of the Job whose handlers apply")
-    inbox.add_argument("--topic")
-    inbox.add_argument("--partition", type=int, default=0)
+    inbox.add_argument("--topic", help="redrive/rewind: the topic")
+    inbox.add_argument("--partition", type=int, default=0, help="redrive/rewind: the partition")
     inbox.add_argument("--key", help="redrive only this key")
     inbox.add_argument("--offset", type=int, help="rewind: the new watermark")
-    inbox.add_argument("--limit", type=int, default=100)
-    inbox.add_argument("--json", action="store_true")
+    inbox.add_argument("--limit", type=int, default=100, help="parked: rows to list at most")
+    inbox.add_argument("--json", action="store_true", help="status/parked/show: print JSON")
     inbox.set_defaults(run=_inbox)

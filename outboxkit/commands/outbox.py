@@ -24,7 +24,11 @@ def _outbox(args: argparse.Namespace, settings: Settings) -> int:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     outbox = sub.add_parser("outbox", help="outbox table maintenance (retain mode)")
-    outbox.add_argument("action", choices=["cleanup"])
-    outbox.add_argument("--older-than-hours", type=float, default=24.0)
-    outbox.add_argument("--url")
+    outbox.add_argument(
+        "action", choices=["cleanup"], help="cleanup: delete the published rows older than the age"
+    )
+    outbox.add_argument(
+        "--older-than-hours", type=float, default=24.0, help="age of the rows to delete, in hours"
+    )
+    outbox.add_argument("--url", help="database URL (default: settings, then the local stack)")
     outbox.set_defaults(run=_outbox)

@@ -113,7 +113,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "stop, restart",
     )
     saga.add_argument(
-        "action", choices=["prepare", "up", "status", "start", "stop", "restart", "kill"]
+        "action",
+        choices=["prepare", "up", "status", "start", "stop", "restart", "kill"],
+        help="prepare: roles, databases, migrations, connectors, topics only; up: prepare and "
+        "start; status; start, stop, restart or kill -9 the named processes",
     )
     saga.add_argument(
         "names",
@@ -122,5 +125,5 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="processes: orders, payments, shipping (replica 1 of each), orders-2 ... (other "
         "replicas: setting service_replicas), consumers (default: all)",
     )
-    saga.add_argument("--json", action="store_true")
+    saga.add_argument("--json", action="store_true", help="print the processes as JSON")
     saga.set_defaults(run=saga_command, settings=StackSettings)

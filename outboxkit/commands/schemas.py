@@ -60,7 +60,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "narrowed enum, a tightened bound) without a raised version, or when a raised version "
         "has no upcaster from the one before.",
     )
-    schemas.add_argument("action", choices=("export", "check"))
+    schemas.add_argument(
+        "action",
+        choices=("export", "check"),
+        help="export: write the JSON Schemas; check: the models against them",
+    )
     schemas.add_argument(
         "--contracts",
         default=DEFAULT_CONTRACTS,

@@ -100,7 +100,12 @@ def _print_status(report: dict[str, object], *, as_json: bool) -> None:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     stack = sub.add_parser("stack", help="the local stack: Postgres, broker, Connect + Debezium")
-    stack.add_argument("action", choices=["install", "up", "down", "status"])
+    stack.add_argument(
+        "action",
+        choices=["install", "up", "down", "status"],
+        help="install: fetch the jars and distributions; up: start the stack; down: stop it "
+        "(the saga's processes first); status: its endpoints and health",
+    )
     stack.add_argument("--json", action="store_true", help="status as JSON")
     stack.add_argument("--keep-data", action="store_true", help="down: keep the Postgres data")
     stack.set_defaults(run=_stack, settings=StackSettings)

@@ -1,0 +1,87 @@
+"""The documentation's code blocks, from README.md and docs/, run as a user would paste them.
+
+Convention: the ``python`` blocks of one page run in order, in one namespace, in a fresh
+interpreter. A page with the comment ``<!-- snippets: stack -->`` needs the real stack: its
+blocks read ``DATABASE_URL``, ``KAFKA_BOOTSTRAP_SERVERS`` and ``CONNECT_URL`` from the
+environment and run in the integration test; every other page's blocks need nothing running and
+run in the unit test."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STACK_MARK = "<!-- snippets: stack -->"
+FENCE = re.compile(
+    r"^(?P<indent>[ ]*)```(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)```[ ]*$", re.M | re.S
+)
+
+# Each block is compiled with its page and line as the file name, so a failure names them.
+_RUNNER = """
+import json, sys
+namespace = {"__name__": "__main__"}
+for where, code in json.load(sys.stdin):
+    exec(compile(code, where, "exec"), namespace)
+"""
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block of a page."""
+
+    page: str
+    line: int
+    language: str
+    code: str
+
+
+def pages() -> list[Path]:
+    """README.md and every markdown page under docs/ (the reference is generated: not files)."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def blocks(page: Path) -> list[Block]:
+    """The page's fenced blocks, in order."""
+    text = page.read_text(encoding="utf-8")
+    name = page.relative_to(ROOT).as_posix()
+    found = []
+    for match in FENCE.finditer(text):
+        indent = len(match["indent"])
+        code = "\n".join(line[indent:] for line in match["body"].splitlines())
+        line = text.count("\n", 0, match.start()) + 1
+        found.append(Block(name, line, match["info"].strip().split(" ")[0], code))
+    return found
+
+
+def python_blocks(page: Path) -> list[Block]:
+    return [b for b in blocks(page) if b.language == "python"]
+
+
+def needs_stack(page: Path) -> bool:
+    return STACK_MARK in page.read_text(encoding="utf-8")
+
+
+def run_page(page: Path, env: dict[str, str] | None = None, timeout: float = 300) -> None:
+    """Run the page's python blocks in order in one namespace; fail with the output."""
+    todo = [(f"{b.page}:{b.line}", b.code) for b in python_blocks(page)]
+    environment = {**os.environ, **(env or {})}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), environment.get("PYTHONPATH")) if p
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _RUNNER],
+        input=json.dumps(todo),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=environment,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"{page.name}: a python block failed\n{done.stdout}\n{done.stderr}"
