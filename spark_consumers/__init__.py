@@ -2,8 +2,10 @@
 `run_jobs` runs jobs on one driver, each micro-batch applied through the inbox.
 
 `Job`, `load_job` and `ConsumerSettings` import without Spark; the names that need PySpark or
-Arrow (`run_jobs`, `start_job`, `build_session`, `SliceSummary`, `audit`) are imported on first
-use, so a module that only declares jobs stays light."""
+Arrow (`run_jobs`, `start_job`, `build_session`, `SliceSummary`, `ConsumerAudit`) are imported on
+first use, so a module that only declares jobs stays light. The audit itself is
+`spark_consumers.audit.audit`: a package attribute of the submodule's name would be replaced by
+the submodule as soon as it is imported."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from spark_consumers.job import Job, load_job
 from spark_consumers.settings import ConsumerSettings
 
 if TYPE_CHECKING:
-    from spark_consumers.audit import ConsumerAudit, audit
+    from spark_consumers.audit import ConsumerAudit
     from spark_consumers.runner import run_jobs, start_job
     from spark_consumers.session import build_session
     from spark_consumers.summary import SliceSummary
@@ -24,7 +26,6 @@ __all__ = [
     "ConsumerSettings",
     "Job",
     "SliceSummary",
-    "audit",
     "build_session",
     "load_job",
     "run_jobs",
@@ -33,7 +34,6 @@ __all__ = [
 
 _LAZY = {
     "ConsumerAudit": "spark_consumers.audit",
-    "audit": "spark_consumers.audit",
     "run_jobs": "spark_consumers.runner",
     "start_job": "spark_consumers.runner",
     "build_session": "spark_consumers.session",

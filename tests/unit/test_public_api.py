@@ -48,3 +48,13 @@ def test_lazy_names_resolve_to_their_modules() -> None:
     assert spark_consumers.run_jobs is run_jobs
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         _ = spark_consumers.nothing  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("package", PUBLIC)
+def test_no_public_name_is_shadowed_by_a_submodule(package: str) -> None:
+    """``package.name`` turns into the submodule ``package/name.py`` once it is imported."""
+    import pkgutil
+
+    module = importlib.import_module(package)
+    submodules = {info.name for info in pkgutil.iter_modules(module.__path__)}
+    assert sorted(set(module.__all__) & submodules) == []
