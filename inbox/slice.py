@@ -190,7 +190,7 @@ def all_new(view: PartitionView, decoded: Sequence[Decoded], batch: BatchHandler
         envelope = item.envelope
         if envelope is None or not batch.handles(envelope.event_type):
             return False
-        if batch.validate is not None and batch.invalid(envelope) is not None:
+        if batch.invalid(envelope) is not None:
             return False
     return True
 

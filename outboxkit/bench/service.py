@@ -24,6 +24,7 @@ from sqlalchemy import func, select
 
 from devstack.stack import Stack
 from outboxkit.bench.report import Progress, describe, machine, markdown_table, spread_cells
+from outboxkit.bench.usage import own_ticks
 from saga.orders import orders as orders_table
 from saga_harness.processes import Saga
 
@@ -32,9 +33,8 @@ FLAME_CLIENTS = 8
 
 
 def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` and its threads so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of process ``pid`` (its threads and any children) so far."""
+    return own_ticks(pid) / os.sysconf("SC_CLK_TCK")
 
 
 def measure(saga: Saga, count: int, clients: int, seed: int) -> dict[str, float]:
