@@ -2,6 +2,7 @@
 
 from cdc.config import ConnectorConfigError, ConnectorSettings, build_connector_config, topic_for
 from cdc.connect import ConnectClient, ConnectError, ConnectorStatus
+from cdc.supervisor import RestartPolicy, Supervisor
 
 __all__ = [
     "ConnectClient",
@@ -9,6 +10,8 @@ __all__ = [
     "ConnectorConfigError",
     "ConnectorSettings",
     "ConnectorStatus",
+    "RestartPolicy",
+    "Supervisor",
     "build_connector_config",
     "topic_for",
 ]

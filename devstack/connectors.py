@@ -14,6 +14,7 @@ from psycopg.conninfo import make_conninfo
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
+from cdc import supervisor
 from cdc.config import ConnectorSettings, build_connector_config
 from cdc.preflight import drop_slot
 from devstack import connect, roles
@@ -115,7 +116,9 @@ def register(stack: StackView, state: StackState, cs: ConnectorSettings | None =
         if item not in items:
             items.append(item)
     state.save(stack.state_file)
-    status = client.wait_running(cs.name, timeout=180)
+    # A task that failed on a passing cause (a node of the cluster lost mid-commit) is
+    # restarted: it resumes from its last committed offset.
+    status = supervisor.wait_running(client, cs.name, timeout=180, echo=stack.echo)
     stack.echo(f"connector  {status.name} {status.state}")
 
 

@@ -1,12 +1,17 @@
-"""`outboxkit cdc preflight|restart|raise-limit|restore-limit`: CDC's checks and the way out of a
-FAILED connector task."""
+"""`outboxkit cdc preflight|restart|supervise|raise-limit|restore-limit`: CDC's checks and the
+way out of a FAILED connector task."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from outboxkit.endpoints import resolve
 from outboxkit.settings import Settings
+
+if TYPE_CHECKING:
+    from cdc.connect import ConnectClient
 
 
 def _cdc(args: argparse.Namespace, settings: Settings) -> int:
@@ -17,13 +22,15 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
     endpoints = resolve(settings)
     client = endpoints.connect() if endpoints.connect_url else None
     bootstrap = endpoints.bootstrap_servers
-    name = args.connector or settings.connector_name
+    name = (args.connector_names or [settings.connector_name])[0]
     if args.action != "preflight":
         if client is None or bootstrap is None:
             raise ValueError("set OUTBOXKIT_CONNECT_URL and OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS")
         kafka_config = librdkafka_config(endpoints.kafka_security)
         if args.action == "restart":
             status = recovery.restart_failed(client, name)
+        elif args.action == "supervise":
+            return _supervise(client, args)
         elif args.action == "raise-limit":
             if not args.topic or not args.max_bytes:
                 raise ValueError("raise-limit needs --topic and --max-bytes (see stack status)")
@@ -65,17 +72,50 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if all(c.ok for c in checks) else 1
 
 
+def _supervise(client: ConnectClient, args: argparse.Namespace) -> int:
+    """Restart the connectors' FAILED tasks with backoff until stopped (SIGTERM, Ctrl-C)."""
+    import signal
+    import threading
+
+    from cdc.supervisor import Supervisor
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    which = ", ".join(args.connector_names) if args.connector_names else "every connector"
+    print(f"supervising {which} on {client.url} every {args.interval:g}s", flush=True)
+    Supervisor(client, echo=lambda line: print(line, flush=True)).run(
+        args.connector_names, interval=args.interval, stop=stop, alive_file=args.alive_file
+    )
+    return 0
+
+
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     cdc = sub.add_parser("cdc", help="CDC checks; the way out of a FAILED connector task")
     cdc.add_argument(
         "action",
-        choices=["preflight", "restart", "raise-limit", "restore-limit"],
+        choices=["preflight", "restart", "supervise", "raise-limit", "restore-limit"],
         help="preflight: check the database (and the connector) for CDC; restart: restart a "
-        "FAILED task; raise-limit/restore-limit: the record size limit of the topics",
+        "FAILED task; supervise: keep restarting FAILED tasks with backoff (runs until stopped); "
+        "raise-limit/restore-limit: the record size limit of the topics",
     )
     cdc.add_argument("--url", help="database URL (default: settings, then the local stack)")
     cdc.add_argument("--expect-slot", action="store_true", help="fail if the slot is missing")
-    cdc.add_argument("--connector", help="connector name (default: settings)")
+    cdc.add_argument(
+        "--connector",
+        dest="connector_names",
+        action="append",
+        help="connector name (default: settings); supervise takes it more than once and, "
+        "without it, watches every connector of the Connect cluster",
+    )
+    cdc.add_argument(
+        "--interval", type=float, default=5.0, help="supervise: seconds between status checks"
+    )
+    cdc.add_argument(
+        "--alive-file",
+        type=Path,
+        help="supervise: a file touched after every check (for a container's health check)",
+    )
     cdc.add_argument("--topic", action="append", help="raise/restore-limit: topic (repeatable)")
     cdc.add_argument("--max-bytes", type=int, help="raise-limit: the record limit to allow")
     cdc.set_defaults(run=_cdc)

@@ -4,28 +4,61 @@ tests of this folder and stopped after them."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
+from cdc.supervisor import RestartPolicy, Supervisor
 from devstack.stack import Stack
 from tests.conftest import temporary_stack
 
 
 @pytest.fixture(scope="package")
 def cluster() -> Iterator[Stack]:
-    with temporary_stack(
-        "outboxkit-cluster-",
-        "cluster",
-        connector_name=f"cl-{uuid.uuid4().hex[:6]}",
-        kafka_brokers=3,
-        connect_workers=2,
-        spark_workers=2,
-    ) as stack:
+    with (
+        temporary_stack(
+            "outboxkit-cluster-",
+            "cluster",
+            connector_name=f"cl-{uuid.uuid4().hex[:6]}",
+            kafka_brokers=3,
+            connect_workers=2,
+            spark_workers=2,
+        ) as stack,
+        supervised(stack),
+    ):
         yield stack
+
+
+@contextmanager
+def supervised(stack: Stack) -> Iterator[None]:
+    """The connector supervisor beside the cluster, as a deployment runs it (`outboxkit cdc
+    supervise`): a task failed by a node's loss mid-commit is restarted. It asks whichever
+    Connect worker runs, as a load balancer in front of the workers would."""
+    supervisor = Supervisor(
+        stack.connect_client(), RestartPolicy(first_delay=5.0), echo=lambda s: print(f"[sup] {s}")
+    )
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.wait(2.0):
+            try:
+                supervisor.client = stack.connect_client()
+                supervisor.check([stack.settings.connector_name])
+            except Exception as exc:  # a worker or the state file mid-change: next pass
+                print(f"[sup] {exc!r}")
+
+    thread = threading.Thread(target=run, name="connector-supervisor", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
 
 
 @pytest.fixture(scope="package")
