@@ -181,7 +181,10 @@ def master_state(webui_port: int, timeout: float = 2.0) -> SparkMaster | None:
             body: bytes = answer.read()
     except OSError:
         return None
-    return parse_master_json(body.decode())
+    try:
+        return parse_master_json(body.decode())
+    except ValueError:  # starting: the UI answers before its JSON handler is mounted
+        return None
 
 
 def spark_home() -> Path:

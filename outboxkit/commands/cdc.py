@@ -23,14 +23,16 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
     client = endpoints.connect() if endpoints.connect_url else None
     bootstrap = endpoints.bootstrap_servers
     name = (args.connector_names or [settings.connector_name])[0]
+    if args.action == "supervise":
+        if client is None:
+            raise ValueError("set OUTBOXKIT_CONNECT_URL")
+        return _supervise(client, args)
     if args.action != "preflight":
         if client is None or bootstrap is None:
             raise ValueError("set OUTBOXKIT_CONNECT_URL and OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS")
         kafka_config = librdkafka_config(endpoints.kafka_security)
         if args.action == "restart":
             status = recovery.restart_failed(client, name)
-        elif args.action == "supervise":
-            return _supervise(client, args)
         elif args.action == "raise-limit":
             if not args.topic or not args.max_bytes:
                 raise ValueError("raise-limit needs --topic and --max-bytes (see stack status)")

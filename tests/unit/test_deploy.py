@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 SECRETS = "/run/secrets"
 ONE_SHOT = ("kafka-init", "setup")
+SUPERVISOR = "cdc-supervisor"  # polls Connect's REST API: no traced work
 CONSUMERS = {f"{service}-consumer": service for service in SERVICES}
 # Read by spark_consumers.session from the environment directly (no settings class).
 PLAIN_ENVIRONMENT = {"OUTBOXKIT_SPARK_MASTER"}
@@ -422,6 +423,19 @@ def test_one_shot_jobs_never_restart_and_what_needs_them_waits_for_their_success
         assert services()["kafka-init"]["depends_on"][name]["condition"] == "service_healthy"
 
 
+def test_the_connector_supervisor_watches_every_connector_through_the_load_balancer():
+    assert command(SUPERVISOR)[:3] == ["outboxkit", "cdc", "supervise"]
+    assert "--connector" not in command(SUPERVISOR)  # every connector of the cluster
+    env = services()[SUPERVISOR]["environment"]
+    assert env["OUTBOXKIT_CONNECT_URL"] == "http://lb:8083"
+    assert env["OUTBOXKIT_CONNECT_PASSWORD_FILE"] == "/run/secrets/connect-rest.password"
+    alive = command(SUPERVISOR)[command(SUPERVISOR).index("--alive-file") + 1]
+    assert alive in " ".join(services()[SUPERVISOR]["healthcheck"]["test"])
+    assert services()[SUPERVISOR]["depends_on"]["setup"] == {
+        "condition": "service_completed_successfully"
+    }
+
+
 def test_the_setup_job_prepares_the_saga():
     assert command("setup") == ["outboxkit", "saga", "prepare"]
 
@@ -792,7 +806,8 @@ def python_containers() -> list[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     ours = ("outboxkit", project["version"])
     spark = {*spark_nodes("Master"), *spark_nodes("Worker")}  # JVMs (executors: see Spark tests)
-    return [n for n in services() if image(n) == ours and n not in ONE_SHOT and n not in spark]
+    others = {*ONE_SHOT, *spark, SUPERVISOR}
+    return [n for n in services() if image(n) == ours and n not in others]
 
 
 def first_string(node: ast.AST) -> str | None:
