@@ -47,7 +47,10 @@ def supervised(stack: Stack) -> Iterator[None]:
     def run() -> None:
         while not stop.wait(2.0):
             try:
-                supervisor.client = stack.connect_client()
+                url = stack.connect_url()
+                if not url:  # `stack up` is starting the workers again
+                    continue
+                supervisor.client = stack.connect_client(url)
                 supervisor.check([stack.settings.connector_name])
             except Exception as exc:  # a worker or the state file mid-change: next pass
                 print(f"[sup] {exc!r}")
