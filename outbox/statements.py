@@ -3,11 +3,13 @@
 Every service transaction pays for this path, so it avoids what costs client CPU per event:
 no ORM unit-of-work bookkeeping, no statement compiled per call (a multi-row ``insert().values()``
 is compiled anew each time), the same SQL text every time so that psycopg prepares it on the
-server after a few executions, and in delete mode the INSERT and the DELETE sent together in one
-round trip (psycopg's pipeline mode). A writable CTE cannot do that: the DELETE of a
-``WITH ... INSERT`` statement runs on the statement's snapshot and cannot see the rows the INSERT
-adds. Several events go in one statement (arrays unnested), whatever their number. Message mode
-writes no row: each event is a transactional logical decoding message (``emit_messages``).
+server after a few executions, and in delete mode the INSERT and the DELETE in one round trip:
+one event through a function that runs both (``outbox_write_deleted``, migration 0008: cheaper
+for the client than psycopg's pipeline mode), several events as two array statements (arrays
+unnested, whatever their number) pipelined. A writable CTE cannot do it in one statement: the
+DELETE of a ``WITH ... INSERT`` runs on the statement's snapshot and cannot see the rows the
+INSERT adds. Message mode writes no row: each event is a transactional logical decoding
+message (``emit_messages``).
 
 Drivers other than psycopg 3 get the same SQL through SQLAlchemy's ``text()`` (compiled once).
 """
@@ -27,6 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from outbox.envelope import Envelope, extra_headers
+from outbox.errors import OutboxError
 
 _COLUMNS = (
     "id, aggregatetype, aggregateid, type, payload, traceparent, headers, schema_version, "
@@ -63,6 +66,11 @@ EMIT_MANY = (
     "CAST(%s AS jsonb[]), CAST(%s AS text[]), CAST(%s AS jsonb[]), CAST(%s AS int[])) "
     "WITH ORDINALITY AS e(id, aggregatetype, aggregateid, type, payload, traceparent, headers, "
     "schema_version, n) ORDER BY e.n"
+)
+# Delete mode, one event: the INSERT and the DELETE in one statement (migration 0008's function),
+# one execute without a pipeline. Several events keep the two array statements, pipelined.
+WRITE_DELETED_ONE = (
+    "SELECT outbox_write_deleted(%s, %s, %s, %s, CAST(%s AS jsonb), %s, CAST(%s AS jsonb), %s, %s)"
 )
 DELETE_ONE = "DELETE FROM outbox WHERE id = %s"
 DELETE_MANY = "DELETE FROM outbox WHERE id = ANY(CAST(%s AS uuid[]))"
@@ -107,6 +115,9 @@ def write_rows(session: Session, rows: Sequence[Row], *, delete: bool) -> None:
     if not rows:
         return
     if len(rows) == 1:
+        if delete:
+            _execute(session, [(WRITE_DELETED_ONE, rows[0])])
+            return
         insert: Statement = (INSERT_ONE, rows[0])
         remove: Statement = (DELETE_ONE, (rows[0].id,))
     else:
@@ -162,6 +173,13 @@ def _as_sqlalchemy_errors(statement: Statement) -> Iterator[None]:
     (a lost connection or a statement timeout is an outage, answered 503 and retried)."""
     try:
         yield
+    except psycopg.errors.UndefinedFunction as exc:
+        if "outbox_write_deleted" not in str(exc):
+            raise DBAPIError.instance(*statement, exc, psycopg.Error) from exc
+        raise OutboxError(
+            "the database lacks the outbox's function outbox_write_deleted: apply the "
+            "framework's migrations (outboxkit db upgrade)"
+        ) from DBAPIError.instance(*statement, exc, psycopg.Error)
     except psycopg.Error as exc:
         raise DBAPIError.instance(*statement, exc, psycopg.Error) from exc
 

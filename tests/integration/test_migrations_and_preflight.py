@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sqlalchemy import create_engine, inspect
+from sqlalchemy import create_engine, inspect, text
 
 from cdc.config import build_connector_config
 from cdc.connect import ConnectError
@@ -50,6 +50,43 @@ def test_preflight_passes_on_the_stack_and_reports_slot_lag(stack, engine):
     failed = {c.name: c.detail for c in missing if not c.ok}
     assert "slot" in failed and "connector registered" in failed["slot"]
     assert "publication" in failed and "CREATE PUBLICATION" in failed["publication"]
+
+
+def test_delete_mode_writes_through_the_migrated_function_and_says_when_it_is_missing(
+    empty_database,
+):
+    from sqlalchemy.orm import Session
+
+    from outbox import Outbox
+    from outbox.errors import OutboxError
+
+    runner.upgrade(empty_database, "0007_inbox_ledger")  # before the function
+    engine = create_engine(empty_database)
+    try:
+        event = {"aggregate_type": "order", "aggregate_id": "o-1", "event_type": "OrderPlaced"}
+        missing = pytest.raises(OutboxError, match=r"outbox_write_deleted.*outboxkit db upgrade")
+        with missing, Session(engine) as session, session.begin():
+            Outbox("delete").publish(session, payload={"n": 1}, **event)
+        runner.upgrade(empty_database)
+        with Session(engine) as session, session.begin():
+            sent = Outbox("delete").publish(session, payload={"n": 2}, **event)
+            # Inserted and deleted in the transaction: the WAL has the insert, the table nothing.
+            inserted = session.execute(
+                text(
+                    "SELECT n_tup_ins, n_tup_del FROM pg_stat_xact_user_tables "
+                    "WHERE relname = 'outbox'"
+                )
+            ).one()
+            assert tuple(inserted) == (1, 1)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM outbox")).scalar_one() == 0
+        assert sent.payload == {"n": 2}
+        runner.downgrade(empty_database, "0007_inbox_ledger")
+        with engine.connect() as conn:
+            found = conn.execute(text("SELECT to_regproc('outbox_write_deleted')")).scalar_one()
+            assert found is None
+    finally:
+        engine.dispose()
 
 
 def test_connect_client_reports_invalid_config_and_failed_task_trace(stack):
