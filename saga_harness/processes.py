@@ -303,9 +303,10 @@ class Saga:
             return "unreachable"
         return "ready" if code == 200 else "not ready"
 
-    def start_consumers(self, trigger: float = 0.5) -> int:
+    def start_consumers(self, trigger: float | None = None) -> int:
         """The three Spark jobs in one driver process (its own process group), serving its
-        metrics on its recorded port, else a free one (``urls["consumers"]``/metrics)."""
+        metrics on its recorded port, else a free one (``urls["consumers"]``/metrics);
+        ``trigger``: seconds between micro-batches (default: `outboxkit consume`'s)."""
         if alive(self.pids.get("consumers")):
             raise RuntimeError(f"the consumers are running (pid {self.pids['consumers']})")
         log = self.workdir / "consumers.log"
@@ -318,8 +319,7 @@ class Saga:
                 "outboxkit.cli",
                 "consume",
                 *JOBS,
-                "--trigger",
-                str(trigger),
+                *(["--trigger", str(trigger)] if trigger is not None else []),
                 "--checkpoint",
                 str(self.workdir / "checkpoints"),
                 "--metrics-port",

@@ -17,6 +17,11 @@ from outbox.secrets import url_with_password
 from outbox.unit import PublishedObserver
 from spark_consumers.retry import BATCH_RETRY
 
+# Seconds between micro-batches. A hop waits for the next trigger and then one batch: at 0.1 s
+# an idle query costs its driver ~3-8% of a core (it asks Kafka for the latest offsets 10 times a
+# second); 0 (a batch as soon as the last ends) ~12-24% and 10% of the broker's; 0.5 s ~1-3%,
+# with the event's hop 0.15-0.25 s longer (measured on 2 cores, docs/benchmarks.md).
+DEFAULT_TRIGGER_SECONDS = 0.1
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 
 

@@ -15,7 +15,7 @@ from inbox.recorder import Recorder
 from outbox import tracing
 from outbox.engines import engine_for
 from outbox.kafka.security import librdkafka_config, spark_source_options
-from spark_consumers.job import Job
+from spark_consumers.job import DEFAULT_TRIGGER_SECONDS, Job
 from spark_consumers.progress import ProgressLog
 from spark_consumers.retry import RestartBudget
 from spark_consumers.sink import TRACE_SERVICE, inbox_sink
@@ -147,7 +147,7 @@ def start_query(
     jobs: Sequence[Job],
     *,
     checkpoint: Path,
-    trigger_seconds: float = 1.0,
+    trigger_seconds: float = DEFAULT_TRIGGER_SECONDS,
     on_batch: BatchCallback | None = None,
 ) -> Any:
     """Start one streaming query applying every micro-batch through each of ``jobs``' inboxes
@@ -168,7 +168,7 @@ def start_job(
     job: Job,
     *,
     checkpoint: Path,
-    trigger_seconds: float = 1.0,
+    trigger_seconds: float = DEFAULT_TRIGGER_SECONDS,
     on_batch: BatchCallback | None = None,
 ) -> Any:
     """Start one job's own streaming query."""
@@ -211,7 +211,7 @@ def run_jobs(
     jobs: Sequence[Job],
     *,
     checkpoint: Path,
-    trigger_seconds: float = 1.0,
+    trigger_seconds: float = DEFAULT_TRIGGER_SECONDS,
     once: bool = False,
     on_batch: BatchCallback | None = None,
     session: Any = None,

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import create_engine, make_url, text
 
 from devstack.settings import StackSettings
+from spark_consumers.job import DEFAULT_TRIGGER_SECONDS
 
 SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga", "service", "profile", "cluster")
 DEFAULT = SCENARIOS[:-1]  # cluster starts a stack per shape (about 20 min): only when named
@@ -113,6 +114,7 @@ def _run_scenarios(
                 duration=args.duration,
                 steps=args.steps,
                 step_seconds=args.step_seconds,
+                trigger=args.trigger,
             )
         console.print(Markdown(markdown))
         for path in report.write(out, scenario, data, markdown):
@@ -183,6 +185,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="comma-separated fixed saga rates, orders/s",
     )
     bench.add_argument("--duration", type=float, default=20.0, help="saga fixed-rate seconds")
+    bench.add_argument(
+        "--trigger",
+        type=float,
+        default=DEFAULT_TRIGGER_SECONDS,
+        help="saga: the consumers' seconds between micro-batches",
+    )
     bench.add_argument("--keep-stack", action="store_true", help="leave a stack it started up")
     cluster = bench.add_argument_group("cluster scenario")
     cluster.add_argument(

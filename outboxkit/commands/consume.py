@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from outboxkit.settings import Settings
+from spark_consumers.job import DEFAULT_TRIGGER_SECONDS
 
 if TYPE_CHECKING:
     from spark_consumers.summary import SliceSummary
@@ -84,7 +85,12 @@ def _consumer_metrics(
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     consume = sub.add_parser("consume", help="run consumer jobs (Spark Structured Streaming)")
     consume.add_argument("jobs", nargs="+", metavar="JOB", help="module:attr of a Job")
-    consume.add_argument("--trigger", type=float, default=1.0, help="seconds between batches")
+    consume.add_argument(
+        "--trigger",
+        type=float,
+        default=DEFAULT_TRIGGER_SECONDS,
+        help="seconds between batches (lower: shorter hops, more idle CPU)",
+    )
     consume.add_argument(
         "--checkpoint", default=".outboxkit/checkpoints", help="folder of the queries' checkpoints"
     )
