@@ -17,11 +17,12 @@ from outbox.secrets import url_with_password
 from outbox.unit import PublishedObserver
 from spark_consumers.retry import BATCH_RETRY
 
-# Seconds between micro-batches. A hop waits for the next trigger and then one batch: at 0.1 s
-# an idle query costs its driver ~3-8% of a core (it asks Kafka for the latest offsets 10 times a
-# second); 0 (a batch as soon as the last ends) ~12-24% and 10% of the broker's; 0.5 s ~1-3%,
-# with the event's hop 0.15-0.25 s longer (measured on 2 cores, docs/benchmarks.md).
-DEFAULT_TRIGGER_SECONDS = 0.1
+# Seconds between micro-batches. A hop waits for the next trigger, then one batch. One job alone
+# on a quiet machine: event -> inbox p50 0.45-0.58 s at 0.5 s, 0.26-0.30 s at 0.1 s or 0; but an
+# idle query then costs its driver ~3-8% of a core at 0.1 s and 12-24% (and 10% of a broker) at
+# 0, and the saga on 2 cores, its batches back to back, was not faster at 0.1 s than at 0.5 s
+# (docs/benchmarks.md). A deployment with cores to spare can lower it with --trigger.
+DEFAULT_TRIGGER_SECONDS = 1.0
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 
 

@@ -10,7 +10,6 @@ from typing import Any
 from sqlalchemy import create_engine, make_url, text
 
 from devstack.settings import StackSettings
-from spark_consumers.job import DEFAULT_TRIGGER_SECONDS
 
 SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga", "service", "profile", "cluster")
 DEFAULT = SCENARIOS[:-1]  # cluster starts a stack per shape (about 20 min): only when named
@@ -114,7 +113,7 @@ def _run_scenarios(
                 duration=args.duration,
                 steps=args.steps,
                 step_seconds=args.step_seconds,
-                trigger=args.trigger,
+                **({"trigger": args.trigger} if args.trigger is not None else {}),
             )
         console.print(Markdown(markdown))
         for path in report.write(out, scenario, data, markdown):
@@ -188,8 +187,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument(
         "--trigger",
         type=float,
-        default=DEFAULT_TRIGGER_SECONDS,
-        help="saga: the consumers' seconds between micro-batches",
+        help="saga: the consumers' seconds between micro-batches (default: the saga's, 0.5)",
     )
     bench.add_argument("--keep-stack", action="store_true", help="leave a stack it started up")
     cluster = bench.add_argument_group("cluster scenario")

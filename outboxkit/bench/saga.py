@@ -36,8 +36,7 @@ from outboxkit.bench.report import (
 from saga import rules
 from saga_harness.invariants import Report
 from saga_harness.load import Placed
-from saga_harness.processes import Saga
-from spark_consumers.job import DEFAULT_TRIGGER_SECONDS
+from saga_harness.processes import SAGA_TRIGGER_SECONDS, Saga
 from spark_consumers.progress import PHASES
 
 GRACE_SECONDS = 5.0  # a step's orders may finish this long after its last POST
@@ -160,7 +159,7 @@ def run(
     duration: float = 20.0,
     steps: tuple[float, ...] = (25.0, 50.0, 100.0, 200.0, 400.0),
     step_seconds: float = 60.0,
-    trigger: float = DEFAULT_TRIGGER_SECONDS,
+    trigger: float = SAGA_TRIGGER_SECONDS,
     post_orders: int = 2000,
 ) -> tuple[dict[str, Any], str]:
     """The orders service's POST rate alone (closed loop, before the consumers start), fixed
