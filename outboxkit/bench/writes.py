@@ -6,7 +6,10 @@ Variants, measured interleaved at 1, 4 and 16 concurrent writers (threads, one c
 
 - no outbox: the business row alone (the baseline);
 - delete mode, before: the write path as it was (SQLAlchemy-compiled INSERT, then DELETE);
-- outbox, delete mode (the default): the row inserted and deleted in one round trip;
+- delete mode, pipelined: the lean path before its one-statement write (INSERT and DELETE in
+  psycopg's pipeline, one round trip);
+- outbox, delete mode (the default): one statement, a function that inserts and deletes the row
+  (migration 0008);
 - outbox, retain mode: the outbox row stays (cleanup runs elsewhere);
 - outbox, message mode: no row, a transactional logical decoding message.
 
@@ -48,6 +51,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from outbox import statements
 from outbox.envelope import make_envelope
 from outbox.publish import Outbox
 from outbox.table import outbox_table
@@ -76,9 +80,11 @@ orders = Table(
 
 WRITERS = (1, 4, 16)
 BASELINE, BEFORE = "no outbox", "delete mode, before"
+PIPELINED = "delete mode, pipelined"
 VARIANTS = (
     BASELINE,
     BEFORE,
+    PIPELINED,
     "outbox, delete mode",
     "outbox, retain mode",
     "outbox, message mode",
@@ -138,9 +144,24 @@ def publish_before(session: Session, order_id: str, n: int) -> None:
     session.execute(delete(outbox_table).where(outbox_table.c.id.in_([envelope.event_id])))
 
 
+def publish_pipelined(session: Session, order_id: str, n: int) -> None:
+    """Delete mode's lean path before its one-statement write (migration 0008): the INSERT and
+    the DELETE as two statements in psycopg's pipeline, one round trip."""
+    envelope, payload_json = make_envelope(
+        aggregate_type="order",
+        aggregate_id=order_id,
+        event_type="OrderPlaced",
+        payload=payload(order_id, n),
+    )
+    row = statements.Row.of(envelope, payload_json)
+    pair = [(statements.INSERT_ONE, row), (statements.DELETE_ONE, (row.id,))]
+    statements._execute(session, pair)  # the path as it was, kept to measure against
+
+
 WRITES: dict[str, Callable[[Session, str, int], None] | None] = {
     BASELINE: None,
     BEFORE: publish_before,
+    PIPELINED: publish_pipelined,
     "outbox, delete mode": publisher(Outbox("delete")),
     "outbox, retain mode": publisher(Outbox("retain")),
     "outbox, message mode": publisher(Outbox("message")),
