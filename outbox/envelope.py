@@ -16,7 +16,7 @@ from outbox.wire import (
     record_size,
     row_headers,
 )
-from outbox.wire.jsonb import render, utf8_size
+from outbox.wire.jsonb import check_storable, render, size_bound, utf8_size
 
 MAX_NAME_LENGTH = 255
 # Kafka topic names have at most 249 characters; the rest is the topic prefix's (see
@@ -140,8 +140,10 @@ def extra_headers(envelope: Envelope) -> dict[str, str]:
     return {k: v for k, v in envelope.headers.items() if k != TRACEPARENT}
 
 
-def _encode(payload: Any, max_bytes: int) -> tuple[str, str]:
-    """The payload as compact JSON (what we insert) and as jsonb text (what Kafka carries)."""
+def _encode(payload: Any, max_bytes: int, *, exact: bool = False) -> tuple[str, int]:
+    """The payload as compact JSON (what we insert) and the size of its jsonb text (what Kafka
+    carries): an upper bound from the compact text where one exists and is within ``max_bytes``,
+    else, or with ``exact``, the size of the text rendered as jsonb writes it."""
     try:
         compact = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
@@ -149,10 +151,13 @@ def _encode(payload: Any, max_bytes: int) -> tuple[str, str]:
     except RecursionError:
         raise InvalidEvent("payload is not JSON serialisable: it is nested too deeply") from None
     try:
-        rendered = render(payload)
+        check_storable(compact)  # what rendering refuses, found in the text
+        bound = None if exact else size_bound(compact)
+        if bound is not None and bound <= max_bytes:
+            return compact, bound
+        size = utf8_size(render(payload))
     except ValueError as exc:
         raise InvalidEvent(f"payload cannot be stored as Postgres jsonb: {exc}") from exc
-    size = utf8_size(rendered)
     if size > max_bytes:
         compact_size = utf8_size(compact)
         floats = " jsonb writes floats out in full (1e300: 301 digits)." * (size > 2 * compact_size)
@@ -161,7 +166,7 @@ def _encode(payload: Any, max_bytes: int) -> tuple[str, str]:
             f"{size - max_bytes} over the limit of {max_bytes}; as compact JSON it is "
             f"{compact_size}.{floats} Store large documents elsewhere and publish a reference"
         )
-    return compact, rendered
+    return compact, size
 
 
 def encode_payload(payload: Any, *, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
@@ -184,8 +189,13 @@ def _header_values(envelope: Envelope, headers_text: str | None) -> dict[str, st
 def wire_size(envelope: Envelope, value_text: str, headers_text: str | None) -> int:
     """Bytes of the Kafka record the connector writes for ``envelope`` (an upper bound), given
     the jsonb text of its payload and of its other headers (None when it has none)."""
+    return _record_bytes(envelope, utf8_size(value_text), headers_text)
+
+
+def _record_bytes(envelope: Envelope, value_bytes: int, headers_text: str | None) -> int:
+    """`wire_size` given the size of the payload's jsonb text instead of the text."""
     columns = {"id": str(envelope.event_id), **_header_values(envelope, headers_text)}
-    return record_size(envelope.aggregate_id, value_text, row_headers(columns))
+    return record_size(envelope.aggregate_id, None, row_headers(columns)) + value_bytes
 
 
 def _render_headers(headers: dict[str, str]) -> str | None:
@@ -222,10 +232,12 @@ def make_envelope(
         headers=_check_headers(headers),
     )
     headers_text = _render_headers(extra_headers(envelope))
-    compact, rendered = _encode(payload, max_payload_bytes)
-    size = wire_size(envelope, rendered, headers_text)
+    compact, value_size = _encode(payload, max_payload_bytes)
+    size = _record_bytes(envelope, value_size, headers_text)
+    if size > max_record_bytes:  # with the payload's exact size, as the record will have it
+        value_size = _encode(payload, max_payload_bytes, exact=True)[1]
+        size = _record_bytes(envelope, value_size, headers_text)
     if size > max_record_bytes:
-        value_size = utf8_size(rendered)
         headers_size = 0 if headers_text is None else utf8_size(headers_text)
         raise InvalidEvent(
             f"the Kafka record would be {size} bytes ({value_size} of payload, {headers_size} of "

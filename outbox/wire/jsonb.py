@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -33,6 +34,13 @@ def render(value: Any) -> str:
     except RecursionError:
         raise ValueError("nested too deeply (or contains itself)") from None
     text = "".join(out)
+    check_storable(text)
+    return text
+
+
+def check_storable(text: str) -> None:
+    """ValueError when the JSON ``text`` holds what jsonb cannot store: a NUL (written
+    ``\\u0000``) or a lone surrogate (not UTF-8)."""
     if "\\u0000" in text and _ESCAPED_NUL.search(text):
         raise ValueError("contains a NUL character (\\u0000), which jsonb cannot store")
     if not text.isascii():
@@ -40,7 +48,44 @@ def render(value: Any) -> str:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise ValueError(f"contains a lone surrogate, which is not UTF-8: {exc}") from None
-    return text
+
+
+def size_bound(compact: str) -> int | None:
+    """An upper bound of the UTF-8 size of ``render(value)``, given ``compact``, the value as
+    ``json.dumps(value, ensure_ascii=False, separators=(",", ":"))`` writes it; None when there
+    is no cheap one.
+
+    The two texts differ only where jsonb adds a space after each ``,`` and ``:`` separator
+    (one byte each at most: counting those inside strings too only overestimates), orders keys
+    (the same bytes), keeps the last of duplicate keys and prints ``-0.0`` as ``0.0`` (fewer
+    bytes), and writes numbers in exponent notation out in full (``1e+300``: 301 digits): a
+    text with one has no bound here. Integers are the same digits, as long as Python cannot print
+    one longer than numeric holds (its int_max_str_digits limit, 4,300 by default)."""
+    if _exponent(compact) or not 0 < sys.get_int_max_str_digits() <= _NUMERIC_MAX_DIGITS:
+        return None
+    return utf8_size(compact) + compact.count(",") + compact.count(":")
+
+
+def _exponent(text: str) -> bool:
+    """Whether the compact JSON ``text`` may hold a number in exponent notation, as Python
+    writes one (``1e+16``, ``-1.5e-07``): ``e+`` or ``e-`` after digits (a ``.`` and a sign
+    among them) that follow ``[``, ``,``, ``:`` or the start, where a JSON value starts. Text
+    inside a string only looks like one rarely (a UUID's ``...3f1e-`` does not: ``f`` starts
+    no number) and then costs the exact path, no more. Substring searches: a regular expression
+    tried at every position costs ten times more on a large payload."""
+    for marker in ("e+", "e-"):
+        at = text.find(marker, 1)
+        while at != -1:
+            start = at - 1
+            while start >= 0 and text[start] in "0123456789.":
+                start -= 1
+            if start < at - 1:  # digits before the e
+                if start >= 0 and text[start] == "-":
+                    start -= 1
+                if start < 0 or text[start] in "[,:":
+                    return True
+            at = text.find(marker, at + 2)
+    return False
 
 
 def utf8_size(text: str) -> int:

@@ -1,11 +1,14 @@
 import json
+import re
 import sys
 from collections import OrderedDict
 from enum import IntEnum
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
-from outbox.wire.jsonb import render, utf8_size
+from outbox.wire.jsonb import check_storable, render, size_bound, utf8_size
 
 # (value, what ``CAST(<value as JSON> AS jsonb)::text`` returns); the integration test
 # tests/integration/test_jsonb_rendering.py checks every row against the real Postgres.
@@ -144,3 +147,77 @@ def test_integers_python_will_not_print_are_refused_as_json_dumps_does():
 def test_utf8_size_counts_bytes():
     assert utf8_size("abc") == 3
     assert utf8_size("é✓\U0001f600") == 2 + 3 + 4
+
+
+def compact(value: object) -> str:
+    """``value`` as publish encodes it before Postgres casts it to jsonb."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+# Any JSON value, with what stresses the bound: separators inside strings, exponent notation,
+# negative zero, keys that collide once written (1 and "1"), multi-byte characters; NULs and
+# lone surrogates too, which check_storable must find in the compact text as render does.
+_chars = st.characters() | st.sampled_from(list(',:"\\\x00\x1fé日\U0001f600\ud800'))
+_strings = st.text(_chars, max_size=10)
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from([1e16, 1e300, 1.5e-07, -0.0, 5e-324, 10**40])
+    | _strings
+)
+_values = st.recursive(
+    _scalars,
+    lambda children: (
+        st.lists(children, max_size=5)
+        | st.dictionaries(_strings | st.integers(0, 3), children, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_values)
+@example({"a": "1e+5 in a string", 1: [1e300], "1": -0.0})
+@example(["\x00", "\\u0000"])
+def test_the_size_bound_holds_and_the_text_check_refuses_what_render_refuses(value):
+    text = compact(value)
+    try:
+        rendered: str | None = render(value)
+    except ValueError:
+        rendered = None
+    try:
+        check_storable(text)
+        storable = True
+    except ValueError:
+        storable = False
+    assert storable == (rendered is not None)
+    if rendered is None:
+        return
+    bound = size_bound(text)
+    if bound is not None:
+        assert utf8_size(rendered) <= bound
+    if bound is None:  # only numbers in exponent notation (or text that looks like one)
+        assert re.search(r"[\[,:]-?[0-9.]+e[-+]|^-?[0-9.]+e[-+]", text)
+
+
+def test_the_size_bound_is_close_for_plain_payloads():
+    value = {"id": "b1f0", "items": [{"sku": "A-1", "qty": 2, "price": 9.5}] * 3, "n": 7}
+    bound, exact = size_bound(compact(value)), utf8_size(render(value))
+    assert bound is not None and exact <= bound <= exact + 2  # two ',' or ':' in strings: none
+
+
+def test_no_size_bound_where_exponents_or_unlimited_integers_make_one_unsafe():
+    assert size_bound(compact([1e300])) is None  # 6 characters compact, 301 digits as jsonb
+    assert size_bound(compact({"x": -1.5e-07})) is None
+    assert size_bound(compact(1e16)) is None
+    # What only looks like one: a UUID's "...3f1e-...", words with "e-"; a bound exists.
+    looks_like = {"id": "0c1f3f1e-1234-12e4-8e2b-1e-5", "w": "pre-paid"}
+    assert size_bound(compact(looks_like)) == utf8_size(render(looks_like))  # ', ' and ': ' once
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)  # Python would print integers longer than numeric holds
+    try:
+        assert size_bound(compact([1])) is None
+    finally:
+        sys.set_int_max_str_digits(limit)
