@@ -11,10 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Connection,
     Table,
+    Text,
     bindparam,
+    cast,
     column,
     delete,
     func,
@@ -46,6 +49,60 @@ from outbox.wire.record import Decoded, key_bytes, key_text, readable
 
 Executor = Session | Connection
 EVENT_ID = UUID(as_uuid=False)  # an event id as the window holds it, read and bound as str
+
+
+def _split(name: str, item: Any) -> ColumnElement[Any]:
+    """The parameter ``name``, one comma-separated text, as an array of ``item`` split by
+    Postgres. A slice's ids bound as a list cost psycopg a dump per element in Python: 1,000
+    UUIDs took 1.43 ms of client CPU (4.6 ms wall) against 0.18 ms (1.5 ms) joined into one
+    text, 1,000 offsets 0.64 against 0.24 ms (measured). Callers join values without commas."""
+    return cast(func.string_to_array(bindparam(name, type_=Text), ","), ARRAY(item))
+
+
+def _this_partition(table: Table) -> tuple[ColumnElement[bool], ...]:
+    return (
+        table.c.consumer == bindparam("consumer"),
+        table.c.topic == bindparam("topic"),
+        table.c.partition == bindparam("partition"),
+    )
+
+
+# Built once. Which wanted ids a partition's window holds: its slices unnested, joined with the
+# wanted ids (a hash join).
+_HELD = (
+    func.unnest(recent_ids.c.event_ids)
+    .table_valued(column("event_id", EVENT_ID))
+    .render_derived("held")
+    .lateral()
+)
+_ASKED = (
+    func.unnest(_split("wanted", EVENT_ID))
+    .table_valued(column("event_id", EVENT_ID))
+    .render_derived("asked")
+)
+_RECENT = (
+    select(_ASKED.c.event_id)
+    .select_from(recent_ids)
+    .join(_HELD, true())
+    .join(_ASKED, _ASKED.c.event_id == _HELD.c.event_id)
+    .where(*_this_partition(recent_ids))
+)
+# Which of a slice's keys have parked records, by the index on md5(raw_key): one array
+# parameter, not an IN list of a parameter per key (rendered and bound anew for each slice).
+_PARKED_KEYS = (
+    select(parked.c.raw_key)
+    .distinct()
+    .where(*_this_partition(parked), func.md5(parked.c.raw_key) == func.any(_split("md5s", Text)))
+)
+_REMEMBER = insert(recent_ids).values(
+    consumer=bindparam("consumer"),
+    topic=bindparam("topic"),
+    partition=bindparam("partition"),
+    first_offset=bindparam("first_offset"),
+    last_offset=bindparam("last_offset"),
+    event_ids=_split("event_ids", EVENT_ID),
+    offsets=_split("offsets", BigInteger),
+)
 
 
 @dataclass(frozen=True)
@@ -126,16 +183,14 @@ class Recorder:
         wanted = sorted({i for i in ids if i and _is_uuid(i)})
         if not wanted:
             return frozenset()
-        unnest_held = func.unnest(recent_ids.c.event_ids).table_valued(column("event_id", EVENT_ID))
-        held = unnest_held.render_derived("held").lateral()
-        unnest_asked = func.unnest(bindparam("wanted", wanted, type_=ARRAY(EVENT_ID)))
-        asked = unnest_asked.table_valued(column("event_id", EVENT_ID)).render_derived("asked")
         rows = session.execute(
-            select(asked.c.event_id)
-            .select_from(recent_ids)
-            .join(held, true())
-            .join(asked, asked.c.event_id == held.c.event_id)
-            .where(*self.match(recent_ids, topic, partition))
+            _RECENT,
+            {
+                "consumer": self.consumer,
+                "topic": topic,
+                "partition": partition,
+                "wanted": ",".join(wanted),
+            },
         )
         return frozenset(r[0] for r in rows)
 
@@ -151,16 +206,20 @@ class Recorder:
         event_ids = [event_id for event_id, _ in pairs]
         if len(set(event_ids)) != len(event_ids):
             raise ValueError(f"{topic}[{partition}]: an event id applied twice in one slice")
+        joined = ",".join(event_ids)
+        if joined.count(",") != len(event_ids) - 1:  # the server's cast finds other non-UUIDs
+            raise ValueError(f"{topic}[{partition}]: an event id that is not a UUID: {joined!r}")
         session.execute(
-            insert(recent_ids).values(
-                consumer=self.consumer,
-                topic=topic,
-                partition=partition,
-                first_offset=pairs[0][1],
-                last_offset=pairs[-1][1],
-                event_ids=event_ids,
-                offsets=[offset for _, offset in pairs],
-            )
+            _REMEMBER,
+            {
+                "consumer": self.consumer,
+                "topic": topic,
+                "partition": partition,
+                "first_offset": pairs[0][1],
+                "last_offset": pairs[-1][1],
+                "event_ids": joined,
+                "offsets": ",".join(str(offset) for _, offset in pairs),
+            },
         )
 
     def append_ledger(
@@ -193,10 +252,10 @@ class Recorder:
         wanted = {key_bytes(k) for k in keys if k is not None}
         if not wanted:
             return frozenset()
+        digests = ",".join(hashlib.md5(k).hexdigest() for k in wanted)  # hex: no commas
         rows = session.execute(
-            select(parked.c.raw_key)
-            .distinct()
-            .where(*self.match(parked, topic, partition), _md5_in(wanted))
+            _PARKED_KEYS,
+            {"consumer": self.consumer, "topic": topic, "partition": partition, "md5s": digests},
         )
         return frozenset(key_text(r[0]) or "" for r in rows if r[0] in wanted)
 

@@ -18,6 +18,7 @@ from sqlalchemy import (
     select,
     text,
 )
+from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session
 
 from inbox import BatchHandler, Inbox, admin
@@ -224,6 +225,17 @@ def test_an_id_twice_in_one_slice_is_refused_by_the_recorder(engine, consumer):
     eid = str(uuid.uuid4())
     with pytest.raises(ValueError, match="applied twice"), Session(engine) as session:
         Recorder(consumer, window=10).remember(session, "t5", 0, [(eid, 1), (eid, 2)])
+
+
+def test_an_id_that_is_not_a_uuid_is_refused_by_the_recorder(engine, consumer):
+    # The window's ids travel as one comma-separated text: an id with a comma (two UUIDs
+    # joined, say) must not become two remembered ids, nor anything else that is not a UUID.
+    joined = f"{uuid.uuid4()},{uuid.uuid4()}"
+    with pytest.raises(ValueError, match="not a UUID"), Session(engine) as session:
+        Recorder(consumer, window=10).remember(session, "t5", 0, [(joined, 1)])
+    with pytest.raises(DataError, match="uuid"), Session(engine) as session:
+        Recorder(consumer, window=10).remember(session, "t5", 0, [("not-a-uuid", 1)])
+    assert window_rows(engine, consumer, "t5") == []
 
 
 def test_ids_below_the_window_are_forgotten_and_its_rows_stay_bounded(engine, consumer):
