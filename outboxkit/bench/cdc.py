@@ -20,6 +20,7 @@ partition count before the first event, so counts start at zero.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import tempfile
 import threading
@@ -39,6 +40,7 @@ from sqlalchemy.orm import Session
 from cdc.config import topic_for
 from devstack.stack import Stack
 from outbox.publish import MODES, Outbox
+from outboxkit.bench.flame import recording
 from outboxkit.bench.report import (
     Progress,
     bar_plot,
@@ -304,6 +306,8 @@ def cdc(
 
 # -- pipeline ---------------------------------------------------------------------------------
 DRAIN = "Debezium drain alone"
+# The flame graphs' small batches: events at FLAME_RATE per second, one per transaction.
+FLAME_RATE = 10
 PER_EVENT = "outbox -> Spark inbox, per-event handler"
 BATCH = "outbox -> Spark inbox, batch handler"
 
@@ -328,10 +332,13 @@ def pipeline(
     session: Any = None,
     partitions: int = PARTITIONS,
     warm_up: int = 1000,
+    flame_events: int = 0,
 ) -> tuple[dict[str, Any], str]:
     """Measure the pipeline with the one-event and the batch handler API; in ``session`` when
     given (left running), else in its own (OUTBOXKIT_SPARK_MASTER, else local[2]); on topics of
-    ``partitions`` partitions, after ``warm_up`` events through each query."""
+    ``partitions`` partitions, after ``warm_up`` events through each query. With
+    ``flame_events``, then py-spy flame graphs of the batch handler's job (with py-spy
+    installed): that many events at FLAME_RATE per second (small batches), then a backlog."""
     from devstack.artifacts import cached_spark_jars
     from inbox.handlers import Handlers
     from outboxkit.bench.inbox import bench_metadata, effects, record_effect, record_effects
@@ -343,6 +350,7 @@ def pipeline(
     rates: dict[str, list[float]] = {DRAIN: [], PER_EVENT: [], BATCH: []}
     phases: dict[str, dict[str, float]] = {}
     batches: dict[str, int] = {}
+    flames: list[str] = []
     with (
         Bench(stack, partitions) as bench,
         Progress("pipeline", 3 * events * reps + 2 * warm_up) as progress,
@@ -413,6 +421,27 @@ def pipeline(
                     measured = _reported(query, warm[variant])
                     batches[variant] = sum(1 for p in measured if p.numInputRows)
                     phases[variant] = _durations(measured)
+                aggregate_type = jobs[BATCH][0]
+
+                def trickle() -> None:  # the saga's kind of load: small batches
+                    for _ in range(flame_events):
+                        bench.write(aggregate_type, 1)
+                        time.sleep(1 / FLAME_RATE)
+
+                def drain() -> None:
+                    bench.backlog(aggregate_type, events)
+                    stack.connect_client().resume(bench.connector)
+
+                shapes = (("trickle", trickle, flame_events), ("drain", drain, events))
+                for name, work, n in shapes if flame_events else ():
+                    svg = out / f"pipeline-flame-{name}.svg"
+                    progress.update(f"pipeline: flame graph, batch handler, {name}")
+                    with recording(os.getpid(), svg, subprocesses=True) as graph:
+                        if graph is None:
+                            break
+                        work()
+                        base = wait_applied(applied, base + n, queries[BATCH], lambda _: None)
+                    flames.append(svg.name)
             finally:
                 for query in queries.values():
                     query.stop()
@@ -446,6 +475,13 @@ def pipeline(
         + "; Spark's durationMs; addBatch is the inbox sink on the executors):\n\n"
         + markdown_table(["variant", "phase", "seconds", "share of trigger time"], phase_rows)
     )
+    if flames:
+        md += (
+            "\nFlame graphs (py-spy, CPU samples of this process, the Spark driver's Python, and "
+            "of the Python workers under Spark's JVM, each under its process; the batch handler "
+            f"at {FLAME_RATE} events/s, one per transaction, for {flame_events} events, then a "
+            f"backlog of {events:,}): " + ", ".join(f"[`{name}`]({name})" for name in flames) + "\n"
+        )
     data = {
         "scenario": "pipeline",
         "params": {
@@ -459,6 +495,7 @@ def pipeline(
         "events_per_second": {k: spread(v) | {"samples": v} for k, v in rates.items()},
         "micro_batch_ms": phases,
         "batches": batches,
+        "flame_graphs": flames,
         "plots": [
             str(
                 bar_plot(

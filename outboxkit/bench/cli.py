@@ -99,7 +99,9 @@ def _run_scenarios(
         elif scenario == "cdc":
             data, markdown = cdc.cdc(stack, out, events=args.events, reps=reps)
         elif scenario == "pipeline":
-            data, markdown = cdc.pipeline(stack, out, events=args.events, reps=reps)
+            data, markdown = cdc.pipeline(
+                stack, out, events=args.events, reps=reps, flame_events=200
+            )
         elif scenario == "service":
             data, markdown = service.run(stack, out, reps=reps)
         elif scenario == "cluster":

@@ -12,9 +12,6 @@ Every run checks what it measured: each POST got a 201 and an order row exists f
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -23,6 +20,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from devstack.stack import Stack
+from outboxkit.bench.flame import recording
 from outboxkit.bench.report import Progress, describe, machine, markdown_table, spread_cells
 from outboxkit.bench.usage import own_ticks
 from saga.orders import orders as orders_table
@@ -52,24 +50,11 @@ def measure(saga: Saga, count: int, clients: int, seed: int) -> dict[str, float]
 def flame_graph(saga: Saga, out: Path, count: int) -> Path | None:
     """A py-spy flame graph of the orders service under FLAME_CLIENTS clients, if py-spy is
     installed (`pip install py-spy`; it reads the process's memory: root, or ptrace allowed)."""
-    beside = Path(sys.executable).parent / "py-spy"  # the bench extra installs it in the venv
-    spy = str(beside) if beside.exists() else shutil.which("py-spy")
-    if spy is None:
-        return None
     svg = out / "service-flame.svg"
-    out.mkdir(parents=True, exist_ok=True)
-    pid = str(saga.pids["orders"])
-    record = subprocess.Popen(
-        [spy, "record", "--pid", pid, "--rate", "200", "--nonblocking", "--output", str(svg)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(1.0)  # attached
+    with recording(saga.pids["orders"], svg) as graph:
+        if graph is None:
+            return None
         saga.place_orders(count, seed=999, concurrency=FLAME_CLIENTS, retry_share=0.0)
-    finally:
-        record.send_signal(2)  # SIGINT: py-spy writes the graph and exits
-        record.wait(timeout=60)
     return svg if svg.exists() else None
 
 

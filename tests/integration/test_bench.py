@@ -61,11 +61,16 @@ def test_cdc_benchmark_sees_every_event(stack: Stack, tmp_path: Path) -> None:
 def test_pipeline_benchmark_applies_each_event_once(
     stack: Stack, spark: object, tmp_path: Path
 ) -> None:
-    data, _ = cdc.pipeline(stack, tmp_path, events=500, reps=1, session=spark)
+    data, _ = cdc.pipeline(stack, tmp_path, events=500, reps=1, session=spark, flame_events=10)
     assert data["events_per_second"][cdc.PER_EVENT]["min"] > 0
     assert data["events_per_second"][cdc.BATCH]["min"] > 0
     assert all(n >= 1 for n in data["batches"].values())
     assert all("addBatch" in ms for ms in data["micro_batch_ms"].values())
+    # py-spy (the bench extra) followed Spark's JVM to the Python workers that ran the sink.
+    assert data["flame_graphs"] == ["pipeline-flame-trickle.svg", "pipeline-flame-drain.svg"]
+    for name in data["flame_graphs"]:
+        graph = (tmp_path / name).read_text()
+        assert "pyspark/worker.py" in graph and "apply_partition" in graph, name
 
 
 @pytest.mark.slow  # two stacks started and stopped in turn: minutes; `bench cluster` runs it all
