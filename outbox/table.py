@@ -5,7 +5,6 @@ from __future__ import annotations
 from sqlalchemy import (
     Column,
     DateTime,
-    Index,
     Integer,
     MetaData,
     String,
@@ -31,11 +30,9 @@ outbox_table = Table(
     Column("traceparent", String(55), nullable=True),
     Column("headers", JSONB(none_as_null=True), nullable=True),
     Column("schema_version", Integer, nullable=False, server_default=text("1")),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    # Read only by retain mode's cleanup (older than a cutoff); created_at follows insertion
-    # order, so a BRIN summary per page range serves it, and in delete mode an event costs no
-    # index entry for a row deleted in its own transaction (migration 0009).
-    Index("ix_outbox_created_at", "created_at", postgresql_using="brin"),
+    Column(
+        "created_at", DateTime(timezone=True), nullable=False, server_default=func.now(), index=True
+    ),
 )
 
 # Touched by the connector's heartbeat query so that an idle database still moves its slot on.
