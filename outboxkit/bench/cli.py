@@ -100,7 +100,7 @@ def _run_scenarios(
             data, markdown = cdc.cdc(stack, out, events=args.events, reps=reps)
         elif scenario == "pipeline":
             data, markdown = cdc.pipeline(
-                stack, out, events=args.events, reps=reps, flame_events=200
+                stack, out, events=args.events, reps=reps, flame_events=60
             )
         elif scenario == "service":
             data, markdown = service.run(stack, out, reps=reps)

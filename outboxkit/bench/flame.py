@@ -43,3 +43,32 @@ def recording(
     finally:
         record.send_signal(2)  # SIGINT: py-spy writes the graph and exits
         record.wait(timeout=120)
+
+
+@contextlib.contextmanager
+def jvm_recording(jar: Path | None, pid: int, html: Path, title: str) -> Iterator[Path | None]:
+    """Sample the JVM ``pid`` with async-profiler (``jar``: its loader, see
+    `devstack.artifacts.profiler_jar`) while the block runs, on its interval timer (no perf
+    events needed), every Java thread; an HTML flame graph, a tower per thread, is written to
+    ``html`` (which the block receives, or None when the profiler is missing or cannot attach),
+    and the same stacks as text beside it (``.collapsed``: one line per stack and its samples,
+    for grep and other flame graph tools)."""
+    java = shutil.which("java")
+    if jar is None or java is None:
+        yield None
+        return
+    html.parent.mkdir(parents=True, exist_ok=True)
+    jfr = html.with_suffix(".jfr")
+    tool = [java, "-jar", str(jar)]
+    start = [*tool, "profiler", "start", "-e", "itimer", "-i", "5ms", "-f", str(jfr), str(pid)]
+    if subprocess.run(start, capture_output=True).returncode != 0:
+        yield None
+        return
+    try:
+        yield html
+    finally:
+        subprocess.run([*tool, "profiler", "stop", str(pid)], capture_output=True)
+        convert = [*tool, "converter", "--threads", "--title", title]
+        for fmt, target in (("html", html), ("collapsed", html.with_suffix(".collapsed"))):
+            subprocess.run([*convert, "-o", fmt, str(jfr), str(target)], capture_output=True)
+        jfr.unlink(missing_ok=True)

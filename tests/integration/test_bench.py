@@ -66,11 +66,23 @@ def test_pipeline_benchmark_applies_each_event_once(
     assert data["events_per_second"][cdc.BATCH]["min"] > 0
     assert all(n >= 1 for n in data["batches"].values())
     assert all("addBatch" in ms for ms in data["micro_batch_ms"].values())
-    # py-spy (the bench extra) followed Spark's JVM to the Python workers that ran the sink.
-    assert data["flame_graphs"] == ["pipeline-flame-trickle.svg", "pipeline-flame-drain.svg"]
+    latency = data["one_at_a_time"]["latency_seconds"]
+    assert len(latency) == 10 and all(0 < s < 60 for s in latency)
+    assert data["one_at_a_time"]["median_phase_ms"]["addBatch"] > 0
+    # py-spy (the bench extra) followed Spark's JVM to the Python workers that ran the sink;
+    # async-profiler (the stack's jars) sampled the driver's JVM.
+    assert data["flame_graphs"] == [
+        f"pipeline-{kind}-{shape}.{ext}"
+        for shape in ("trickle", "drain")
+        for kind, ext in (("flame", "svg"), ("jvm", "html"))
+    ]
     for name in data["flame_graphs"]:
         graph = (tmp_path / name).read_text()
-        assert "pyspark/worker.py" in graph and "apply_partition" in graph, name
+        if name.endswith(".svg"):
+            assert "pyspark/worker.py" in graph and "apply_partition" in graph, name
+        else:
+            assert "MicroBatchExecution" in graph, name
+            assert (tmp_path / name).with_suffix(".collapsed").stat().st_size > 0
 
 
 @pytest.mark.slow  # two stacks started and stopped in turn: minutes; `bench cluster` runs it all
