@@ -115,9 +115,9 @@ def _settle() -> None:
     (``gc.freeze``), after one last collection so that no garbage is frozen with it.
 
     PySpark's daemon runs a full ``gc.collect()`` in a reused worker after every task. Over the
-    ~140,000 objects the framework's imports hold, that took 40-75 ms of the worker's CPU per
-    task, most of what a worker spent on small micro-batches (py-spy, `bench pipeline`), and a
-    task given to a worker still collecting waits for it. Frozen objects are still freed by
+    ~140,000 objects the framework's imports hold, that was ~125 ms of the workers' CPU per
+    one-record micro-batch, 93% of what they spent on such batches (py-spy, `bench pipeline`;
+    9-11 ms per batch after: docs/bench/worker-gc-freeze/). Frozen objects are still freed by
     reference counting; later collections look only at younger objects."""
     if not _SETTLED:
         gc.collect()
