@@ -12,6 +12,8 @@ whose invariants fail raises instead of reporting figures.
 
 from __future__ import annotations
 
+import os
+import statistics
 import tempfile
 import time
 from datetime import datetime
@@ -33,6 +35,7 @@ from outboxkit.bench.report import (
     percentile,
     spread,
 )
+from outboxkit.bench.usage import own_ticks
 from saga import rules
 from saga_harness.invariants import Report
 from saga_harness.load import Placed
@@ -102,17 +105,40 @@ def _settle(
     return report
 
 
+def _self_ticks() -> float:
+    """Clock ticks of this process alone (the load generator), not of its descendants."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    return float(fields[11]) + float(fields[12])
+
+
+def process_ticks(saga: Saga) -> dict[str, float]:
+    """Clock ticks used so far by each of the saga's processes (each service, the consumer
+    driver with its JVM and Python workers) and the stack's (Postgres with its backends, each
+    engine's nodes), and by this process, the load generator."""
+    state = saga.stack.state
+    groups: dict[str, list[int]] = {name: [pid] for name, pid in saga.pids.items() if pid}
+    for label, component in (("Postgres", state.postgres), ("Kafka", state.broker)):
+        groups[label] = [node.pid for node in component.nodes if node.pid]
+    groups["Connect + Debezium"] = [node.pid for node in state.connect.nodes if node.pid]
+    ticks = {name: sum(own_ticks(pid) for pid in pids) for name, pids in groups.items() if pids}
+    return {**ticks, "load generator": _self_ticks()}
+
+
 def fixed_rate(saga: Saga, rate: float, duration: float, seed: int, progress: Progress) -> Any:
-    """Orders POSTed open-loop at ``rate`` for ``duration`` s: latency percentiles, hops, and
-    where hop 1's time goes (when each OrderPlaced became visible in Kafka; batch phases)."""
+    """Orders POSTed open-loop at ``rate`` for ``duration`` s: latency percentiles, hops, where
+    hop 1's time goes (when each OrderPlaced became visible in Kafka; batch phases), and the CPU
+    each process spent per order, from the first POST until every order was final."""
     count = int(rate * duration)
     order_topic = topic_for(rules.ORDER, topic_prefix=saga.stack.settings.topic_prefix)
     since = datetime.now()
     with Arrivals(saga.stack.bootstrap_servers(), order_topic) as arrivals:
+        ticks = process_ticks(saga)
         began = time.monotonic()
         placed = saga.place_orders(count, seed=seed, concurrency=32, retry_share=0.0, rate=rate)
         achieved = count / (time.monotonic() - began)
         latencies = _settle(saga, placed, progress).latencies
+        used = {k: v - ticks.get(k, v) for k, v in process_ticks(saga).items()}
+    per_order = {k: 1000 * v / os.sysconf("SC_CLK_TCK") / count for k, v in used.items()}
     ids = [p.order_id for p in placed]
     hops = hop_seconds(saga, ids)
     return {
@@ -120,6 +146,7 @@ def fixed_rate(saga: Saga, rate: float, duration: float, seed: int, progress: Pr
         "hop1_stages": first_hop_stages(saga, ids, arrivals.seen),
         "batch_phases_ms": batch_phases(saga.workdir / "consumers.log", since),
         "orders": count,
+        "cpu_ms_per_order": per_order,
         "achieved_rate": achieved,
         **percentiles(latencies),
         "latencies_seconds": latencies,
@@ -253,6 +280,13 @@ def _report(
             ["stage", *(f"at {rate:g}/s" for rate in runs)],
             _stage_rows(runs),
         )
+        + "\nCPU per order by process (ms; user + system, each process with its children, "
+        "from the first POST until every order was final, medians over the runs; the consumer "
+        "driver includes its JVM and the Python workers):\n\n"
+        + markdown_table(
+            ["process", *(f"at {rate:g}/s" for rate in runs)],
+            _cpu_rows(runs),
+        )
         + f"\nStep load: capacity (highest rate held) **{capacity:g} orders/s**; the orders "
         f"service alone answered **{post_rate:,.0f} POST /orders per second** (32 clients, "
         "closed loop, before the consumers started).\n\n"
@@ -310,6 +344,23 @@ def _report(
     }
     images = "".join(f"\n![saga latency at {r:g}/s](saga-latency-{r:g}.png)\n" for r in runs)
     return data, md + images
+
+
+def _cpu_rows(runs: dict[float, list[dict[str, Any]]]) -> list[list[str]]:
+    """A row per process (the busiest first at the highest rate) and their total."""
+    medians = {
+        rate: {
+            name: statistics.median(run["cpu_ms_per_order"].get(name, 0.0) for run in r)
+            for name in r[0]["cpu_ms_per_order"]
+        }
+        for rate, r in runs.items()
+    }
+    last = medians[max(medians)]
+    rows = [
+        [name, *(f"{m.get(name, 0.0):.1f}" for m in medians.values())]
+        for name in sorted(last, key=lambda n: -last[n])
+    ]
+    return [*rows, ["all", *(f"{sum(m.values()):.1f}" for m in medians.values())]]
 
 
 def _stage_rows(runs: dict[float, list[dict[str, Any]]]) -> list[list[str]]:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 
 from outboxkit.bench.profile import group_of
 from outboxkit.bench.report import markdown_table, percentile, ratio, spread
-from outboxkit.bench.saga import percentiles, step_verdict
+from outboxkit.bench.saga import _cpu_rows, percentiles, process_ticks, step_verdict
 
 
 def test_spread_and_ratio_formatting() -> None:
@@ -66,3 +68,31 @@ def test_profile_groups() -> None:
     assert group_of("/x/outbox/wire/record.py", "decode").startswith("decoding")
     assert group_of("/x/inbox/decision.py", "decide").startswith("inbox")
     assert group_of("/x/elsewhere.py", "f") == "other Python"
+
+
+def test_cpu_per_order_rows_put_the_busiest_process_first_and_add_up() -> None:
+    runs = {
+        10.0: [
+            {"cpu_ms_per_order": {"orders": 4.0, "Postgres": 1.0, "load generator": 0.5}},
+            {"cpu_ms_per_order": {"orders": 6.0, "Postgres": 3.0, "load generator": 0.5}},
+        ],
+        50.0: [{"cpu_ms_per_order": {"orders": 3.0, "Postgres": 3.5, "load generator": 0.2}}],
+    }
+    assert _cpu_rows(runs) == [
+        ["Postgres", "2.0", "3.5"],  # ordered by the highest rate's figures
+        ["orders", "5.0", "3.0"],  # medians over the runs of a rate
+        ["load generator", "0.5", "0.2"],
+        ["all", "7.5", "6.7"],
+    ]
+
+
+def test_process_ticks_reads_each_process_with_its_children() -> None:
+    nodes = SimpleNamespace(nodes=[SimpleNamespace(pid=os.getpid())])
+    none = SimpleNamespace(nodes=[])
+    state = SimpleNamespace(postgres=nodes, broker=none, connect=none)
+    saga = SimpleNamespace(pids={"orders": os.getpid()}, stack=SimpleNamespace(state=state))
+    before = process_ticks(saga)  # type: ignore[arg-type]
+    sum(i * i for i in range(3_000_000))  # some CPU in this process
+    after = process_ticks(saga)  # type: ignore[arg-type]
+    assert set(after) == {"orders", "Postgres", "load generator"}
+    assert after["orders"] > before["orders"] and after["load generator"] > before["load generator"]
