@@ -78,8 +78,10 @@ def test_pipeline_benchmark_applies_each_event_once(
     ]
     for name in data["flame_graphs"]:
         graph = (tmp_path / name).read_text()
-        if name.endswith(".svg"):
-            assert "pyspark/worker.py" in graph and "apply_partition" in graph, name
+        if name.endswith(".svg"):  # the workers' processes, under the JVM, were sampled
+            assert "pyspark.daemon pyspark.worker" in graph, name
+            # a backlog keeps them busy enough that the inbox's apply is in every graph
+            assert "apply_partition" in graph or "trickle" in name, name
         else:
             assert "MicroBatchExecution" in graph, name
             assert (tmp_path / name).with_suffix(".collapsed").stat().st_size > 0
