@@ -39,7 +39,7 @@ from outboxkit.bench.usage import own_ticks
 from saga import rules
 from saga_harness.invariants import Report
 from saga_harness.load import Placed
-from saga_harness.processes import SAGA_TRIGGER_SECONDS, Saga
+from saga_harness.processes import SAGA_TRIGGER_SECONDS, SKUS, Saga
 from spark_consumers.progress import PHASES
 
 GRACE_SECONDS = 5.0  # a step's orders may finish this long after its last POST
@@ -201,7 +201,9 @@ def run(
         with Progress("saga", total) as progress:
             try:
                 progress.update("saga: databases, services")
-                saga.prepare()
+                # Every run starts from the same stock: on a stack used before, the plentiful
+                # SKUs can be sold out, every order would end CANCELLED and no hop be timed.
+                saga.prepare(stock=dict(SKUS))
                 saga.start_services()
                 progress.update(f"saga: POST rate alone, {post_orders} orders, 32 clients")
                 began = time.monotonic()
