@@ -3,7 +3,7 @@ partition slice, deduplicated by (partition, max offset) and, for at-least-once 
 of recent event ids; a record that cannot be applied is parked with its reason, never skipped."""
 
 from inbox.admin import RedriveResult, redrive
-from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, Inbox
+from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW, Inbox
 from inbox.handlers import BatchHandler, Handler, Handlers, as_batch
 from inbox.slice import BatchResult, HandlerOutcome
 from inbox.tables import metadata
@@ -12,6 +12,7 @@ from inbox.typed import typed_batch, typed_handler
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_WINDOW",
+    "EXACTLY_ONCE_WINDOW",
     "BatchHandler",
     "BatchResult",
     "Handler",

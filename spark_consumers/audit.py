@@ -56,6 +56,9 @@ class PartitionAudit:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CATEGORIES, 0))
     # A few event ids (or offsets) of the categories that must stay empty.
     examples: dict[str, list[str]] = field(default_factory=lambda: {"lost": [], "duplicate": []})
+    # For each duplicate example, the offsets its ledger rows were applied at: two offsets is a
+    # re-send by the source that the inbox let through, one offset twice a record applied twice.
+    applied_at: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,6 +93,8 @@ class InboxRows:
     parked: frozenset[tuple[str, int, int]]  # (topic, partition, offset)
     skipped: frozenset[tuple[str, int, int]]
     has_ledger: bool
+    # The ledger offsets of every event id applied more than once.
+    twice: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def classify(
@@ -109,6 +114,8 @@ def classify(
         audit.counts[category] += 1
         if category in audit.examples and len(audit.examples[category]) < EXAMPLES:
             audit.examples[category].append(event.event_id or f"offset {event.offsets[0]}")
+            if category == "duplicate" and event.event_id is not None:
+                audit.applied_at[event.event_id] = list(rows.twice.get(event.event_id, ()))
     return audit
 
 
@@ -226,6 +233,16 @@ def inbox_rows(conn: Connection, consumer: str, topics: Sequence[str]) -> InboxR
         }
     )
 
+    twice: dict[str, list[int]] = defaultdict(list)
+    repeated = [event_id for event_id, n in applied.items() if n > 1]
+    if repeated:
+        for r in conn.execute(
+            select(ledger.c.event_id, ledger.c.offset)
+            .where(ledger.c.consumer == consumer, ledger.c.event_id.in_(repeated))
+            .order_by(ledger.c.offset)
+        ):
+            twice[r.event_id].append(r.offset)
+
     def places(table: Any) -> frozenset[tuple[str, int, int]]:
         rows = conn.execute(
             select(table.c.topic, table.c.partition, table.c.offset).where(
@@ -234,7 +251,14 @@ def inbox_rows(conn: Connection, consumer: str, topics: Sequence[str]) -> InboxR
         )
         return frozenset((r.topic, r.partition, r.offset) for r in rows)
 
-    return InboxRows(marks, applied, places(parked), places(skipped), has_ledger=bool(applied))
+    return InboxRows(
+        marks,
+        applied,
+        places(parked),
+        places(skipped),
+        has_ledger=bool(applied),
+        twice={event_id: tuple(offsets) for event_id, offsets in twice.items()},
+    )
 
 
 def audit(job: Job, conn: Connection) -> ConsumerAudit:

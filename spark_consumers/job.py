@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 from sqlalchemy.engine import URL, Engine
 
-from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, Inbox
+from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW, Inbox
 from inbox.handlers import Handlers
 from outbox.kafka.security import PLAINTEXT, KafkaSecurity
 from outbox.publish import Outbox
@@ -38,11 +38,12 @@ class Job:
     bootstrap_servers: str
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     # True when every topic is written with exactly-once delivery (Debezium on a Connect worker
-    # with KIP-618 exactly-once source): nothing reaches a read_committed reader twice, so the
-    # (partition, max offset) watermark alone is exact and no event-id window is kept.
+    # with KIP-618 exactly-once source): Connect re-sends nothing, and the only re-sends left
+    # are Debezium's own when it resumes, close behind their originals: a small window.
     exactly_once_source: bool = False
     # Offsets of recent event ids kept per partition against re-sends; None follows the source
-    # (0 for exactly-once topics, else DEFAULT_WINDOW).
+    # (EXACTLY_ONCE_WINDOW for exactly-once topics, else DEFAULT_WINDOW); 0 keeps none, for a
+    # producer that never writes an event twice (a Kafka transactional producer of its own).
     window: int | None = None
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     kafka_options: Mapping[str, str] = field(default_factory=dict)
@@ -70,7 +71,7 @@ class Job:
         """The event-id window this job's inbox keeps (0: watermark only)."""
         if self.window is not None:
             return self.window
-        return 0 if self.exactly_once_source else DEFAULT_WINDOW
+        return EXACTLY_ONCE_WINDOW if self.exactly_once_source else DEFAULT_WINDOW
 
     def inbox(self, engine: Engine, on_published: PublishedObserver | None = None) -> Inbox:
         """The one way to build this job's inbox."""

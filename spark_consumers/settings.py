@@ -23,13 +23,15 @@ class ConsumerSettings(BaseSettings):
     exactly_once_source: bool = Field(
         default=False,
         description="true when the topics are written by an exactly-once Connect worker "
-        "(KIP-618): the watermark alone deduplicates, no event-id window is kept",
+        "(KIP-618): only Debezium's own re-sends on resuming remain, so a small event-id "
+        "window is kept",
     )
     dedup_window: int | None = Field(
         default=None,
         ge=0,
         description="offsets per partition of applied event ids kept against re-sends "
-        "(unset: 0 for exactly-once sources, else the inbox's default)",
+        "(unset: 10,000 for exactly-once sources, else the inbox's default of 50,000; 0: "
+        "none, the watermark alone)",
     )
     max_offsets_per_trigger: int = Field(
         default=DEFAULT_MAX_OFFSETS_PER_TRIGGER,

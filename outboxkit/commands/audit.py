@@ -63,6 +63,8 @@ def _audit(args: argparse.Namespace, settings: Settings) -> int:
                 for category, examples in p.examples.items():
                     if examples:
                         print(f"  {category} on {p.topic}[{p.partition}]: {', '.join(examples)}")
+                for event_id, offsets in p.applied_at.items():
+                    print(f"  {event_id} applied at offsets {offsets}")
             if result.ledger_only:
                 print(f"  {result.ledger_only} applied event ids are no longer on the topics")
     if any(r.exact and not r.ok for r in results):

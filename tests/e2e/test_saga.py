@@ -43,6 +43,11 @@ def assert_consistent(saga: Saga, placed, warm=None) -> None:
     # Every event on the consumers' topics accounted for by `outboxkit audit` (the ledger).
     audits = saga.audit()
     print("audit " + "; ".join(f"{a['consumer']} {a['totals']}" for a in audits))
+    for a in audits:  # what a failure below needs: which events, applied at which offsets
+        for p in a["partitions"]:
+            if p["counts"]["lost"] or p["counts"]["duplicate"]:
+                print(f"audit {a['consumer']} {p['topic']}[{p['partition']}]: {p['examples']}")
+                print(f"  applied at {p['applied_at']}")
     assert [a["consumer"] for a in audits if a["exact"]] == ["payments", "shipping", "orders"]
     lost_or_twice = {a["consumer"]: (a["totals"]["lost"], a["totals"]["duplicate"]) for a in audits}
     assert lost_or_twice == dict.fromkeys(lost_or_twice, (0, 0))

@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import make_url
 
 from cdc.config import topic_for
+from inbox.apply import EXACTLY_ONCE_WINDOW
 from inbox.tables import recent_ids, watermarks
 from tests.faults.test_connect_kill import EVENTS, stream_with_kills
 from tests.proxy import Proxy
@@ -110,25 +111,37 @@ def test_connect_kill_resends_are_absorbed_by_the_inbox_window(
     assert total(rows, "skipped") == resent
 
 
-def test_connect_kill_with_exactly_once_source_needs_no_id_window(
+def test_connect_kill_with_exactly_once_source_keeps_a_small_id_window(
     stack, engine, spark, aggregate_type, spark_effects_table, tmp_path
 ):
-    """Exactly-once source: the job keeps no event ids, only one watermark row per partition,
-    and still applies every event once after a Connect crash."""
+    """Exactly-once source: one watermark row per partition and a window of ids bounded by
+    EXACTLY_ONCE_WINDOW offsets (against Debezium's own re-sends when it resumes); every
+    event applied once after a Connect crash."""
     stream_with_kills(stack, engine, aggregate_type, kills=1, seed=time.time_ns())
     job = new_job(stack, aggregate_type, exactly_once_source=True)
-    assert job.dedup_window() == 0
+    assert job.dedup_window() == EXACTLY_ONCE_WINDOW
     rows = run_once(spark, job, tmp_path / "cp")
     assert effect_stats(engine, job.consumer) == (EVENTS, EVENTS)
-    assert total(rows, "applied") == EVENTS and total(rows, "skipped") == 0
+    assert total(rows, "applied") == EVENTS
     with engine.connect() as conn:
-        state = {
-            table.name: conn.execute(
-                select(func.count()).select_from(table).where(table.c.consumer == job.consumer)
-            ).scalar_one()
-            for table in (watermarks, recent_ids)
-        }
-    assert state == {watermarks.name: 4, recent_ids.name: 0}
+        marks = conn.execute(
+            select(func.count())
+            .select_from(watermarks)
+            .where(watermarks.c.consumer == job.consumer)
+        ).scalar_one()
+        spans = conn.execute(
+            select(
+                recent_ids.c.partition,
+                func.max(recent_ids.c.last_offset) - func.min(recent_ids.c.first_offset),
+            )
+            .where(recent_ids.c.consumer == job.consumer)
+            .group_by(recent_ids.c.partition)
+        ).all()
+    assert marks == 4
+    # Every partition keeps ids, at most one slice beyond EXACTLY_ONCE_WINDOW offsets.
+    assert len(spans) == 4 and all(
+        span < EXACTLY_ONCE_WINDOW + job.max_offsets_per_trigger for _, span in spans
+    )
 
 
 OUTAGE_EVENTS = 12_000

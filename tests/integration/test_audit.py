@@ -84,6 +84,7 @@ def test_audit_tells_applied_duplicate_parked_pending_and_lost_apart(stack: Stac
     [partition] = after.partitions
     assert (partition.counts["lost"], partition.counts["duplicate"]) == (1, 1)
     assert partition.examples == {"lost": [ids[3]], "duplicate": [ids[4]]}
+    assert partition.applied_at == {ids[4]: [again.offset, again.offset]}  # one record, twice
     assert partition.counts["applied"] == 4
 
     # A consumer without a ledger: the watermark covers what it passed, lost is not counted.

@@ -46,8 +46,8 @@ KAFKA_SCHEMA = pa.schema(
 
 @dataclass(frozen=True)
 class Mode:
-    """A dedup mode: the watermark alone (exactly-once source, no re-sends reach the consumer),
-    or the id window against the re-sends of an at-least-once source."""
+    """A dedup mode: the watermark alone (window 0: a producer that never writes an event twice,
+    no re-sends reach the consumer), or the id window against a source's re-sends."""
 
     exactly_once_source: bool
     window: int | None
@@ -60,7 +60,7 @@ class Mode:
 
 
 NAMED_MODES = {
-    "watermark": Mode(exactly_once_source=True, window=None, resends=False),
+    "watermark": Mode(exactly_once_source=True, window=0, resends=False),
     "id-window": Mode(exactly_once_source=False, window=1000, resends=True),
 }
 MODES = [pytest.param(mode, id=name) for name, mode in NAMED_MODES.items()]

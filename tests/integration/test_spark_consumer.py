@@ -157,6 +157,47 @@ def test_records_of_an_aborted_kafka_transaction_never_reach_a_handler(
     assert effect_stats(engine, job.consumer) == (70, 70)
 
 
+def test_events_debezium_re_emits_on_resuming_are_applied_once_on_an_exactly_once_source(
+    stack, engine, spark, aggregate_type, tmp_path
+):
+    """Debezium, resuming after a lost database connection or a task restart, searches the WAL
+    for its place again and can emit events it had already committed, even on an exactly-once
+    Connect worker (2 applied twice after a Postgres crash in CI). Here its two transactions as
+    it writes them: the events, an aborted batch (the crash), then the last three again with
+    new ones. An exactly-once job's small window skips the copies; the watermark alone
+    (window 0) applies them twice."""
+    topic = f"outbox.event.{aggregate_type}"
+    producer = Producer(
+        {"bootstrap.servers": stack.bootstrap_servers(), "transactional.id": f"it-{topic}"}
+    )
+    producer.init_transactions(30)
+    ticks = [_tick(aggregate_type, n) for n in range(40)]
+    job = new_job(stack, aggregate_type, exactly_once_source=True)
+    blind = new_job(stack, aggregate_type, window=0)
+
+    def write(batch: list[dict], commit: bool) -> None:
+        producer.begin_transaction()
+        for tick in batch:
+            producer.produce(topic, **tick)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+            producer.abort_transaction(30)
+
+    write(ticks[:30], commit=True)
+    write(ticks[30:35], commit=False)  # the batch open when the connection was lost
+    for consumer in (job, blind):
+        run_once(spark, consumer, tmp_path / consumer.consumer)
+    # Resumed: the last three again, then the rest; consumed in later micro-batches.
+    write(ticks[27:], commit=True)
+    rows = run_once(spark, job, tmp_path / job.consumer)
+    assert total(rows, "applied") == 10 and total(rows, "skipped") == 3
+    assert effect_stats(engine, job.consumer) == (40, 40)
+    run_once(spark, blind, tmp_path / blind.consumer)
+    assert effect_stats(engine, blind.consumer) == (43, 40)
+
+
 def test_poison_is_parked_same_key_held_others_applied_then_redriven(
     stack, engine, spark, aggregate_type, tmp_path
 ):

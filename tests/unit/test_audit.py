@@ -9,13 +9,14 @@ from spark_consumers.audit import Event, InboxRows, classify, group_events
 T = "outbox.event.order"
 
 
-def rows(mark: int, applied: dict[str, int], parked=(), skipped=()) -> InboxRows:
+def rows(mark: int, applied: dict[str, int], parked=(), skipped=(), twice=None) -> InboxRows:
     return InboxRows(
         {(T, 0): mark},
         Counter(applied),
         frozenset((T, 0, o) for o in parked),
         frozenset((T, 0, o) for o in skipped),
         has_ledger=bool(applied),
+        twice=twice or {},
     )
 
 
@@ -39,7 +40,13 @@ def test_each_category_is_told_apart():
         Event("lost", (5,)),
         Event("pending", (11,)),
     ]
-    inbox = rows(10, {"applied": 1, "twice": 2, "resent": 1}, parked=[3], skipped=[4])
+    inbox = rows(
+        10,
+        {"applied": 1, "twice": 2, "resent": 1},
+        parked=[3],
+        skipped=[4],
+        twice={"twice": (1, 8)},
+    )
     audit = classify(T, 0, events, inbox, end=12, exact=True)
     assert audit.counts == {
         "applied": 2,
@@ -51,6 +58,7 @@ def test_each_category_is_told_apart():
     }
     assert audit.events == 7
     assert audit.examples == {"lost": ["lost"], "duplicate": ["twice"]}
+    assert audit.applied_at == {"twice": [1, 8]}  # where its two ledger rows were applied
 
 
 def test_without_a_ledger_the_watermark_covers_what_it_passed():
