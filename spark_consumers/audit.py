@@ -238,7 +238,11 @@ def inbox_rows(conn: Connection, consumer: str, topics: Sequence[str]) -> InboxR
     if repeated:
         for r in conn.execute(
             select(ledger.c.event_id, ledger.c.offset)
-            .where(ledger.c.consumer == consumer, ledger.c.event_id.in_(repeated))
+            .where(
+                ledger.c.consumer == consumer,
+                ledger.c.topic.in_(topics),
+                ledger.c.event_id.in_(repeated),
+            )
             .order_by(ledger.c.offset)
         ):
             twice[r.event_id].append(r.offset)
