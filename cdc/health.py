@@ -165,8 +165,9 @@ def _too_large(f: Failure, site: Site, oversized: Sequence[OversizedEvent]) -> l
         f"  c) POST {site.connect_url}/connectors/{site.connector}/restart"
         "?includeTasks=true&onlyFailed=true",
         "the task resumes from its last committed offset: that event and every event after it "
-        "are delivered, in order (exactly-once source: once each; at-least-once: the events of "
-        "the failed batch before it may repeat)",
+        "are delivered, in order (exactly-once source: once each, but for the few events "
+        "Debezium may re-emit on resuming; at-least-once: the events of the failed batch "
+        "before it may repeat; the consumers' event-id window skips either)",
         f"once it is on the topic, lower the limits again: outboxkit cdc restore-limit "
         f"--connector {site.connector} {where}",
         "then make its writer use outbox.publish, which refuses such a record up front",

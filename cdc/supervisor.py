@@ -5,8 +5,10 @@ Kafka Connect never restarts a FAILED task. With exactly-once source (KIP-618) a
 whenever its transaction cannot commit: a partition leader or the transaction coordinator lost
 mid-commit (``OperationNotAttemptedException``, ``NotCoordinatorException``), a broker outage
 longer than the producer's delivery timeout. Those causes pass, and a restarted task resumes
-from its last committed source offset, so the restart loses and repeats nothing. Until someone
-restarts it, though, its replication slot is inactive, holds WAL, and every later event waits.
+from its last committed source offset, so the restart loses nothing and repeats at most what
+Debezium re-emits on resuming (the inbox's window absorbs it: `inbox.EXACTLY_ONCE_WINDOW`).
+Until someone restarts it, though, its replication slot is inactive, holds WAL, and every later
+event waits.
 
 `Supervisor.observe` is the decision, one connector status at a time: restart the failed tasks
 at once the first time, then after a delay that doubles (``first_delay`` ... ``max_delay``), up

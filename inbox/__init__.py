@@ -1,6 +1,7 @@
 """The inbox: apply Kafka records exactly once on the consumer's database, one transaction per
-partition slice, deduplicated by (partition, max offset) and, for at-least-once sources, a window
-of recent event ids; a record that cannot be applied is parked with its reason, never skipped."""
+partition slice, deduplicated by (partition, max offset) and a window of recent event ids sized
+to the source's re-sends; a record that cannot be applied is parked with its reason, never
+skipped."""
 
 from inbox.admin import RedriveResult, redrive
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW, Inbox

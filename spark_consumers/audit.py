@@ -222,30 +222,16 @@ def inbox_rows(conn: Connection, consumer: str, topics: Sequence[str]) -> InboxR
             )
         )
     }
-    applied = Counter(
-        {
-            r.event_id: r.n
-            for r in conn.execute(
-                select(ledger.c.event_id, func.count().label("n"))
-                .where(ledger.c.consumer == consumer, ledger.c.topic.in_(topics))
-                .group_by(ledger.c.event_id)
-            )
-        }
-    )
-
-    twice: dict[str, list[int]] = defaultdict(list)
-    repeated = [event_id for event_id, n in applied.items() if n > 1]
-    if repeated:
-        for r in conn.execute(
-            select(ledger.c.event_id, ledger.c.offset)
-            .where(
-                ledger.c.consumer == consumer,
-                ledger.c.topic.in_(topics),
-                ledger.c.event_id.in_(repeated),
-            )
-            .order_by(ledger.c.offset)
-        ):
-            twice[r.event_id].append(r.offset)
+    applied: Counter[str] = Counter()
+    twice: dict[str, tuple[int, ...]] = {}  # the ledger offsets of ids applied more than once
+    for r in conn.execute(
+        select(ledger.c.event_id, func.count().label("n"), func.array_agg(ledger.c.offset))
+        .where(ledger.c.consumer == consumer, ledger.c.topic.in_(topics))
+        .group_by(ledger.c.event_id)
+    ):
+        applied[r[0]] = r[1]
+        if r[1] > 1:
+            twice[r[0]] = tuple(sorted(r[2]))
 
     def places(table: Any) -> frozenset[tuple[str, int, int]]:
         rows = conn.execute(
@@ -261,7 +247,7 @@ def inbox_rows(conn: Connection, consumer: str, topics: Sequence[str]) -> InboxR
         places(parked),
         places(skipped),
         has_ledger=bool(applied),
-        twice={event_id: tuple(offsets) for event_id, offsets in twice.items()},
+        twice=twice,
     )
 
 

@@ -43,7 +43,8 @@ class Job:
     exactly_once_source: bool = False
     # Offsets of recent event ids kept per partition against re-sends; None follows the source
     # (EXACTLY_ONCE_WINDOW for exactly-once topics, else DEFAULT_WINDOW); 0 keeps none, for a
-    # producer that never writes an event twice (a Kafka transactional producer of its own).
+    # producer that never writes an event twice (one whose Kafka transaction holds the event
+    # and its own source position, and that never looks for that position again).
     window: int | None = None
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     kafka_options: Mapping[str, str] = field(default_factory=dict)

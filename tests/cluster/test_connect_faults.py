@@ -1,7 +1,8 @@
 """The Connect worker running the connector's task lost while outbox events stream, on a group
 of two workers with exactly-once source (KIP-618): the task moves to the other worker in
 seconds, and its producer fences the old one's transactional id, so a read_committed consumer
-sees every event once, even when the old worker was only paused and comes back."""
+sees every event, none twice but for what Debezium may re-emit on resuming
+(`tests.streaming.RESUME_RESENDS`), even when the old worker was only paused and comes back."""
 
 from __future__ import annotations
 
