@@ -34,6 +34,26 @@ def test_upgrade_twice_then_downgrade(empty_database):
     assert runner.current(empty_database) is None
 
 
+def test_the_window_arrays_are_stored_uncompressed(empty_database):
+    """Migration 0010: pglz over a slice's arrays was most of the window's INSERT."""
+    runner.upgrade(empty_database)
+    engine = create_engine(empty_database)
+    try:
+        with engine.connect() as conn:
+            storage = dict(
+                conn.execute(
+                    text(
+                        "SELECT attname, attstorage FROM pg_attribute WHERE attrelid ="
+                        " 'inbox_recent'::regclass AND attname IN ('event_ids', 'offsets')"
+                    )
+                ).all()
+            )
+    finally:
+        engine.dispose()
+    assert storage == {"event_ids": "e", "offsets": "e"}  # e: EXTERNAL, x: EXTENDED before
+    runner.downgrade(empty_database)
+
+
 def test_preflight_passes_on_the_stack_and_reports_slot_lag(stack, engine):
     s = stack.settings
     with engine.connect() as conn:
