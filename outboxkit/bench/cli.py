@@ -189,7 +189,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bench.add_argument(
         "--trigger",
         type=float,
-        help="saga: the consumers' seconds between micro-batches (default: the saga's, 0.5)",
+        help="saga: the consumers' seconds between micro-batches (default: the saga's, 0.25)",
     )
     bench.add_argument("--keep-stack", action="store_true", help="leave a stack it started up")
     cluster = bench.add_argument_group("cluster scenario")
