@@ -224,14 +224,14 @@ def inbox_rows(conn: Connection, consumer: str, topics: Sequence[str]) -> InboxR
     }
     applied: Counter[str] = Counter()
     twice: dict[str, tuple[int, ...]] = {}  # the ledger offsets of ids applied more than once
-    for r in conn.execute(
-        select(ledger.c.event_id, func.count().label("n"), func.array_agg(ledger.c.offset))
+    for event_id, offsets in conn.execute(
+        select(ledger.c.event_id, func.array_agg(ledger.c.offset))
         .where(ledger.c.consumer == consumer, ledger.c.topic.in_(topics))
         .group_by(ledger.c.event_id)
     ):
-        applied[r[0]] = r[1]
-        if r[1] > 1:
-            twice[r[0]] = tuple(sorted(r[2]))
+        applied[event_id] = len(offsets)  # one ledger row per application
+        if len(offsets) > 1:
+            twice[event_id] = tuple(sorted(offsets))
 
     def places(table: Any) -> frozenset[tuple[str, int, int]]:
         rows = conn.execute(

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
-from inbox.apply import DEFAULT_MAX_ATTEMPTS
+from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW
 from outbox.wire.record import DEFAULT_TOPIC_PREFIX, topic_for
 from spark_consumers.job import DEFAULT_MAX_OFFSETS_PER_TRIGGER
 from spark_consumers.retry import BATCH_RETRY
@@ -30,8 +30,8 @@ class ConsumerSettings(BaseSettings):
         default=None,
         ge=0,
         description="offsets per partition of applied event ids kept against re-sends "
-        "(unset: 10,000 for exactly-once sources, else the inbox's default of 50,000; 0: "
-        "none, the watermark alone)",
+        f"(unset: {EXACTLY_ONCE_WINDOW:,} for exactly-once sources, else the inbox's default "
+        f"of {DEFAULT_WINDOW:,}; 0: none, the watermark alone)",
     )
     max_offsets_per_trigger: int = Field(
         default=DEFAULT_MAX_OFFSETS_PER_TRIGGER,

@@ -13,6 +13,7 @@ partition batch, against the same Postgres.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -138,15 +139,12 @@ def full_inbox(engine: Engine, records: Sequence[KafkaRecord], handler: Handlers
     Inbox(engine, "bench-inbox", handler).apply_partition(records)
 
 
-def inbox_exactly_once(engine: Engine, records: Sequence[KafkaRecord], handler: Handlers) -> None:
-    # An exactly-once source (Debezium on a KIP-618 Connect worker): the small window that
-    # catches Debezium's re-sends when it resumes.
-    Inbox(engine, "bench-inbox", handler, window=EXACTLY_ONCE_WINDOW).apply_partition(records)
-
-
-def inbox_watermark_only(engine: Engine, records: Sequence[KafkaRecord], handler: Handlers) -> None:
-    # A producer that never writes an event twice: the watermark alone (window 0).
-    Inbox(engine, "bench-inbox", handler, window=0).apply_partition(records)
+def windowed_inbox(
+    engine: Engine, records: Sequence[KafkaRecord], handler: Handlers, *, window: int
+) -> None:
+    # The Inbox with an explicit window: EXACTLY_ONCE_WINDOW for an exactly-once source (the
+    # re-sends of Debezium's resume), 0 for a producer that never writes an event twice.
+    Inbox(engine, "bench-inbox", handler, window=window).apply_partition(records)
 
 
 def message_id_inbox(engine: Engine, records: Sequence[KafkaRecord], handler: Handlers) -> None:
@@ -180,10 +178,13 @@ VARIANTS: dict[str, tuple[Sink, Handlers]] = {
     "watermark, batch handler": (watermark_only, record_effects),
     "inbox, batch handler": (full_inbox, record_effects),
     "inbox, exactly-once source (10,000 window), batch handler": (
-        inbox_exactly_once,
+        functools.partial(windowed_inbox, window=EXACTLY_ONCE_WINDOW),
         record_effects,
     ),
-    "inbox, watermark only (window 0), batch handler": (inbox_watermark_only, record_effects),
+    "inbox, watermark only (window 0), batch handler": (
+        functools.partial(windowed_inbox, window=0),
+        record_effects,
+    ),
     "message-id, batch handler": (message_id_inbox, record_effects),
 }
 BASELINE = "unguarded, batch handler"
