@@ -63,6 +63,7 @@ def redrive(inbox: Inbox, topic: str, partition: int, key: str | None = None) ->
                 recorder.still_failing(session, row.id, str(outcome.error))
                 blocked.add(row.raw_key)
                 still += 1
+        recorder.recheck_parked(session, topic, partition)
     if published and inbox.on_published is not None:
         inbox.on_published(published)
     return RedriveResult(applied=applied, skipped=skipped, still_parked=still)

@@ -85,8 +85,9 @@ class Inbox:
         """Decide and apply one partition's records, advance its watermark, commit.
 
         The bookkeeping takes a constant number of statements whatever the slice's size: lock
-        and read the watermark, the window's ids and the parked keys of the slice, then write the
-        applied ids, the parked records and the new watermark in one statement each.
+        and read the watermark, the window's ids of the slice (and its parked keys when the
+        partition has parked records), then write the parked records (when any) and the new
+        watermark with the applied ids in one statement each.
 
         No record's bytes can stop the partition: a record that cannot be decoded or applied is
         parked, and should the partition's transaction fail anyway on something in the data
@@ -124,7 +125,8 @@ class Inbox:
         with Session(self.engine) as session, session.begin():
             if immediate:
                 session.execute(text("SET CONSTRAINTS ALL IMMEDIATE"))
-            mark = recorder.lock(session, topic, partition)
+            locked = recorder.locked(session, topic, partition)
+            mark = locked.offset
             decoded = [read(r) for r in records if r.offset > mark]
             replays = len(records) - len(decoded)
             if not decoded:
@@ -134,8 +136,10 @@ class Inbox:
                 recent_ids=recorder.recent(
                     session, topic, partition, (d.event_id for d in decoded)
                 ),
-                parked_keys=recorder.parked_keys(
-                    session, topic, partition, (d.key for d in decoded)
+                parked_keys=(
+                    recorder.parked_keys(session, topic, partition, (d.key for d in decoded))
+                    if locked.any_parked
+                    else frozenset()
                 ),
             )
             slices = self.slices
@@ -143,9 +147,8 @@ class Inbox:
             if done is None:
                 done = slices.one_by_one(session, view, decoded)
             recorder.park(session, done.parked)
-            recorder.remember(session, topic, partition, done.applied)
             recorder.append_ledger(session, topic, partition, done.applied)
-            recorder.advance(session, topic, partition, done.result.watermark)
+            recorder.advance(session, topic, partition, done.result.watermark, done.applied)
         result = done.result
         if replays:
             result.counts[Action.SKIP_REPLAY] = result.count(Action.SKIP_REPLAY) + replays

@@ -210,6 +210,7 @@ def skip(engine: Engine, parked_id: int, *, by: str, reason: str) -> dict[str, A
             )
         )
         session.execute(delete(parked).where(where))
+        Recorder(row.consumer).recheck_parked(session, row.topic, row.partition)
     return {k: v for k, v in row._mapping.items() if k not in RAW}
 
 

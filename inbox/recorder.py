@@ -5,32 +5,27 @@ parked records of one consumer, as the apply loop, redrive and the consumer runn
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     ColumnElement,
     Connection,
+    Exists,
     Table,
-    Text,
-    bindparam,
-    cast,
-    column,
     delete,
+    exists,
     func,
     insert,
     select,
-    true,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
+from inbox import statements
 from inbox.decision import prune_floor
 from inbox.tables import (
     ERROR_CHARS,
@@ -42,67 +37,19 @@ from inbox.tables import (
     KEY_CHARS,
     ledger,
     parked,
-    recent_ids,
     watermarks,
 )
-from outbox.wire.record import Decoded, key_bytes, key_text, readable
+from outbox.wire.record import CANONICAL_UUID, Decoded, key_bytes, key_text, readable
 
 Executor = Session | Connection
-EVENT_ID = UUID(as_uuid=False)  # an event id as the window holds it, read and bound as str
 
 
-def _split(name: str, item: Any) -> ColumnElement[Any]:
-    """The parameter ``name``, one comma-separated text, as an array of ``item`` split by
-    Postgres. A slice's ids bound as a list cost psycopg a dump per element in Python: 1,000
-    UUIDs took 1.43 ms of client CPU (4.6 ms wall) against 0.18 ms (1.5 ms) joined into one
-    text, 1,000 offsets 0.64 against 0.24 ms (measured). Callers join values without commas."""
-    return cast(func.string_to_array(bindparam(name, type_=Text), ","), ARRAY(item))
+@dataclass(frozen=True)
+class Locked:
+    """A partition's watermark as `Recorder.locked` reads it under the row lock."""
 
-
-def _this_partition(table: Table) -> tuple[ColumnElement[bool], ...]:
-    return (
-        table.c.consumer == bindparam("consumer"),
-        table.c.topic == bindparam("topic"),
-        table.c.partition == bindparam("partition"),
-    )
-
-
-# Built once. Which wanted ids a partition's window holds: its slices unnested, joined with the
-# wanted ids (a hash join).
-_HELD = (
-    func.unnest(recent_ids.c.event_ids)
-    .table_valued(column("event_id", EVENT_ID))
-    .render_derived("held")
-    .lateral()
-)
-_ASKED = (
-    func.unnest(_split("wanted", EVENT_ID))
-    .table_valued(column("event_id", EVENT_ID))
-    .render_derived("asked")
-)
-_RECENT = (
-    select(_ASKED.c.event_id)
-    .select_from(recent_ids)
-    .join(_HELD, true())
-    .join(_ASKED, _ASKED.c.event_id == _HELD.c.event_id)
-    .where(*_this_partition(recent_ids))
-)
-# Which of a slice's keys have parked records, by the index on md5(raw_key): one array
-# parameter, not an IN list of a parameter per key (rendered and bound anew for each slice).
-_PARKED_KEYS = (
-    select(parked.c.raw_key)
-    .distinct()
-    .where(*_this_partition(parked), func.md5(parked.c.raw_key) == func.any(_split("md5s", Text)))
-)
-_REMEMBER = insert(recent_ids).values(
-    consumer=bindparam("consumer"),
-    topic=bindparam("topic"),
-    partition=bindparam("partition"),
-    first_offset=bindparam("first_offset"),
-    last_offset=bindparam("last_offset"),
-    event_ids=_split("event_ids", EVENT_ID),
-    offsets=_split("offsets", BigInteger),
-)
+    offset: int  # -1 before the first record
+    any_parked: bool  # False: the partition has no parked record (`Recorder.parked_keys`)
 
 
 @dataclass(frozen=True)
@@ -123,42 +70,62 @@ class Recorder:
             table.c.partition == partition,
         )
 
+    def _named(self, topic: str, partition: int) -> dict[str, Any]:
+        """The parameters of `inbox.statements` that name one partition of this consumer."""
+        return {"p_consumer": self.consumer, "p_topic": topic, "p_partition": partition}
+
     # -- watermark ---------------------------------------------------------------------------
     def lock(self, session: Session, topic: str, partition: int) -> int:
-        """The partition's watermark (-1 before the first record), row-locked until commit.
+        """The partition's watermark (-1 before the first record), row-locked until commit
+        (`locked`, for callers that need only the offset)."""
+        return self.locked(session, topic, partition).offset
+
+    def locked(self, session: Session, topic: str, partition: int) -> Locked:
+        """The partition's watermark row, locked until commit.
 
         The lock serialises every instance of this consumer on this partition: a second instance
-        waits here, then sees the advanced watermark and skips what was applied. One round trip
-        once the row exists (every batch but the partition's first)."""
-        locked = select(watermarks.c.offset).where(*self.match(watermarks, topic, partition))
-        mark = session.execute(locked.with_for_update()).scalar_one_or_none()
-        if mark is None:
+        waits here, then sees the advanced watermark and skips what was applied (a row locked
+        FOR UPDATE is read as the holder committed it). One round trip once the row exists
+        (every batch but the partition's first)."""
+        locked = select(watermarks.c.offset, watermarks.c.any_parked).where(
+            *self.match(watermarks, topic, partition)
+        )
+        row = session.execute(locked.with_for_update()).one_or_none()
+        if row is None:
+            here = {"consumer": self.consumer, "topic": topic, "partition": partition}
             session.execute(
                 pg_insert(watermarks)
-                .values(consumer=self.consumer, topic=topic, partition=partition, offset=-1)
+                .values(offset=-1, any_parked=self._any_parked(topic, partition), **here)
                 .on_conflict_do_nothing()
             )
-            mark = session.execute(locked.with_for_update()).scalar_one()
-        return int(mark)
+            row = session.execute(locked.with_for_update()).one()
+        return Locked(int(row.offset), bool(row.any_parked))
 
-    def advance(self, session: Session, topic: str, partition: int, offset: int) -> None:
-        """Set the (locked) watermark and forget the window's slices below the new floor.
+    def advance(
+        self,
+        session: Session,
+        topic: str,
+        partition: int,
+        offset: int,
+        applied: Sequence[tuple[str, int]] = (),
+    ) -> None:
+        """Set the (locked) watermark and, with a window, remember the slice's ``applied``
+        (event id, offset) pairs (`remember`) and forget the slices below the new floor: one
+        statement.
 
         A slice is forgotten whole once its last offset falls below the floor; one straddling
         the floor stays whole, so the window may keep up to a slice more than ``window``
         offsets (never fewer)."""
-        session.execute(
-            update(watermarks)
-            .where(*self.match(watermarks, topic, partition))
-            .values(offset=offset, updated_at=func.now())
-        )
-        if self.window:
-            session.execute(
-                delete(recent_ids).where(
-                    *self.match(recent_ids, topic, partition),
-                    recent_ids.c.last_offset < prune_floor(offset, self.window),
-                )
-            )
+        params: dict[str, Any] = {**self._named(topic, partition), "p_offset": offset}
+        if not self.window:
+            session.execute(statements.MARK, params)
+            return
+        params["p_floor"] = prune_floor(offset, self.window)
+        if not applied:
+            session.execute(statements.MARK_PRUNE, params)
+            return
+        params.update(self._slice(topic, partition, applied))
+        session.execute(statements.MARK_PRUNE_REMEMBER, params)
 
     def positions(self, conn: Executor, topics: Sequence[str]) -> dict[tuple[str, int], int]:
         """Next offset to read per (topic, partition) of ``topics`` (watermark + 1)."""
@@ -184,24 +151,27 @@ class Recorder:
         if not wanted:
             return frozenset()
         rows = session.execute(
-            _RECENT,
-            {
-                "consumer": self.consumer,
-                "topic": topic,
-                "partition": partition,
-                "wanted": ",".join(wanted),
-            },
+            statements.RECENT,
+            {**self._named(topic, partition), "p_wanted": ",".join(wanted)},
         )
         return frozenset(r[0] for r in rows)
 
     def remember(
         self, session: Session, topic: str, partition: int, applied: Sequence[tuple[str, int]]
     ) -> None:
-        """Record a slice's applied (event id, offset) pairs as one window row (nothing when the
-        window is 0 or nothing was applied). An id twice in one slice aborts the transaction:
-        the decision let a duplicate effect through (so does an id that is not a UUID)."""
+        """Record a slice's applied (event id, offset) pairs as one window row, without moving
+        the watermark (redrive; the apply loop passes them to `advance`). Nothing when the
+        window is 0 or nothing was applied."""
         if not self.window or not applied:
             return
+        params = {**self._named(topic, partition), **self._slice(topic, partition, applied)}
+        session.execute(statements.REMEMBER, params)
+
+    @staticmethod
+    def _slice(topic: str, partition: int, applied: Sequence[tuple[str, int]]) -> dict[str, Any]:
+        """A window row's parameters for ``applied``. An id twice in one slice aborts the
+        transaction: the decision let a duplicate effect through (so does an id that is not a
+        UUID)."""
         pairs = sorted(applied, key=lambda pair: pair[1])
         event_ids = [event_id for event_id, _ in pairs]
         if len(set(event_ids)) != len(event_ids):
@@ -209,18 +179,12 @@ class Recorder:
         joined = ",".join(event_ids)
         if joined.count(",") != len(event_ids) - 1:  # the server's cast finds other non-UUIDs
             raise ValueError(f"{topic}[{partition}]: an event id that is not a UUID: {joined!r}")
-        session.execute(
-            _REMEMBER,
-            {
-                "consumer": self.consumer,
-                "topic": topic,
-                "partition": partition,
-                "first_offset": pairs[0][1],
-                "last_offset": pairs[-1][1],
-                "event_ids": joined,
-                "offsets": ",".join(str(offset) for _, offset in pairs),
-            },
-        )
+        return {
+            "p_first_offset": pairs[0][1],
+            "p_last_offset": pairs[-1][1],
+            "p_event_ids": joined,
+            "p_offsets": ",".join(str(offset) for _, offset in pairs),
+        }
 
     def append_ledger(
         self, session: Session, topic: str, partition: int, applied: Sequence[tuple[str, int]]
@@ -254,14 +218,15 @@ class Recorder:
             return frozenset()
         digests = ",".join(hashlib.md5(k).hexdigest() for k in wanted)  # hex: no commas
         rows = session.execute(
-            _PARKED_KEYS,
-            {"consumer": self.consumer, "topic": topic, "partition": partition, "md5s": digests},
+            statements.PARKED_KEYS,
+            {**self._named(topic, partition), "p_md5s": digests},
         )
         return frozenset(key_text(r[0]) or "" for r in rows if r[0] in wanted)
 
     def park(self, session: Session, records: Sequence[tuple[Decoded, str, int]]) -> None:
         """Keep records that were not applied, each with why and after how many attempts, in one
-        statement (once per offset). Whatever the records' bytes, the insert cannot fail on
+        statement (once per offset), and mark their partitions' watermark rows as having parked
+        records (`Locked.any_parked`). Whatever the records' bytes, the insert cannot fail on
         them: the raw bytes go to bytea columns, the text columns get readable, bounded copies."""
         if not records:
             return
@@ -273,6 +238,25 @@ class Recorder:
             .values(rows)
             .on_conflict_do_nothing(constraint="uq_inbox_parked_offset")
         )
+        for topic, partition in sorted({(r["topic"], r["partition"]) for r in rows}):
+            session.execute(
+                update(watermarks)
+                .where(*self.match(watermarks, topic, partition))
+                .values(any_parked=True)
+            )
+
+    def recheck_parked(self, session: Session, topic: str, partition: int) -> None:
+        """Set the partition's `Locked.any_parked` from the parked records left (after redrive
+        or skip took some away; the caller holds the lock)."""
+        session.execute(
+            update(watermarks)
+            .where(*self.match(watermarks, topic, partition))
+            .values(any_parked=self._any_parked(topic, partition))
+        )
+
+    def _any_parked(self, topic: str, partition: int) -> Exists:
+        """Whether the partition has parked records, as a column's value."""
+        return exists().where(*self.match(parked, topic, partition))
 
     def _parked_row(self, decoded: Decoded, reason: str, attempts: int) -> dict[str, Any]:
         record = decoded.record
@@ -332,10 +316,7 @@ def _md5_in(keys: Iterable[bytes]) -> ColumnElement[bool]:
     return func.md5(parked.c.raw_key).in_(sorted(hashlib.md5(k).hexdigest() for k in keys))
 
 
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
 def _is_uuid(text: str) -> bool:
     """True when ``text`` is a UUID in canonical form (as `str(uuid.UUID(...))` writes it); a
     pattern, not a parse: it runs for every id of a slice."""
-    return _CANONICAL_UUID.fullmatch(text) is not None
+    return CANONICAL_UUID.fullmatch(text) is not None

@@ -77,6 +77,15 @@ class SliceOutcome:
         elif action in (Action.PARK, Action.HOLD):
             self.parked.append((item, reason, attempts))
 
+    def count_applied(self, items: Sequence[Decoded]) -> None:
+        """`count` of every record of ``items`` (decoded, in offset order) as applied, at once."""
+        result = self.result
+        result.counts[Action.APPLY] = result.counts.get(Action.APPLY, 0) + len(items)
+        result.watermark = max(result.watermark, items[-1].record.offset)
+        self.applied.extend(
+            (item.event_id, item.record.offset) for item in items if item.event_id is not None
+        )
+
 
 @dataclass(frozen=True)
 class SliceApplier:
@@ -94,7 +103,8 @@ class SliceApplier:
         under one savepoint; None when the handler raised (nothing of it is kept)."""
         first = decoded[0].record
         done = SliceOutcome(BatchResult(first.topic, first.partition, view.watermark))
-        if all_new(view, decoded, self.batch):  # the common slice, without a record-by-record
+        fast = all_new(view, decoded, self.batch)  # the common slice: no record-by-record
+        if fast:
             decisions = [(item, _APPLY) for item in decoded]
         else:
             decider = Decider(view, known_types=self.batch.event_types)
@@ -114,12 +124,20 @@ class SliceApplier:
             log.info("%s[%d]: per-record apply after %r", first.topic, first.partition, exc)
             return None
         took = time.perf_counter() - started  # the slice's, shared by its applied events
-        for (item, decision), traced in zip(decisions, spans.started, strict=True):
-            done.count(item, decision.action, decision.reason)
-            applied = decision.action is Action.APPLY
-            ended(
-                traced, decision.action, decision.reason, handler_seconds=took if applied else None
-            )
+        if fast:
+            done.count_applied(decoded)
+            for traced in spans.started if spans.on else ():
+                ended(traced, Action.APPLY, handler_seconds=took)
+        else:
+            for (item, decision), traced in zip(decisions, spans.started, strict=True):
+                done.count(item, decision.action, decision.reason)
+                applied = decision.action is Action.APPLY
+                ended(
+                    traced,
+                    decision.action,
+                    decision.reason,
+                    handler_seconds=took if applied else None,
+                )
         done.result.published.extend(uow.published)
         return done
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Identity,
@@ -19,13 +20,17 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     func,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 metadata = MetaData()
 
-# One row per (consumer, topic, partition): the highest offset applied (or skipped past).
+# One row per (consumer, topic, partition): the highest offset applied (or skipped past), and
+# whether the partition may have parked records (set when one is parked, set again from what is
+# left by redrive and skip; never false while one is there), which spares the apply loop the
+# parked-key lookup of a slice when it is false.
 watermarks = Table(
     "inbox_watermark",
     metadata,
@@ -34,6 +39,7 @@ watermarks = Table(
     Column("partition", Integer, nullable=False),
     Column("offset", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("any_parked", Boolean, nullable=False, server_default=false()),
     PrimaryKeyConstraint("consumer", "topic", "partition"),
 )
 

@@ -14,6 +14,7 @@ turns a record back into an envelope or says why it cannot.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -171,6 +172,12 @@ def _extra_headers(raw: str | None) -> dict[str, str]:
 def decode(record: KafkaRecord) -> Envelope:
     """The envelope carried by one record; raises UndecodableRecord saying what is wrong (and
     whatever else a hostile record makes the JSON parser raise: `read` catches everything)."""
+    return _decode(record)[0]
+
+
+def _decode(record: KafkaRecord) -> tuple[Envelope, str]:
+    """`decode`, and the event id as text in canonical form (the header's own text when it is
+    canonical, as the outbox writes it, sparing a re-render per record)."""
     found = _headers(record)
     for required in (ID, EVENT_TYPE, AGGREGATE_TYPE):
         if not found.get(required):
@@ -203,7 +210,7 @@ def decode(record: KafkaRecord) -> Envelope:
         if record.timestamp_ms and 0 < record.timestamp_ms < MAX_TIMESTAMP_MS
         else datetime.now(UTC)
     )
-    return Envelope(
+    envelope = Envelope(
         aggregate_type=found[AGGREGATE_TYPE],
         aggregate_id=aggregate_id,
         event_type=found[EVENT_TYPE],
@@ -213,6 +220,12 @@ def decode(record: KafkaRecord) -> Envelope:
         schema_version=int(version),
         created_at=created,
     )
+    id_text = found[ID]
+    return envelope, id_text if CANONICAL_UUID.fullmatch(id_text) else str(event_id)
+
+
+# A UUID as `str(uuid.UUID(...))` writes it (lower case, hyphenated): a pattern, not a parse.
+CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 MAX_TIMESTAMP_MS = 253402300799999  # 9999-12-31, the last instant datetime can hold
@@ -240,9 +253,9 @@ def read(record: KafkaRecord) -> Decoded:
     the headers' text as far as it can be read (Postgres-safe copies are the recorder's job)."""
     key = key_text(record.key)
     try:
-        envelope = decode(record)
+        envelope, event_id = _decode(record)
     except Exception as exc:  # a hostile record may exhaust the parser: RecursionError, ...
         problem = exc if isinstance(exc, UndecodableRecord) else f"{type(exc).__name__}: {exc}"
         found = header_map(record.headers)
         return Decoded(record, None, str(problem), key, found.get(ID), found.get(EVENT_TYPE))
-    return Decoded(record, envelope, None, key, str(envelope.event_id), envelope.event_type)
+    return Decoded(record, envelope, None, key, event_id, envelope.event_type)

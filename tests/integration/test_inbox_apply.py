@@ -294,8 +294,10 @@ def test_redrive_applies_parked_records_in_key_order_once_the_handler_is_fixed(e
         record("t6", 3, "bad", 3),
     ]
     inbox.apply_partition(batch)
+    assert parked_flag(engine, consumer, "t6") is True  # the next slices look their keys up
     still = admin.redrive(inbox, "t6", 0)  # handler still failing: nothing moves, order kept
     assert (still.applied, still.still_parked) == (0, 3)
+    assert parked_flag(engine, consumer, "t6") is True
     assert admin.list_parked(engine, consumer)[0]["attempts"] == 2
     failing.clear()  # the fix is deployed
     done = admin.redrive(inbox, "t6", 0, key="bad")
@@ -310,11 +312,18 @@ def test_redrive_applies_parked_records_in_key_order_once_the_handler_is_fixed(e
         )
     assert order == [0, 2, 3]
     assert admin.list_parked(engine, consumer) == []
+    assert parked_flag(engine, consumer, "t6") is False  # nothing parked: no key lookup
     # A re-send of a redriven event is now skipped by the window.
     resend = record("t6", 4, "bad", 9, event_id=dict(batch[0].headers)["id"].decode())
     assert inbox.apply_partition([resend]).count(Action.SKIP_DUPLICATE) == 1
     rows = admin.status(engine, consumer)
     assert rows[0]["offset"] == 4 and rows[0]["parked"] == 0 and rows[0]["window"] == 4
+
+
+def parked_flag(engine, consumer: str, topic: str, partition: int = 0) -> bool:
+    """Whether the partition's watermark row says it may have parked records."""
+    with Session(engine) as session, session.begin():
+        return Recorder(consumer).locked(session, topic, partition).any_parked
 
 
 def test_rewind_replays_explicitly(engine, consumer):

@@ -54,6 +54,37 @@ def test_the_window_arrays_are_stored_uncompressed(empty_database):
     runner.downgrade(empty_database)
 
 
+def test_the_watermark_flag_of_parked_records_is_set_for_partitions_that_have_them(
+    empty_database,
+):
+    """Migration 0011: a partition with parked records before the upgrade keeps its key lookup."""
+    runner.upgrade(empty_database, "0010_inbox_recent_storage")
+    engine = create_engine(empty_database)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    'INSERT INTO inbox_watermark (consumer, topic, "partition", "offset")'
+                    " VALUES ('c', 't', 0, 5), ('c', 't', 1, 5)"
+                )
+            )
+            conn.execute(
+                text(
+                    'INSERT INTO inbox_parked (consumer, topic, "partition", "offset", error,'
+                    " attempts) VALUES ('c', 't', 1, 3, 'undecodable', 1)"
+                )
+            )
+        runner.upgrade(empty_database)
+        with engine.connect() as conn:
+            flags = dict(
+                conn.execute(text('SELECT "partition", any_parked FROM inbox_watermark')).all()
+            )
+    finally:
+        engine.dispose()
+    assert flags == {0: False, 1: True}
+    runner.downgrade(empty_database)
+
+
 def test_preflight_passes_on_the_stack_and_reports_slot_lag(stack, engine):
     s = stack.settings
     with engine.connect() as conn:

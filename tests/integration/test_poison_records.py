@@ -221,6 +221,26 @@ def test_skip_records_who_and_why_releases_the_key_and_replays_do_not_park_it_ag
     done = admin.redrive(inbox, TOPIC, 0, key="k")
     assert (done.applied, done.still_parked) == (1, 0)
     assert sorted(applied_keys(engine, consumer)) == ["k", "other"]
+    with engine.connect() as conn:  # nothing parked is left: the slices skip the key lookup
+        flag = conn.execute(
+            select(watermarks.c.any_parked).where(watermarks.c.consumer == consumer)
+        ).scalar_one()
+    assert flag is False
+
+
+def test_skipping_the_last_parked_record_clears_the_partitions_parked_flag(engine):
+    consumer = f"poison-{uuid.uuid4().hex[:8]}"
+    inbox = Inbox(engine, consumer, {"Tick": handler(consumer)})
+    inbox.apply_partition([KafkaRecord(TOPIC, 0, 0, b"k", b"{", headers_of(), None)])
+    (only,) = parked_rows(engine, consumer)
+    query = select(watermarks.c.any_parked).where(watermarks.c.consumer == consumer)
+    with engine.connect() as conn:
+        assert conn.execute(query).scalar_one() is True
+    admin.skip(engine, only.id, by="ops@example", reason="a bad producer")
+    with engine.connect() as conn:
+        assert conn.execute(query).scalar_one() is False
+    # A later record of the key is applied (the key is no longer looked up, nor held).
+    assert inbox.apply_partition([good(1, "k")]).count(Action.APPLY) == 1
 
 
 def test_redrive_applies_the_raw_record_after_the_handler_is_fixed(engine):
