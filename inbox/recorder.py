@@ -225,9 +225,10 @@ class Recorder:
 
     def park(self, session: Session, records: Sequence[tuple[Decoded, str, int]]) -> None:
         """Keep records that were not applied, each with why and after how many attempts, in one
-        statement (once per offset), and mark their partitions' watermark rows as having parked
-        records (`Locked.any_parked`). Whatever the records' bytes, the insert cannot fail on
-        them: the raw bytes go to bytea columns, the text columns get readable, bounded copies."""
+        statement (once per offset); migration 0011's trigger marks their partitions' watermark
+        rows as having parked records (`Locked.any_parked`). Whatever the records' bytes, the
+        insert cannot fail on them: the raw bytes go to bytea columns, the text columns get
+        readable, bounded copies."""
         if not records:
             return
         rows = [
@@ -238,12 +239,6 @@ class Recorder:
             .values(rows)
             .on_conflict_do_nothing(constraint="uq_inbox_parked_offset")
         )
-        for topic, partition in sorted({(r["topic"], r["partition"]) for r in rows}):
-            session.execute(
-                update(watermarks)
-                .where(*self.match(watermarks, topic, partition))
-                .values(any_parked=True)
-            )
 
     def recheck_parked(self, session: Session, topic: str, partition: int) -> None:
         """Set the partition's `Locked.any_parked` from the parked records left (after redrive

@@ -86,7 +86,9 @@ REMEMBER = insert(recent_ids).values(
 )
 # What a transaction writes last, in ONE statement (one round trip): the new watermark, and with
 # a window the slices that left it forgotten and the slice's applied ids remembered. The
-# DELETE cannot see the INSERT's row (one snapshot), and the new slice is above the floor anyway.
+# DELETE cannot see the INSERT's row (one snapshot): a new slice already below the floor (its
+# records followed by many parked ones) is forgotten by the next transaction, not this one, so
+# the window keeps more for a while, never less.
 MARK = (
     update(watermarks)
     .where(*this_partition(watermarks))

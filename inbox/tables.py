@@ -28,9 +28,9 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 metadata = MetaData()
 
 # One row per (consumer, topic, partition): the highest offset applied (or skipped past), and
-# whether the partition may have parked records (set when one is parked, set again from what is
-# left by redrive and skip; never false while one is there), which spares the apply loop the
-# parked-key lookup of a slice when it is false.
+# whether the partition may have parked records (set by a trigger on every insert into
+# inbox_parked, migration 0011; set again from what is left by redrive and skip; never false
+# while one is there), which spares the apply loop the parked-key lookup when it is false.
 watermarks = Table(
     "inbox_watermark",
     metadata,

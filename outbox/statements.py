@@ -74,6 +74,8 @@ WRITE_DELETED_ONE = (
 )
 DELETE_ONE = "DELETE FROM outbox WHERE id = %s"
 DELETE_MANY = "DELETE FROM outbox WHERE id = ANY(CAST(%s AS uuid[]))"
+# The statements of one event's write (their parameters are one event's).
+_ONE_EVENT = frozenset({INSERT_ONE, EMIT_ONE, WRITE_DELETED_ONE, DELETE_ONE})
 
 
 Statement = tuple[str, tuple[Any, ...]]  # SQL with %s placeholders, and its parameters
@@ -143,15 +145,18 @@ def _execute(session: Session, statements: Sequence[Statement]) -> None:
     """Run ``statements`` in order in ``session``'s transaction: on its psycopg connection, in
     one round trip when there are several (pipeline mode, libpq 14 and later); through
     SQLAlchemy's ``text()`` for other drivers."""
-    cursor = _psycopg_cursor(session)
-    if cursor is None:
+    session.flush()  # pending ORM objects first, as session.execute would
+    pooled = session.connection().connection
+    driver = pooled.driver_connection
+    if not isinstance(driver, psycopg.Connection):
         for sql, params in statements:
             session.execute(_as_text(sql), _as_params(params))
         return
     pipelined = len(statements) > 1 and psycopg.Pipeline.is_supported()
     with (
         _as_sqlalchemy_errors(statements[0]),
-        cursor.connection.pipeline() if pipelined else contextlib.nullcontext(),
+        _cursor(pooled, driver, keep=_one_event(statements)) as cursor,
+        driver.pipeline() if pipelined else contextlib.nullcontext(),
     ):
         for sql, params in statements:
             cursor.execute(sql, params)
@@ -160,22 +165,27 @@ def _execute(session: Session, statements: Sequence[Statement]) -> None:
 _CURSOR = "outboxkit.outbox_cursor"  # the key of a connection's cursor in the pool's info
 
 
-def _psycopg_cursor(session: Session) -> psycopg.Cursor[Any] | None:
-    """A cursor of the psycopg 3 connection under ``session`` (its transaction begun, pending
-    ORM objects flushed first, as ``session.execute`` would), else None.
+@contextlib.contextmanager
+def _cursor(pooled: Any, driver: psycopg.Connection[Any], *, keep: bool) -> Iterator[Any]:
+    """A cursor of ``driver``: with ``keep``, the one kept in the pool's ``info`` of that
+    connection (which lives and dies with it), else a new one closed after use.
 
-    One cursor per connection, kept in the pool's ``info`` of that connection (which lives and
-    dies with it): a new cursor sets up its parameter adapters again on its first execute,
-    ~25 us of a publish's ~150 us of client CPU (measured; `docs/bench/outbox-cursor`)."""
-    session.flush()
-    pooled = session.connection().connection
-    driver = pooled.driver_connection
-    if not isinstance(driver, psycopg.Connection):
-        return None
+    A new cursor sets up its parameter adapters again on its first execute, ~25 us of a
+    publish's ~150-230 us of client CPU (`docs/bench/outbox-cursor`). A kept cursor holds its
+    last statement's parameters until the next: one event's, at most the payload limit per
+    pooled connection, which is why a write of several events takes a new one."""
+    if not keep:
+        with driver.cursor() as cursor:
+            yield cursor
+        return
     cursor = pooled.info.get(_CURSOR)
     if cursor is None or cursor.closed or cursor.connection is not driver:
         cursor = pooled.info[_CURSOR] = driver.cursor()
-    return cursor
+    yield cursor
+
+
+def _one_event(statements: Sequence[Statement]) -> bool:
+    return all(sql in _ONE_EVENT for sql, _ in statements)
 
 
 @contextlib.contextmanager

@@ -326,6 +326,30 @@ def parked_flag(engine, consumer: str, topic: str, partition: int = 0) -> bool:
         return Recorder(consumer).locked(session, topic, partition).any_parked
 
 
+def test_any_insert_of_a_parked_record_marks_its_partition_and_a_new_watermark_row_reads_it(
+    engine, consumer
+):
+    """The flag holds whoever parks: a consumer of an older version, an operator's SQL."""
+    inbox = Inbox(engine, consumer, recorder(consumer))
+    inbox.apply_partition([record("t8", 0, "a", 0)])
+    assert parked_flag(engine, consumer, "t8") is False
+    raw_park = text(
+        'INSERT INTO inbox_parked (consumer, topic, "partition", "offset", raw_key, error,'
+        " attempts) VALUES (:consumer, :topic, :partition, :offset, 'b', 'parked by hand', 1)"
+    )
+    with engine.begin() as conn:  # without the Recorder: the trigger marks the partition
+        conn.execute(raw_park, {"consumer": consumer, "topic": "t8", "partition": 0, "offset": 1})
+    assert parked_flag(engine, consumer, "t8") is True
+    held = inbox.apply_partition([record("t8", 2, "b", 2), record("t8", 3, "a", 3)])
+    assert (held.count(Action.HOLD), held.count(Action.APPLY)) == (1, 1)
+    # A partition whose watermark row is created after its records were parked reads them.
+    with engine.begin() as conn:
+        conn.execute(raw_park, {"consumer": consumer, "topic": "t9", "partition": 0, "offset": 5})
+    assert parked_flag(engine, consumer, "t9") is True
+    later = inbox.apply_partition([record("t9", 6, "b", 6)])
+    assert later.count(Action.HOLD) == 1
+
+
 def test_rewind_replays_explicitly(engine, consumer):
     inbox = Inbox(engine, consumer, recorder(consumer))
     batch = [record("t7", o, "k", o) for o in range(10)]

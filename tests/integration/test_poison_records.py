@@ -203,6 +203,11 @@ def test_skip_records_who_and_why_releases_the_key_and_replays_do_not_park_it_ag
 
     moved = admin.skip(engine, first.id, by="ops@example", reason="truncated by a bad producer")
     assert moved["offset"] == 0
+    with engine.connect() as conn:  # the record held behind it is still parked
+        flag = conn.execute(
+            select(watermarks.c.any_parked).where(watermarks.c.consumer == consumer)
+        ).scalar_one()
+    assert flag is True
     with engine.connect() as conn:
         row = conn.execute(select(skipped).where(skipped.c.id == first.id)).one()
     assert (row.skipped_by, row.reason, bytes(row.payload)) == (

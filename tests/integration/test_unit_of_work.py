@@ -7,6 +7,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, select
 
+import outbox.publish
 from inbox import Inbox
 from outbox import Envelope, OutboxSettings, TraceContext
 from outbox.contracts import VERSION_HEADER
@@ -163,3 +164,61 @@ def test_a_rolled_back_handler_publishes_and_counts_nothing(stack):
     assert result.published_by_type() == {} and counted == []
     assert outbox_rows(engine) == []  # the savepoint took the row with it; the record is parked
     engine.dispose()
+
+
+def test_the_connections_kept_cursor_survives_errors_checkouts_and_a_lost_connection(engine):
+    """An outbox write reuses its connection's cursor (kept in the pool's info): after a failed
+    statement and its rollback, on the next checkout, and after the connection is replaced."""
+    import uuid
+
+    from sqlalchemy import text
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.orm import Session
+
+    from outbox import Outbox
+    from outbox.statements import _CURSOR
+
+    pool = create_engine(engine.url, pool_size=1, max_overflow=0)
+    retain, kind = Outbox("retain"), f"cursor_{uuid.uuid4().hex[:8]}"
+
+    def publish(n: int, session: Session) -> None:
+        retain.publish(
+            session, aggregate_type=kind, aggregate_id=f"a{n}", event_type="E", payload={"n": n}
+        )
+
+    def kept(session: Session):
+        return session.connection().connection.info.get(_CURSOR)
+
+    try:
+        with Session(pool) as session, session.begin():
+            publish(1, session)
+            first = kept(session)
+        with Session(pool) as session:  # a failed statement, then a write on the same cursor
+            with pytest.raises(DBAPIError), session.begin():
+                publish(2, session)
+                session.execute(text("SELECT 1 / 0"))
+            with session.begin():
+                publish(3, session)
+                assert kept(session) is first  # the next checkout, the same connection
+        with Session(pool) as session, session.begin():
+            retain.publish_many(  # several events: a cursor of their own, the kept one stays
+                session,
+                [
+                    outbox.publish.NewEvent(kind, "a4", "E", {"n": 4}),
+                    outbox.publish.NewEvent(kind, "a5", "E", {"n": 5}),
+                ],
+            )
+            assert kept(session) is first
+        with pool.connect() as conn:  # the pool's one connection is lost
+            conn.invalidate()
+        with Session(pool) as session, session.begin():
+            publish(6, session)
+            assert kept(session) is not first and not kept(session).closed
+        with pool.connect() as conn:
+            written = conn.execute(
+                text("SELECT aggregateid FROM outbox WHERE aggregatetype = :k ORDER BY 1"),
+                {"k": kind},
+            ).scalars()
+            assert list(written) == ["a1", "a3", "a4", "a5", "a6"]
+    finally:
+        pool.dispose()
