@@ -197,7 +197,8 @@ def skip(engine: Engine, parked_id: int, *, by: str, reason: str) -> dict[str, A
     with Session(engine) as session, session.begin():
         found = session.execute(select(parked).where(where)).one_or_none()
         if found is not None:  # lock its partition, then read it again: redrive may be first
-            Recorder(found.consumer).lock(session, found.topic, found.partition)
+            recorder = Recorder(found.consumer)
+            recorder.lock(session, found.topic, found.partition)
             found = session.execute(select(parked).where(where)).one_or_none()
         if found is None:
             raise LookupError(f"no parked record with id {parked_id}")
@@ -210,7 +211,7 @@ def skip(engine: Engine, parked_id: int, *, by: str, reason: str) -> dict[str, A
             )
         )
         session.execute(delete(parked).where(where))
-        Recorder(row.consumer).recheck_parked(session, row.topic, row.partition)
+        recorder.recheck_parked(session, row.topic, row.partition)
     return {k: v for k, v in row._mapping.items() if k not in RAW}
 
 

@@ -74,8 +74,6 @@ WRITE_DELETED_ONE = (
 )
 DELETE_ONE = "DELETE FROM outbox WHERE id = %s"
 DELETE_MANY = "DELETE FROM outbox WHERE id = ANY(CAST(%s AS uuid[]))"
-# The statements of one event's write (their parameters are one event's).
-_ONE_EVENT = frozenset({INSERT_ONE, EMIT_ONE, WRITE_DELETED_ONE, DELETE_ONE})
 
 
 Statement = tuple[str, tuple[Any, ...]]  # SQL with %s placeholders, and its parameters
@@ -118,14 +116,14 @@ def write_rows(session: Session, rows: Sequence[Row], *, delete: bool) -> None:
         return
     if len(rows) == 1:
         if delete:
-            _execute(session, [(WRITE_DELETED_ONE, rows[0])])
+            _execute(session, [(WRITE_DELETED_ONE, rows[0])], one_event=True)
             return
         insert: Statement = (INSERT_ONE, rows[0])
         remove: Statement = (DELETE_ONE, (rows[0].id,))
     else:
         insert = (INSERT_MANY, tuple(list(column) for column in zip(*rows, strict=True)))
         remove = (DELETE_MANY, ([r.id for r in rows],))
-    _execute(session, [insert, remove] if delete else [insert])
+    _execute(session, [insert, remove] if delete else [insert], one_event=len(rows) == 1)
 
 
 def emit_messages(session: Session, prefix: str, rows: Sequence[Row]) -> None:
@@ -138,13 +136,14 @@ def emit_messages(session: Session, prefix: str, rows: Sequence[Row]) -> None:
         emit: Statement = (EMIT_ONE, (prefix, *fields[0]))
     else:
         emit = (EMIT_MANY, (prefix, *(list(column) for column in zip(*fields, strict=True))))
-    _execute(session, [emit])
+    _execute(session, [emit], one_event=len(rows) == 1)
 
 
-def _execute(session: Session, statements: Sequence[Statement]) -> None:
+def _execute(session: Session, statements: Sequence[Statement], *, one_event: bool) -> None:
     """Run ``statements`` in order in ``session``'s transaction: on its psycopg connection, in
     one round trip when there are several (pipeline mode, libpq 14 and later); through
-    SQLAlchemy's ``text()`` for other drivers."""
+    SQLAlchemy's ``text()`` for other drivers. ``one_event``: they write one event (on the
+    connection's kept cursor, `_cursor`)."""
     session.flush()  # pending ORM objects first, as session.execute would
     pooled = session.connection().connection
     driver = pooled.driver_connection
@@ -155,7 +154,7 @@ def _execute(session: Session, statements: Sequence[Statement]) -> None:
     pipelined = len(statements) > 1 and psycopg.Pipeline.is_supported()
     with (
         _as_sqlalchemy_errors(statements[0]),
-        _cursor(pooled, driver, keep=_one_event(statements)) as cursor,
+        _cursor(pooled, driver, keep=one_event) as cursor,
         driver.pipeline() if pipelined else contextlib.nullcontext(),
     ):
         for sql, params in statements:
@@ -182,10 +181,6 @@ def _cursor(pooled: Any, driver: psycopg.Connection[Any], *, keep: bool) -> Iter
     if cursor is None or cursor.closed or cursor.connection is not driver:
         cursor = pooled.info[_CURSOR] = driver.cursor()
     yield cursor
-
-
-def _one_event(statements: Sequence[Statement]) -> bool:
-    return all(sql in _ONE_EVENT for sql, _ in statements)
 
 
 @contextlib.contextmanager
