@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from inbox.recorder import Recorder
+from outboxkit.bench.ab import alternate
 
 STORAGE = {"before": "EXTENDED", "after": "EXTERNAL"}
 SIZE = 1000
@@ -72,13 +73,14 @@ def main() -> None:
     args = parser.parse_args()
     engine = create_engine(args.url)
     slices = 2 * args.window // SIZE + 10
-    results: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     try:
-        for r in range(args.rounds):
-            for label in ("before", "after") if r % 2 == 0 else ("after", "before"):
-                results[label].append(one_round(engine, STORAGE[label], args.window, slices))
-                done = results[label][-1]
-                print(f"round {r + 1}/{args.rounds} {label}: {done}", file=sys.stderr)
+        results = alternate(
+            args.rounds,
+            lambda label: one_round(engine, STORAGE[label], args.window, slices),
+            shown=lambda r, label, done: print(
+                f"round {r}/{args.rounds} {label}: {done}", file=sys.stderr
+            ),
+        )
     finally:
         with engine.begin() as conn:  # leave the table as the migrations made it
             conn.execute(text("DELETE FROM inbox_recent WHERE consumer = 'ab'"))

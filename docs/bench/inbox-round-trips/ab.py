@@ -12,11 +12,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(HERE))
+
+from outboxkit.bench.ab import alternate, in_checkout  # noqa: E402
+from outboxkit.bench.report import spread_cells  # noqa: E402
+
 BASELINE = "unguarded, batch handler"
 VARIANTS = [
     BASELINE,
@@ -39,18 +43,6 @@ print(json.dumps(rates))
 """
 
 
-def one_round(checkout: Path, url: str, events: int) -> dict[str, float]:
-    out = subprocess.run(
-        [sys.executable, "-c", ONE_ROUND, url, json.dumps(VARIANTS), str(events)],
-        cwd=checkout,
-        env={"PYTHONPATH": str(checkout), "PATH": "/usr/bin:/bin"},
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
@@ -59,13 +51,16 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000)
     args = parser.parse_args()
     checkouts = {"before": args.before.resolve(), "after": HERE}
-    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    for r in range(args.rounds):
-        for label in ("before", "after") if r % 2 == 0 else ("after", "before"):
-            runs[label].append(one_round(checkouts[label], args.url, args.events))
-            shown = runs[label][-1]
-            ratio = shown[VARIANTS[3]] / shown[BASELINE]
-            print(f"round {r + 1}/{args.rounds} {label}: exactly-once {ratio:.2f}", file=sys.stderr)
+
+    def one_round(label: str) -> dict[str, float]:
+        variants = json.dumps(VARIANTS)
+        return in_checkout(checkouts[label], ONE_ROUND, args.url, variants, str(args.events))
+
+    def shown(r: int, label: str, rates: dict[str, float]) -> None:
+        ratio = rates[VARIANTS[3]] / rates[BASELINE]
+        print(f"round {r}/{args.rounds} {label}: exactly-once {ratio:.2f}", file=sys.stderr)
+
+    runs = alternate(args.rounds, one_round, shown=shown)
     print(
         "| variant | before rows/s min / median / max | ratio | after rows/s min / median / max"
         " | ratio | after/before (ratios) |"
@@ -75,12 +70,9 @@ def main() -> None:
         cells = []
         ratios = {}
         for label in ("before", "after"):
-            rates = [run[name] for run in runs[label]]
+            rates = " / ".join(spread_cells([run[name] for run in runs[label]]))
             ratios[label] = statistics.median(run[name] / run[BASELINE] for run in runs[label])
-            cells.append(
-                f"{min(rates):,.0f} / {statistics.median(rates):,.0f} / {max(rates):,.0f}"
-                f" | {ratios[label]:.2f}"
-            )
+            cells.append(f"{rates} | {ratios[label]:.2f}")
         print(f"| {name} | {cells[0]} | {cells[1]} | {ratios['after'] / ratios['before']:.2f} |")
 
 

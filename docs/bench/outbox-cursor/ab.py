@@ -13,11 +13,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(HERE))
+
+from outboxkit.bench.ab import alternate, in_checkout  # noqa: E402
+from outboxkit.bench.report import spread_cells  # noqa: E402
+
 BASELINE, OUTBOX = "no outbox", "outbox, delete mode"
 # One measurement of both variants at each writer count, in the checkout the process runs in.
 ONE_ROUND = """
@@ -37,20 +41,8 @@ print(json.dumps(found))
 """
 
 
-def one_round(checkout: Path, url: str, transactions: int, writers: list[int]) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", ONE_ROUND, url, str(transactions), json.dumps(writers)],
-        cwd=checkout,
-        env={"PYTHONPATH": str(checkout), "PATH": "/usr/bin:/bin"},
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def cells(values: list[float], fmt: str) -> str:
-    return " / ".join(format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
+    return " / ".join(spread_cells(values, fmt))
 
 
 def main() -> None:
@@ -63,11 +55,17 @@ def main() -> None:
     args = parser.parse_args()
     writers = [int(w) for w in args.writers.split(",")]
     checkouts = {"before": args.before.resolve(), "after": HERE}
-    runs: dict[str, list[dict]] = {"before": [], "after": []}
-    for r in range(args.rounds):
-        for label in ("before", "after") if r % 2 == 0 else ("after", "before"):
-            runs[label].append(one_round(checkouts[label], args.url, args.transactions, writers))
-            print(f"round {r + 1}/{args.rounds} {label}", file=sys.stderr)
+
+    def one_round(label: str) -> dict[str, list[float]]:
+        found = in_checkout(
+            checkouts[label], ONE_ROUND, args.url, str(args.transactions), json.dumps(writers)
+        )
+        return dict(found)
+
+    def shown(r: int, label: str, _: object) -> None:
+        print(f"round {r}/{args.rounds} {label}", file=sys.stderr)
+
+    runs = alternate(args.rounds, one_round, shown=shown)
     print(
         "| writers | code | no outbox tx/s | outbox tx/s | ratio (median of rounds) |"
         " client CPU µs/tx, no outbox | outbox | the outbox's µs/event (median) |"

@@ -20,11 +20,13 @@ from sqlalchemy.orm import Session
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from outbox import Outbox, statements
+from outboxkit.bench.ab import alternate
+from outboxkit.bench.report import spread_cells
 
 EVENTS = 2000
 
 
-def execute_before(session: Session, todo: Sequence[statements.Statement]) -> None:
+def execute_before(session: Session, todo: Sequence[statements.Statement], **_: object) -> None:
     """`outbox.statements._execute` as it was: a new cursor for every publish."""
     session.flush()
     driver = session.connection().connection.driver_connection
@@ -63,17 +65,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     engine = create_engine(args.url)
-    found: dict[str, list[float]] = {"before": [], "after": []}
     measure(engine, "after")  # warm: prepared statements, imports
-    for r in range(args.rounds):
-        for label in ("before", "after") if r % 2 == 0 else ("after", "before"):
-            found[label].append(measure(engine, label))
+    found = alternate(args.rounds, lambda label: measure(engine, label))
     print("| code | client CPU µs per publish, min / median / max |")
     print("|---|---|")
     for label, values in found.items():
-        spread = (min(values), statistics.median(values), max(values))
-        cells = " / ".join(f"{v:.0f}" for v in spread)
-        print(f"| {label} | {cells} |")
+        print(f"| {label} | {' / '.join(spread_cells(values, '.0f'))} |")
     ratio = statistics.median(found["after"]) / statistics.median(found["before"])
     print(f"\nafter/before (medians): {ratio:.2f}")
 
