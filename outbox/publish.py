@@ -11,6 +11,7 @@ from typing import Any, Literal, get_args
 
 from sqlalchemy.orm import Session
 
+from outbox import at_commit
 from outbox.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_MAX_RECORD_BYTES,
@@ -55,6 +56,9 @@ class Outbox:
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     message_prefix: str = DEFAULT_MESSAGE_PREFIX
+    # Delete mode: the row is written in the round trip of the transaction's COMMIT (one round
+    # trip fewer per transaction, `outbox.at_commit`); False writes it at publish.
+    at_commit: bool = True
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -93,6 +97,9 @@ class Outbox:
             )
             envelopes.append(envelope)
             rows.append(Row.of(envelope, payload_json))
+        if self.mode == "delete" and self.at_commit and at_commit.defer(session, rows):
+            return envelopes
+        at_commit.flush(session)  # events waiting for the commit go first: the WAL keeps order
         if self.mode == "message":
             emit_messages(session, self.message_prefix, rows)
         else:

@@ -153,7 +153,7 @@ def _execute(session: Session, statements: Sequence[Statement], *, one_event: bo
         return
     pipelined = len(statements) > 1 and psycopg.Pipeline.is_supported()
     with (
-        _as_sqlalchemy_errors(statements[0]),
+        as_sqlalchemy_errors(statements[0]),
         _cursor(pooled, driver, keep=one_event) as cursor,
         driver.pipeline() if pipelined else contextlib.nullcontext(),
     ):
@@ -184,7 +184,7 @@ def _cursor(pooled: Any, driver: psycopg.Connection[Any], *, keep: bool) -> Iter
 
 
 @contextlib.contextmanager
-def _as_sqlalchemy_errors(statement: Statement) -> Iterator[None]:
+def as_sqlalchemy_errors(statement: Statement) -> Iterator[None]:
     """A driver error raised as SQLAlchemy's (OperationalError, IntegrityError...), as it would
     be through ``session.execute``: callers and ``outbox.errors.is_transient`` see one family
     (a lost connection or a statement timeout is an outage, answered 503 and retried)."""

@@ -8,8 +8,10 @@ Variants, measured interleaved at 1, 4 and 16 concurrent writers (threads, one c
 - delete mode, before: the write path as it was (SQLAlchemy-compiled INSERT, then DELETE);
 - delete mode, pipelined: the lean path before its one-statement write (INSERT and DELETE in
   psycopg's pipeline, one round trip);
-- outbox, delete mode (the default): one statement, a function that inserts and deletes the row
-  (migration 0008);
+- delete mode, at publish: the lean path before the write at commit, one statement at publish,
+  a function that inserts and deletes the row (migration 0008);
+- outbox, delete mode (the default): that function's call sent with the transaction's COMMIT,
+  in its round trip (`outbox.at_commit`);
 - outbox, retain mode: the outbox row stays (cleanup runs elsewhere);
 - outbox, message mode: no row, a transactional logical decoding message.
 
@@ -81,10 +83,12 @@ orders = Table(
 WRITERS = (1, 4, 16)
 BASELINE, BEFORE = "no outbox", "delete mode, before"
 PIPELINED = "delete mode, pipelined"
+AT_PUBLISH = "delete mode, at publish"
 VARIANTS = (
     BASELINE,
     BEFORE,
     PIPELINED,
+    AT_PUBLISH,
     "outbox, delete mode",
     "outbox, retain mode",
     "outbox, message mode",
@@ -162,6 +166,7 @@ WRITES: dict[str, Callable[[Session, str, int], None] | None] = {
     BASELINE: None,
     BEFORE: publish_before,
     PIPELINED: publish_pipelined,
+    AT_PUBLISH: publisher(Outbox("delete", at_commit=False)),
     "outbox, delete mode": publisher(Outbox("delete")),
     "outbox, retain mode": publisher(Outbox("retain")),
     "outbox, message mode": publisher(Outbox("message")),

@@ -120,8 +120,9 @@ def test_delete_mode_writes_through_the_migrated_function_and_says_when_it_is_mi
             Outbox("delete").publish(session, payload={"n": 1}, **event)
         runner.upgrade(empty_database)
         with Session(engine) as session, session.begin():
-            sent = Outbox("delete").publish(session, payload={"n": 2}, **event)
-            # Inserted and deleted in the transaction: the WAL has the insert, the table nothing.
+            # Written at publish (not with COMMIT) to look at it: the function inserted and
+            # deleted the row in the transaction, the WAL has the insert, the table nothing.
+            sent = Outbox("delete", at_commit=False).publish(session, payload={"n": 2}, **event)
             inserted = session.execute(
                 text(
                     "SELECT n_tup_ins, n_tup_del FROM pg_stat_xact_user_tables "

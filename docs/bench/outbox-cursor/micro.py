@@ -30,7 +30,7 @@ def execute_before(session: Session, todo: Sequence[statements.Statement], **_: 
     """`outbox.statements._execute` as it was: a new cursor for every publish."""
     session.flush()
     driver = session.connection().connection.driver_connection
-    with statements._as_sqlalchemy_errors(todo[0]), driver.cursor() as cursor:
+    with statements.as_sqlalchemy_errors(todo[0]), driver.cursor() as cursor:
         for sql, params in todo:
             cursor.execute(sql, params)
 

@@ -1,0 +1,165 @@
+"""Delete mode's write at commit (`outbox.at_commit`), on the stack's Postgres: the row travels
+with COMMIT, a savepoint or transaction rolled back takes exactly what it published, events keep
+their order across modes, and what fails at commit fails the whole transaction."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from psycopg import pq
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from migrations import runner
+from outbox import Outbox, OutboxError
+from outbox.errors import is_transient
+
+# Every row the outbox ever inserted, in order, though delete mode deletes it at once.
+SEEN = """
+CREATE TABLE outbox_seen (n bigserial PRIMARY KEY, LIKE outbox);
+CREATE FUNCTION outbox_seen() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO outbox_seen (id, aggregatetype, aggregateid, type, payload, traceparent,
+                             headers, schema_version, created_at)
+    VALUES (NEW.id, NEW.aggregatetype, NEW.aggregateid, NEW.type, NEW.payload, NEW.traceparent,
+            NEW.headers, NEW.schema_version, NEW.created_at);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER outbox_seen AFTER INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION outbox_seen();
+CREATE TABLE business (id text PRIMARY KEY);
+"""
+
+
+@pytest.fixture
+def db(empty_database: str) -> Iterator[Engine]:
+    runner.upgrade(empty_database)
+    engine = create_engine(empty_database, pool_size=2)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(SEEN)
+    yield engine
+    engine.dispose()
+
+
+def publish(session: Session, aggregate_id: str, payload: object = None, mode="delete") -> None:
+    Outbox(mode).publish(
+        session,
+        aggregate_type="order",
+        aggregate_id=aggregate_id,
+        event_type="Placed",
+        payload={"n": aggregate_id} if payload is None else payload,
+    )
+
+
+def seen(engine: Engine) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.scalars(text("SELECT aggregateid FROM outbox_seen ORDER BY n")))
+
+
+def business(engine: Engine) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.scalars(text("SELECT id FROM business ORDER BY id")))
+
+
+def test_the_row_travels_with_commit_and_arrives_intact(db):
+    """One message carries the outbox's call and COMMIT; values with quotes, backslashes,
+    non-ASCII text and JSON escapes arrive as published; the table stays empty."""
+    tricky = {"q": 'it\'s \\ "quoted"', "t": "Grüße 🚀", "e": "tab\there\nnewline", "n": [1.5]}
+    with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as trace:
+        with Session(db) as session, session.begin():
+            session.execute(text("INSERT INTO business VALUES ('b1')"))
+            publish(session, "o-'1'", tricky)
+            driver = session.connection().connection.driver_connection
+            assert seen(db) == []  # nothing written yet, even by this transaction
+            driver.pgconn.trace(trace.fileno())
+            driver.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        driver.pgconn.untrace()
+        trace.seek(0)
+        sent = [line for line in trace if line.split("\t")[0] == "F"]
+    assert len(sent) == 1 and "outbox_write_deleted" in sent[0] and "COMMIT" in sent[0], sent
+    with db.connect() as conn:
+        row = conn.execute(text("SELECT aggregateid, payload FROM outbox_seen")).one()
+        assert tuple(row) == ("o-'1'", json.loads(json.dumps(tricky)))
+        assert conn.execute(text("SELECT count(*) FROM outbox")).scalar_one() == 0
+    assert business(db) == ["b1"]
+
+
+def test_savepoints_and_rollbacks_take_exactly_what_they_published(db):
+    with Session(db) as session, session.begin():
+        publish(session, "a")
+        with pytest.raises(RuntimeError), session.begin_nested():
+            publish(session, "b")  # rolled back with its savepoint
+            raise RuntimeError("handler failed")
+        with session.begin_nested():
+            publish(session, "c")
+            with pytest.raises(RuntimeError), session.begin_nested():
+                publish(session, "d")
+                raise RuntimeError("inner failed")
+            publish(session, "e")
+        publish(session, "f")  # after a released savepoint
+    with Session(db) as session, session.begin():  # a rolled-back transaction: nothing
+        publish(session, "g")
+        session.rollback()
+    with Session(db) as session:  # closed without commit: nothing
+        session.begin()
+        publish(session, "h")
+    with Session(db) as session, session.begin():  # the next transaction on the connection
+        publish(session, "i")
+    assert seen(db) == ["a", "c", "e", "f", "i"]
+
+
+def test_events_keep_their_order_across_modes(db):
+    """A write of another mode in the transaction writes the waiting rows first."""
+    with Session(db) as session, session.begin():
+        publish(session, "1")
+        publish(session, "2", mode="retain")
+        publish(session, "3")
+        publish(session, "4", mode="retain")
+    assert seen(db) == ["1", "2", "3", "4"]
+    with Session(db) as session, session.begin():
+        session.execute(text("DELETE FROM outbox"))
+
+
+def test_a_write_failing_at_commit_fails_the_transaction(db):
+    """The function missing (here: not on the search path) is found by COMMIT's message: the
+    commit raises the publish's error and the business row is not kept."""
+    failing = pytest.raises(OutboxError, match="outbox_write_deleted")
+    with failing, Session(db) as session, session.begin():
+        session.execute(text("INSERT INTO business VALUES ('lost')"))
+        publish(session, "x")
+        session.execute(text("SET LOCAL search_path TO pg_temp"))
+    assert business(db) == [] and seen(db) == []
+    with Session(db) as session, session.begin():  # the connection is fine afterwards
+        session.execute(text("INSERT INTO business VALUES ('kept')"))
+        publish(session, "y")
+    assert business(db) == ["kept"] and seen(db) == ["y"]
+
+
+def test_a_connection_lost_before_commit_is_an_outage(db):
+    """The server ends the session between publish and commit: the commit raises an error that
+    `is_transient` calls an outage (answered 503, retried), and nothing is kept."""
+    with pytest.raises(OperationalError) as raised, Session(db) as session, session.begin():
+        session.execute(text("INSERT INTO business VALUES ('gone')"))
+        publish(session, "z")
+        pid = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        with db.connect() as other:
+            other.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+    assert is_transient(raised.value)
+    assert business(db) == [] and seen(db) == []
+
+
+def test_the_write_at_publish_remains_available(db):
+    """``at_commit=False`` writes the row at publish, visible to the transaction's statistics."""
+    name = f"o-{uuid.uuid4().hex[:6]}"
+    with Session(db) as session, session.begin():
+        Outbox("delete", at_commit=False).publish(
+            session, aggregate_type="order", aggregate_id=name, event_type="Placed", payload={}
+        )
+        assert seen(db) == []  # another connection does not see it yet
+        mine = session.execute(text("SELECT count(*) FROM outbox_seen")).scalar_one()
+        assert mine == 1
+    assert seen(db) == [name]
