@@ -42,9 +42,9 @@ MAX_HEADERS_BYTES = 64 * 1024  # of the headers' jsonb text
 SCHEMA_VERSION = 1
 
 # The aggregate type becomes part of a Kafka topic name, so it must be a legal topic fragment.
-_TOPIC_SAFE = re.compile(r"^[A-Za-z0-9._-]+$")
+_TOPIC_SAFE = re.compile(r"[A-Za-z0-9._-]+")  # fullmatch: "$" would let a final "\n" in
 # W3C Trace Context: version-traceid-parentid-flags, lower-case hex.
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def _check_name(what: str, value: object, *, topic_safe: bool = False) -> str:
             f"(at most 249 characters with the topic prefix): the limit is "
             f"{MAX_AGGREGATE_TYPE_LENGTH}"
         )
-    if topic_safe and not _TOPIC_SAFE.match(value):
+    if topic_safe and not _TOPIC_SAFE.fullmatch(value):
         raise InvalidEvent(
             f"{what} {value!r} becomes part of a Kafka topic name: "
             "use only letters, digits, '.', '_' and '-'"
@@ -130,7 +130,7 @@ def _check_headers(headers: Mapping[str, Any] | None) -> dict[str, str]:
         _check_text(f"header {key!r}", value)
         checked[key] = value
     tp = checked.get(TRACEPARENT)
-    if tp is not None and not _TRACEPARENT.match(tp):
+    if tp is not None and not _TRACEPARENT.fullmatch(tp):
         raise InvalidEvent(f"header 'traceparent' is not a W3C trace context: {tp!r}")
     return checked
 

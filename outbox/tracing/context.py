@@ -6,7 +6,7 @@ import os
 import re
 from dataclasses import dataclass
 
-_FORMAT = re.compile(r"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+_FORMAT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")  # fullmatch
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class TraceContext:
     @classmethod
     def parse(cls, value: str | None) -> TraceContext | None:
         """The context of a ``traceparent`` header, or None when absent or malformed."""
-        match = _FORMAT.match(value or "")
+        match = _FORMAT.fullmatch(value or "")
         if not match or match.group(1) == "0" * 32 or match.group(2) == "0" * 16:
             return None
         return cls(match.group(1), match.group(2), match.group(3))

@@ -236,3 +236,20 @@ def test_outbox_passes_its_record_limit_to_validation():
 def test_an_aggregate_type_that_would_make_an_illegal_topic_name_is_refused():
     with pytest.raises(InvalidEvent, match="at most 249 characters with the topic prefix"):
         event(aggregate_type="a" * (MAX_AGGREGATE_TYPE_LENGTH + 1))
+
+
+@pytest.mark.parametrize("name", ["order\n", "order\r\n", "ord er", "order/x", "örder"])
+def test_an_aggregate_type_with_a_character_no_topic_name_allows_is_refused(name):
+    """A final newline too: Kafka would refuse the topic and the connector task would fail."""
+    with pytest.raises(InvalidEvent, match="becomes part of a Kafka topic name"):
+        event(aggregate_type=name)
+
+
+def test_a_traceparent_with_a_final_newline_is_refused_and_not_continued():
+    from outbox.tracing.context import TraceContext
+
+    header = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+    assert TraceContext.parse(header) is not None
+    assert TraceContext.parse(header + "\n") is None
+    with pytest.raises(InvalidEvent, match="not a W3C trace context"):
+        event(headers={"traceparent": header + "\n"})
