@@ -125,14 +125,15 @@ def run(driver: psycopg.Connection[Any], rows: Sequence[Row], *, commit: bool) -
 
 
 def _call(escape: Any, encoding: str, row: Row) -> bytes:
-    """One row's ``SELECT outbox_write_deleted(...)`` with its values as literals. Validation
+    """One row's ``SELECT outbox_write_deleted(...)`` with its values as literals: the id and
+    the time are ASCII this module wrote (no escaping needed), the text is escaped. Validation
     already refused NUL characters and lone surrogates, which no literal could carry."""
 
     def literal(value: str | None) -> bytes:
         return b"NULL" if value is None else bytes(escape(value.encode(encoding)))
 
     return _CALL % (
-        literal(str(row.id)),
+        b"'%s'" % str(row.id).encode("ascii"),
         literal(row.aggregatetype),
         literal(row.aggregateid),
         literal(row.type),
@@ -140,7 +141,7 @@ def _call(escape: Any, encoding: str, row: Row) -> bytes:
         literal(row.traceparent),
         literal(row.headers),
         b"%d" % row.schema_version,
-        literal(row.created_at.isoformat()) + b"::timestamptz",
+        b"'%s'::timestamptz" % row.created_at.isoformat().encode("ascii"),
     )
 
 

@@ -253,3 +253,20 @@ def test_a_traceparent_with_a_final_newline_is_refused_and_not_continued():
     assert TraceContext.parse(header + "\n") is None
     with pytest.raises(InvalidEvent, match="not a W3C trace context"):
         event(headers={"traceparent": header + "\n"})
+
+
+@pytest.mark.parametrize("text", ["a", "é", "€", "🚀", "a\u00e9\u20ac\U0001f680" * 40])
+def test_the_quick_record_bound_is_never_below_the_exact_size(text):
+    """publish skips the exact record size when the bound is within the limit: the bound must
+    hold for characters of every UTF-8 length, in every column that travels."""
+    from outbox.envelope import _record_bound, _record_bytes, _render_headers
+
+    envelope, _ = make_envelope(
+        aggregate_type="order",
+        aggregate_id=text,
+        event_type=text,
+        payload={},
+        headers={"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01", "k": text},
+    )
+    headers_text = _render_headers(extra_headers(envelope))
+    assert _record_bound(envelope, headers_text) >= _record_bytes(envelope, 0, headers_text)
