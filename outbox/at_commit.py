@@ -10,23 +10,28 @@ outbox_write_deleted(...); COMMIT"): its values are literals escaped by libpq
 (``PQescapeLiteral``, which knows the connection's encoding), no parameter adaptation, no
 round trip.
 
-The rows wait in the pooled connection's ``info``, tied to the SQLAlchemy transaction they were
-published in, and SQLAlchemy's connection events (on every Engine) move them:
-- at the transaction's commit they are written ahead of COMMIT (or before PREPARE TRANSACTION);
+The calls (built at publish: an encoding error is the publish's) wait in the pooled
+connection's ``info``, tied to the SQLAlchemy transaction they were published in (weakly), and
+SQLAlchemy's connection events (on every Engine) move them:
+- at the transaction's commit they are sent ahead of COMMIT; before PREPARE TRANSACTION, or
+  before a two-phase transaction's plain COMMIT, they are written at once;
 - at a savepoint's start they are written at once, so that a savepoint rolled back takes with it
   exactly what was published inside it: at its rollback the rows waiting are dropped;
 - at the transaction's rollback they are dropped;
 - any other write of the outbox in the transaction (another mode, the driver not psycopg 3)
   writes them first (`flush`), so that events keep their order in the WAL.
-A transaction committed behind SQLAlchemy's back (the DBAPI connection's own ``commit()``) would
-not write them: its rows are dropped with an error in the log when the connection is next used
-for publishing. Publish errors that only the server can find (the function missing before the
-migrations ran, a lost connection) are raised by the commit instead of ``publish``.
+When the server refuses the message (the function missing before the migrations ran, a
+deferred constraint), the commit raises the error and the transaction is rolled back: its
+business rows are not kept either. A transaction committed behind SQLAlchemy's back (the DBAPI
+connection's own ``commit()``, or a pool whose ``reset_on_return`` commits) would not write them:
+its rows are dropped with an error in the log when the connection is next used for publishing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -40,34 +45,40 @@ from outbox.statements import WRITE_DELETED_ONE, Row, as_sqlalchemy_errors
 
 log = logging.getLogger(__name__)
 
-_PENDING = "outboxkit.outbox_at_commit"  # the key of the waiting rows in the pool's info
+_PENDING = "outboxkit.outbox_at_commit"  # the key of the waiting calls in the pool's info
 _CALL = b"SELECT outbox_write_deleted(%s::uuid, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s, %s)"
 _DONE = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 
 
 @dataclass
 class _Pending:
-    """The rows waiting for the commit of one SQLAlchemy transaction."""
+    """The calls waiting for the commit of one SQLAlchemy transaction."""
 
-    transaction: Any  # the connection's root Transaction they were published in
-    rows: list[Row] = field(default_factory=list)
+    # The connection's root Transaction they were published in, weakly: a transaction abandoned
+    # without close must not keep its connection from the garbage collector, and a dead
+    # reference never matches a later transaction.
+    transaction: weakref.ref[Any]
+    first: Row  # the first row, named in an error
+    calls: list[bytes] = field(default_factory=list)
 
 
 def defer(session: Session, rows: Sequence[Row]) -> bool:
     """Keep delete-mode ``rows`` for the commit of ``session``'s transaction. False when they
     cannot wait (the driver is not psycopg 3, or the connection autocommits): the caller writes
-    them now."""
+    them now. The calls are built here, so that what the client can get wrong (the text's
+    encoding) fails the publish, and the commit fails only on what the server says."""
     conn = session.connection()
     pooled = conn.connection
     driver = pooled.driver_connection
     if not isinstance(driver, psycopg.Connection) or driver.autocommit:
         return False
+    calls = _calls(driver, rows)
     root = conn.get_transaction()
-    pending = pooled.info.get(_PENDING)
-    if pending is None or pending.transaction is not root:
+    pending: _Pending | None = pooled.info.get(_PENDING)
+    if pending is None or pending.transaction() is not root:
         _drop_stale(pending)
-        pending = pooled.info[_PENDING] = _Pending(root)
-    pending.rows.extend(rows)
+        pending = pooled.info[_PENDING] = _Pending(weakref.ref(root), rows[0])
+    pending.calls.extend(calls)
     return True
 
 
@@ -77,72 +88,98 @@ def flush(session: Session) -> None:
         _write_waiting(session.connection(), commit=False)
 
 
-def _take(conn: Connection) -> list[Row]:
-    """The rows waiting for ``conn``'s transaction, no longer waiting."""
+def _take(conn: Connection) -> _Pending | None:
+    """The calls waiting for ``conn``'s transaction, no longer waiting."""
     pending: _Pending | None = conn.info.pop(_PENDING, None)
-    if pending is None or not pending.rows:
-        return []
-    if pending.transaction is not conn.get_transaction():
+    if pending is None or not pending.calls:
+        return None
+    if pending.transaction() is not conn.get_transaction():
         _drop_stale(pending)
-        return []
-    return pending.rows
+        return None
+    return pending
+
+
+def _drop(conn: Connection) -> None:
+    """Forget the calls waiting for ``conn``'s transaction (rolled back). Nothing to do on an
+    invalidated connection: its pool record's info goes with the DBAPI connection."""
+    if not (conn.invalidated or conn.closed):
+        conn.info.pop(_PENDING, None)
 
 
 def _drop_stale(pending: _Pending | None) -> None:
-    if pending is not None and pending.rows:
+    if pending is not None and pending.calls:
         log.error(
             "%d outbox event(s) of a transaction that ended without a commit or rollback "
             "through SQLAlchemy were dropped (commit with the Session or Connection, not the "
             "DBAPI connection)",
-            len(pending.rows),
+            len(pending.calls),
         )
 
 
 def _write_waiting(conn: Connection, *, commit: bool) -> None:
     """Write the rows waiting for ``conn``'s transaction, then COMMIT in the same message when
     ``commit`` (the driver's own commit then finds the transaction ended and does nothing)."""
-    rows = _take(conn)
-    if rows:  # only psycopg 3 connections have waiting rows (`defer`)
-        run(cast(psycopg.Connection[Any], conn.connection.driver_connection), rows, commit=commit)
+    if conn.invalidated or conn.closed:
+        return  # SQLAlchemy raises its own error for the commit or savepoint
+    pending = _take(conn)
+    if pending is not None:
+        driver = cast(psycopg.Connection[Any], conn.connection.driver_connection)
+        run(driver, pending.calls, pending.first, commit=commit)
 
 
-def run(driver: psycopg.Connection[Any], rows: Sequence[Row], *, commit: bool) -> None:
-    """``rows`` written by ``outbox_write_deleted`` (and COMMIT after them when ``commit``) in
-    one simple-protocol message on ``driver``; a failure is raised as SQLAlchemy's error of it
-    (an unreachable database as OperationalError, as through ``session.execute``)."""
+def run(
+    driver: psycopg.Connection[Any], calls: Sequence[bytes], first: Row, *, commit: bool
+) -> None:
+    """Send ``calls`` (and COMMIT after them when ``commit``) in one simple-protocol message on
+    ``driver``; a failure is raised as SQLAlchemy's error of it (an unreachable database as
+    OperationalError, as through ``session.execute``). When the message fails with ``commit``,
+    the transaction is rolled back before the error is raised: SQLAlchemy takes a failed commit
+    for an ended transaction and never rolls it back, and its connection would go back to the
+    pool inside a failed transaction."""
     pgconn = driver.pgconn
-    escape = pq.Escaping(pgconn).escape_literal
-    encoding = driver.info.encoding
-    calls = [_call(escape, encoding, row) for row in rows]
-    if commit:
-        calls.append(b"COMMIT")
-    with as_sqlalchemy_errors((WRITE_DELETED_ONE, tuple(rows[0]))), driver.lock:
-        pgconn.send_query(b"; ".join(calls))
+    message = b"; ".join([*calls, b"COMMIT"] if commit else calls)
+    with as_sqlalchemy_errors((WRITE_DELETED_ONE, tuple(first))), driver.lock:
+        pgconn.send_query(message)
         results = driver.wait(generators.execute(pgconn))
-        for result in results:
-            if result.status not in _DONE:
-                raise psycopg.errors.error_from_result(result, encoding=encoding)
+        failed = next((r for r in results if r.status not in _DONE), None)
+        if failed is None:
+            return
+        error = psycopg.errors.error_from_result(failed, encoding=driver.info.encoding)
+        if commit and pgconn.transaction_status != pq.TransactionStatus.IDLE:
+            with contextlib.suppress(psycopg.Error):  # a lost connection is invalidated later
+                pgconn.send_query(b"ROLLBACK")
+                driver.wait(generators.execute(pgconn))
+        raise error
 
 
-def _call(escape: Any, encoding: str, row: Row) -> bytes:
-    """One row's ``SELECT outbox_write_deleted(...)`` with its values as literals: the id and
-    the time are ASCII this module wrote (no escaping needed), the text is escaped. Validation
-    already refused NUL characters and lone surrogates, which no literal could carry."""
+def _calls(driver: psycopg.Connection[Any], rows: Sequence[Row]) -> list[bytes]:
+    """Each row's ``SELECT outbox_write_deleted(...)`` with its values as literals: the id and
+    the time are ASCII this module wrote (no escaping needed), the text is escaped by libpq
+    for the connection. Validation already refused NUL characters and lone surrogates, which no
+    literal could carry. A SQL_ASCII database gets UTF-8, as psycopg sends it text."""
+    escape = pq.Escaping(driver.pgconn).escape_literal
+    encoding = driver.info.encoding
+    if encoding == "ascii":
+        encoding = "utf-8"
 
     def literal(value: str | None) -> bytes:
         return b"NULL" if value is None else bytes(escape(value.encode(encoding)))
 
-    return _CALL % (
-        b"'%s'" % str(row.id).encode("ascii"),
-        literal(row.aggregatetype),
-        literal(row.aggregateid),
-        literal(row.type),
-        literal(row.payload),
-        literal(row.traceparent),
-        literal(row.headers),
-        b"%d" % row.schema_version,
-        b"'%s'::timestamptz" % row.created_at.isoformat().encode("ascii"),
-    )
+    return [
+        _CALL
+        % (
+            b"'%s'" % str(row.id).encode("ascii"),
+            literal(row.aggregatetype),
+            literal(row.aggregateid),
+            literal(row.type),
+            literal(row.payload),
+            literal(row.traceparent),
+            literal(row.headers),
+            b"%d" % row.schema_version,
+            b"'%s'::timestamptz" % row.created_at.isoformat().encode("ascii"),
+        )
+        for row in rows
+    ]
 
 
 # SQLAlchemy's connection events, on every Engine: where the waiting rows go.
@@ -156,6 +193,12 @@ def _on_prepare(conn: Connection, xid: Any) -> None:
     _write_waiting(conn, commit=False)
 
 
+@event.listens_for(Engine, "commit_twophase")
+def _on_commit_twophase(conn: Connection, xid: Any, is_prepared: bool) -> None:
+    if not is_prepared:  # committed without PREPARE: a plain COMMIT follows
+        _write_waiting(conn, commit=False)
+
+
 @event.listens_for(Engine, "savepoint")
 def _on_savepoint(conn: Connection, name: str) -> None:
     _write_waiting(conn, commit=False)
@@ -163,9 +206,14 @@ def _on_savepoint(conn: Connection, name: str) -> None:
 
 @event.listens_for(Engine, "rollback_savepoint")
 def _on_rollback_savepoint(conn: Connection, name: str, context: Any) -> None:
-    conn.info.pop(_PENDING, None)
+    _drop(conn)
 
 
 @event.listens_for(Engine, "rollback")
 def _on_rollback(conn: Connection) -> None:
-    conn.info.pop(_PENDING, None)
+    _drop(conn)
+
+
+@event.listens_for(Engine, "rollback_twophase")
+def _on_rollback_twophase(conn: Connection, xid: Any, is_prepared: bool) -> None:
+    _drop(conn)

@@ -4,6 +4,7 @@ their order across modes, and what fails at commit fails the whole transaction."
 
 from __future__ import annotations
 
+import gc
 import json
 import tempfile
 import uuid
@@ -14,6 +15,7 @@ from psycopg import pq
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
 
 from migrations import runner
 from outbox import Outbox, OutboxError
@@ -37,8 +39,11 @@ CREATE TABLE business (id text PRIMARY KEY);
 
 @pytest.fixture
 def db(empty_database: str) -> Iterator[Engine]:
+    """The engine under test: ONE pooled connection, so that what a transaction leaves on it
+    (a failed transaction, waiting rows) meets the next one, and a connection never given back
+    shows as a timeout."""
     runner.upgrade(empty_database)
-    engine = create_engine(empty_database, pool_size=2)
+    engine = create_engine(empty_database, pool_size=1, max_overflow=0, pool_timeout=5)
     with engine.begin() as conn:
         conn.exec_driver_sql(SEEN)
     yield engine
@@ -55,14 +60,19 @@ def publish(session: Session, aggregate_id: str, payload: object = None, mode="d
     )
 
 
+def observed(engine: Engine, sql: str) -> list[str]:
+    """What another connection (not the pool under test) reads."""
+    observer = create_engine(engine.url, poolclass=NullPool)
+    with observer.connect() as conn:
+        return list(conn.scalars(text(sql)))
+
+
 def seen(engine: Engine) -> list[str]:
-    with engine.connect() as conn:
-        return list(conn.scalars(text("SELECT aggregateid FROM outbox_seen ORDER BY n")))
+    return observed(engine, "SELECT aggregateid FROM outbox_seen ORDER BY n")
 
 
 def business(engine: Engine) -> list[str]:
-    with engine.connect() as conn:
-        return list(conn.scalars(text("SELECT id FROM business ORDER BY id")))
+    return observed(engine, "SELECT id FROM business ORDER BY id")
 
 
 def test_the_row_travels_with_commit_and_arrives_intact(db):
@@ -81,7 +91,7 @@ def test_the_row_travels_with_commit_and_arrives_intact(db):
         trace.seek(0)
         sent = [line for line in trace if line.split("\t")[0] == "F"]
     assert len(sent) == 1 and "outbox_write_deleted" in sent[0] and "COMMIT" in sent[0], sent
-    with db.connect() as conn:
+    with db.connect() as conn:  # the pool's connection, back and idle
         row = conn.execute(text("SELECT aggregateid, payload FROM outbox_seen")).one()
         assert tuple(row) == ("o-'1'", json.loads(json.dumps(tricky)))
         assert conn.execute(text("SELECT count(*) FROM outbox")).scalar_one() == 0
@@ -133,7 +143,13 @@ def test_a_write_failing_at_commit_fails_the_transaction(db):
         publish(session, "x")
         session.execute(text("SET LOCAL search_path TO pg_temp"))
     assert business(db) == [] and seen(db) == []
-    with Session(db) as session, session.begin():  # the connection is fine afterwards
+    with db.connect() as conn:  # a Connection's commit: SQLAlchemy will not roll it back
+        conn.execute(text("INSERT INTO business VALUES ('lost-2')"))
+        publish(Session(bind=conn), "x2")
+        conn.execute(text("SET LOCAL search_path TO pg_temp"))
+        with pytest.raises(OutboxError):
+            conn.commit()
+    with Session(db) as session, session.begin():  # the pool's connection is fine afterwards
         session.execute(text("INSERT INTO business VALUES ('kept')"))
         publish(session, "y")
     assert business(db) == ["kept"] and seen(db) == ["y"]
@@ -146,10 +162,19 @@ def test_a_connection_lost_before_commit_is_an_outage(db):
         session.execute(text("INSERT INTO business VALUES ('gone')"))
         publish(session, "z")
         pid = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
-        with db.connect() as other:
-            other.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        observed(db, f"SELECT pg_terminate_backend({int(pid)})::text")
     assert is_transient(raised.value)
     assert business(db) == [] and seen(db) == []
+    with db.connect() as conn:  # a Connection's rollback after the loss, then the next one
+        conn.execute(text("INSERT INTO business VALUES ('before-loss')"))
+        pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
+        observed(db, f"SELECT pg_terminate_backend({int(pid)})::text")
+        with pytest.raises(OperationalError):
+            conn.execute(text("SELECT 1"))
+        conn.rollback()  # as a retry loop does: no PendingRollbackError
+    with Session(db) as session, session.begin():
+        publish(session, "after-loss")
+    assert seen(db) == ["after-loss"] and business(db) == []
 
 
 def test_the_write_at_publish_remains_available(db):
@@ -163,3 +188,35 @@ def test_the_write_at_publish_remains_available(db):
         mine = session.execute(text("SELECT count(*) FROM outbox_seen")).scalar_one()
         assert mine == 1
     assert seen(db) == [name]
+
+
+def test_two_phase_transactions_carry_their_events(db):
+    """A two-phase transaction committed without PREPARE (a plain COMMIT) and one rolled back."""
+    with db.connect() as conn:
+        twophase = conn.begin_twophase()
+        publish(Session(bind=conn), "tp-committed")
+        twophase.commit()
+        twophase = conn.begin_twophase()
+        publish(Session(bind=conn), "tp-rolled-back")
+        twophase.rollback()
+    assert seen(db) == ["tp-committed"]
+
+
+def test_an_abandoned_session_gives_its_connection_back(db):
+    """A session dropped without close after a publish: the waiting rows do not keep its
+    connection alive (the pool's one connection is checked out again), nor are they written."""
+    session = Session(db)
+    publish(session, "abandoned")
+    del session
+    gc.collect()
+    with Session(db) as session, session.begin():
+        publish(session, "next")
+    assert seen(db) == ["next"]
+
+
+def test_a_sql_ascii_client_encoding_gets_utf8(db):
+    """psycopg sends text as UTF-8 to a SQL_ASCII connection; so does the write at commit."""
+    with Session(db) as session, session.begin():
+        session.execute(text("SET LOCAL client_encoding TO 'SQL_ASCII'"))
+        publish(session, "Grüße 🚀")
+    assert seen(db) == ["Grüße 🚀"]
