@@ -67,6 +67,8 @@ def defer(session: Session, rows: Sequence[Row]) -> bool:
     cannot wait (the driver is not psycopg 3, or the connection autocommits): the caller writes
     them now. The calls are built here, so that what the client can get wrong (the text's
     encoding) fails the publish, and the commit fails only on what the server says."""
+    if not rows:  # publish_many([]): nothing to write, nothing to wait for
+        return True
     conn = session.connection()
     pooled = conn.connection
     driver = pooled.driver_connection

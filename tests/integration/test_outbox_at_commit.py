@@ -122,6 +122,15 @@ def test_savepoints_and_rollbacks_take_exactly_what_they_published(db):
     assert seen(db) == ["a", "c", "e", "f", "i"]
 
 
+def test_publishing_no_events_writes_nothing(db):
+    """A handler that has no replies publishes an empty list (as the saga's do)."""
+    with Session(db) as session, session.begin():
+        assert Outbox("delete").publish_many(session, []) == []
+        publish(session, "after-nothing")
+        assert Outbox("delete").publish_many(session, []) == []
+    assert seen(db) == ["after-nothing"]
+
+
 def test_events_keep_their_order_across_modes(db):
     """A write of another mode in the transaction writes the waiting rows first."""
     with Session(db) as session, session.begin():
