@@ -12,11 +12,12 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 
 from cdc.config import topic_for
 from devstack.processes import alive
@@ -117,14 +118,21 @@ def assert_nothing_parked(saga: Saga, placed) -> None:
     """No consumer parked a record of these orders: in a run without poison, a parked record
     is a handler that failed (the audit counts it as accounted for, the order may still end)."""
     keys = [p.order_id.encode() for p in placed]
+    columns = (parked.c.consumer, parked.c.event_type, parked.c.error)
+    assert parked_with_keys(saga, keys, *columns) == []
+
+
+def parked_with_keys(
+    saga: Saga, keys: Sequence[bytes], *columns: ColumnElement[Any]
+) -> list[tuple[Any, ...]]:
+    """``columns`` of the records with one of the raw ``keys`` that any service's consumer
+    parked."""
+    rows: list[tuple[Any, ...]] = []
     for service in SERVICES:
         with saga.engines[service].connect() as conn:
-            rows = conn.execute(
-                select(parked.c.consumer, parked.c.event_type, parked.c.error).where(
-                    parked.c.raw_key.in_(keys)
-                )
-            ).all()
-        assert [tuple(r) for r in rows] == [], service
+            found = conn.execute(select(*columns).where(parked.c.raw_key.in_(keys))).all()
+        rows += [tuple(r) for r in found]
+    return rows
 
 
 def kill_during(saga: Saga, stack, seed: int) -> None:
@@ -276,17 +284,11 @@ def test_poison_records_on_the_saga_topics_are_parked_and_every_order_completes(
         rules.SHIPMENT: ("payments", "orders"),
     }
     expected = {(service, key) for aggregate, key, _, _ in poison for service in readers[aggregate]}
+    keys = [key for _, key, _, _ in poison]
     deadline = time.monotonic() + 120
     while True:
-        found = set()
-        for service in SERVICES:
-            with saga.engines[service].connect() as conn:
-                rows = conn.execute(
-                    select(parked.c.consumer, parked.c.raw_key).where(
-                        parked.c.raw_key.in_([key for _, key, _, _ in poison])
-                    )
-                ).all()
-            found |= {(consumer, bytes(key)) for consumer, key in rows}
+        rows = parked_with_keys(saga, keys, parked.c.consumer, parked.c.raw_key)
+        found = {(consumer, bytes(key)) for consumer, key in rows}
         if found >= expected or time.monotonic() > deadline:
             break
         time.sleep(1)
@@ -301,15 +303,8 @@ def assert_forged_parked_and_not_applied(
     payment or shipment of a forged id, the forged SKU's stock as it was set."""
     forged = forged_records(tag)
     keys = [key for _, key, _, _ in forged]
-    reasons = {}
-    for service in SERVICES:
-        with saga.engines[service].connect() as conn:
-            rows = conn.execute(
-                select(parked.c.consumer, parked.c.raw_key, parked.c.error).where(
-                    parked.c.raw_key.in_(keys)
-                )
-            ).all()
-        reasons |= {(consumer, bytes(key)): error for consumer, key, error in rows}
+    rows = parked_with_keys(saga, keys, parked.c.consumer, parked.c.raw_key, parked.c.error)
+    reasons = {(consumer, bytes(key)): error for consumer, key, error in rows}
     assert reasons == {
         (service, key): reason
         for (aggregate, key, _, _), reason in zip(forged, FORGED_REASONS, strict=True)
