@@ -16,6 +16,7 @@ from outbox import tracing
 from outbox.engines import engine_for
 from outbox.kafka.security import librdkafka_config, spark_source_options
 from spark_consumers.job import DEFAULT_TRIGGER_SECONDS, Job
+from spark_consumers.listeners import add_listeners
 from spark_consumers.progress import ProgressLog
 from spark_consumers.retry import RestartBudget
 from spark_consumers.sink import TRACE_SERVICE, inbox_sink
@@ -231,8 +232,7 @@ def run_jobs(
 
     session = session or build_session("outboxkit-consumers", jars=jars)
     tracing.configure(TRACE_SERVICE)  # the micro-batch spans, when OTEL_* ask for tracing
-    for listener in (ProgressLog(), *listeners):
-        session.streams.addListener(listener)
+    add_listeners(session, (ProgressLog(), *listeners))
     groups = query_groups(jobs, shared)
 
     def start(group: tuple[Job, ...]) -> Any:
