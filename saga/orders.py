@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Request
@@ -18,14 +18,11 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
-    Update,
     case,
-    column,
     func,
     insert,
     select,
     update,
-    values,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
@@ -33,7 +30,7 @@ from sqlalchemy.orm import Session
 from inbox import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
-from saga.common import migrations_of, settings_of
+from saga.common import migrations_of, settings_of, unnested
 from saga.contracts import (
     CONTRACTS,
     MAX_ITEMS,
@@ -219,20 +216,23 @@ def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
     ).all()
     moves = rules.follow_orders({r.id: r.status for r in rows}, events)
     if moves.statuses:
-        uow.session.execute(_move(moves.statuses))
+        statuses = moves.statuses
+        uow.session.execute(
+            _MOVE, {"moved_id": list(statuses), "moved_status": list(statuses.values())}
+        )
     if moves.timeline:
-        uow.session.execute(insert(timeline).values([_entry(e, s) for e, s in moves.timeline]))
+        uow.session.execute(insert(timeline), [_entry(e, s) for e, s in moves.timeline])
 
 
-def _move(statuses: Mapping[str, str]) -> Update:
-    moved = values(column("id", String), column("status", String), name="moved")
-    moved = moved.data(list(statuses.items()))
-    final_at = case((moved.c.status.in_(rules.FINAL), func.now()), else_=orders.c.final_at)
-    return (
-        update(orders)
-        .where(orders.c.id == moved.c.id)
-        .values(status=moved.c.status, final_at=final_at)
+_MOVED = unnested("moved", id=String(), status=String())
+_MOVE = (
+    update(orders)
+    .where(orders.c.id == _MOVED.c.id)
+    .values(
+        status=_MOVED.c.status,
+        final_at=case((_MOVED.c.status.in_(rules.FINAL), func.now()), else_=orders.c.final_at),
     )
+)
 
 
 def _entry(event: Envelope, status_after: str) -> dict[str, Any]:

@@ -18,19 +18,16 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    Update,
-    column,
     func,
     insert,
     select,
     update,
-    values,
 )
 
 from inbox import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
-from saga.common import migrations_of, publish_replies, settings_of
+from saga.common import migrations_of, publish_replies, settings_of, unnested
 from saga.contracts import CONTRACTS
 from saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
@@ -89,12 +86,20 @@ def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
     done = rules.settle_payments(_locked(uow, refunds) if refunds else {}, events)
     if done.created:
         rows = [asdict(p) for p in done.created.values()]
-        uow.session.execute(insert(payments).values(rows))
+        uow.session.execute(insert(payments), rows)
     if done.changed:
-        uow.session.execute(_change(done.changed.values()))
+        changed = list(done.changed.values())
+        uow.session.execute(
+            _CHANGE,
+            {
+                "refunded_order_id": [p.order_id for p in changed],
+                "refunded_status": [p.status for p in changed],
+                "refunded_reason": [p.reason for p in changed],
+            },
+        )
     if done.log:
         log = [{"order_id": o, "action": a, "event_id": str(e.event_id)} for o, a, e in done.log]
-        uow.session.execute(insert(payment_log).values(log))
+        uow.session.execute(insert(payment_log), log)
     publish_replies(uow, done.replies)
 
 
@@ -117,18 +122,12 @@ def _locked(uow: UnitOfWork, order_ids: Iterable[str]) -> dict[str, rules.Paymen
     }
 
 
-def _change(changed: Iterable[rules.Payment]) -> Update:
-    refunded = values(
-        column("order_id", String),
-        column("status", String),
-        column("reason", Text),
-        name="refunded",
-    ).data([(p.order_id, p.status, p.reason) for p in changed])
-    return (
-        update(payments)
-        .where(payments.c.order_id == refunded.c.order_id)
-        .values(status=refunded.c.status, reason=refunded.c.reason, updated_at=func.now())
-    )
+_REFUNDED = unnested("refunded", order_id=String(), status=String(), reason=Text())
+_CHANGE = (
+    update(payments)
+    .where(payments.c.order_id == _REFUNDED.c.order_id)
+    .values(status=_REFUNDED.c.status, reason=_REFUNDED.c.reason, updated_at=func.now())
+)
 
 
 HANDLERS = BatchHandler(

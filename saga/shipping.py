@@ -19,20 +19,17 @@ from sqlalchemy import (
     String,
     Table,
     Text,
-    Update,
-    column,
     func,
     insert,
     select,
     update,
-    values,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from inbox import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
-from saga.common import migrations_of, publish_replies, settings_of
+from saga.common import migrations_of, publish_replies, settings_of, unnested
 from saga.contracts import CONTRACTS
 from saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
@@ -97,10 +94,12 @@ def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
     skus = rules.skus_wanted(events)
     done = rules.reserve_stock(_locked(uow, skus) if skus else {}, events)
     if done.taken:
-        uow.session.execute(_take(done.taken))
+        taken = sorted(done.taken.items())
+        uow.session.execute(
+            _TAKE, {"reserved_sku": [s for s, _ in taken], "reserved_qty": [q for _, q in taken]}
+        )
     if done.shipments:
-        rows = [asdict(s) for s in done.shipments]
-        uow.session.execute(insert(shipments).values(rows))
+        uow.session.execute(insert(shipments), [asdict(s) for s in done.shipments])
     publish_replies(uow, done.replies)
 
 
@@ -115,14 +114,12 @@ def _locked(uow: UnitOfWork, skus: Sequence[str]) -> dict[str, int]:
     return {sku: available for sku, available in rows}
 
 
-def _take(taken: Mapping[str, int]) -> Update:
-    reserved = values(column("sku", String), column("qty", Integer), name="reserved")
-    reserved = reserved.data(sorted(taken.items()))
-    return (
-        update(stock)
-        .where(stock.c.sku == reserved.c.sku)
-        .values(available=stock.c.available - reserved.c.qty)
-    )
+_RESERVED = unnested("reserved", sku=String(), qty=Integer())
+_TAKE = (
+    update(stock)
+    .where(stock.c.sku == _RESERVED.c.sku)
+    .values(available=stock.c.available - _RESERVED.c.qty)
+)
 
 
 HANDLERS = BatchHandler(

@@ -211,10 +211,15 @@ class FakeSession:
 
     def __init__(self, rows: list[Any]) -> None:
         self.statements: list[str] = []
+        self.params: list[Any] = []
         self.rows = rows
 
-    def execute(self, statement: Any) -> FakeResult:
-        self.statements.append(str(statement.compile(dialect=psycopg.dialect())))
+    def execute(self, statement: Any, params: Any = None) -> FakeResult:
+        # Compiled as executing it would, for the parameters' names (an executemany's first row).
+        first = params[0] if isinstance(params, list) else params
+        keys = list(first or {})
+        self.statements.append(str(statement.compile(dialect=psycopg.dialect(), column_keys=keys)))
+        self.params.append(params)
         return FakeResult(self.rows)
 
 
@@ -245,7 +250,26 @@ def test_the_orders_handler_writes_a_slice_in_three_statements():
     orders.HANDLERS.apply(events, uow)  # type: ignore[arg-type]
     assert statements(uow) == ["SELECT orders", "UPDATE orders", "INSERT order_timeline"]
     lock, move, _ = uow.session.statements
-    assert lock.endswith("FOR UPDATE") and "FROM (VALUES" in move
+    assert lock.endswith("FOR UPDATE") and "FROM unnest(" in move
+    _, moved, timeline = uow.session.params
+    assert moved == {
+        "moved_id": [ORDER_1, ORDER_2, ORDER_3],
+        "moved_status": [rules.SHIPPED, rules.PAID, rules.PAID],
+    }
+    assert [row["order_id"] for row in timeline] == [ORDER_1, ORDER_2, ORDER_3, ORDER_1]
+
+
+def test_the_handlers_statements_are_the_same_for_any_number_of_rows():
+    """Rows travel as parameters (arrays, or an executemany's list), never in the statement:
+    SQLAlchemy compiles each statement once, not on every slice."""
+    seen = []
+    for count in (1, 3):
+        ids = [ORDER_1, ORDER_2, ORDER_3][:count]
+        uow = FakeUnitOfWork([SimpleNamespace(id=o, status=rules.PENDING) for o in ids])
+        orders.HANDLERS.apply([payment(rules.PAYMENT_CAPTURED, o) for o in ids], uow)  # type: ignore[arg-type]
+        seen.append(uow.session.statements[1:])
+        assert len(uow.session.params[2]) == count
+    assert seen[0] == seen[1]
 
 
 def test_the_payments_handler_writes_a_slice_in_constant_statements():
