@@ -1,9 +1,10 @@
 """The apply loop's entry point: one partition's ordered records in ONE transaction on the
 consumer's database, exactly once per event.
 
-`Inbox.apply_partition` tries the slice at once (`inbox.slice`: one savepoint, falling back to
-one per record), then record by record with constraints checked at each statement, and as a last
-resort parks every new record with the reason; the handlers' API is in `inbox.handlers`."""
+`Inbox.apply_partition` tries the slice at once (`inbox.slice`), then, should a handler raise,
+record by record in a new transaction (a savepoint each), then record by record with constraints
+checked at each statement, and as a last resort parks every new record with the reason; the
+handlers' API is in `inbox.handlers`."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from sqlalchemy.orm import Session
 from inbox.decision import Action, PartitionView
 from inbox.handlers import BatchHandler, Handlers, as_batch
 from inbox.recorder import Recorder
-from inbox.slice import BatchResult, SliceApplier, SliceOutcome
+from inbox.slice import BatchResult, HandlerFailed, SliceApplier, SliceOutcome
 from outbox.errors import is_transient
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
@@ -52,8 +53,9 @@ class Inbox:
     # watermark alone, exact only for a producer that never writes an event twice.
     window: int = DEFAULT_WINDOW
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    # One savepoint around the slice, falling back to one per record when a handler fails.
-    # False: a savepoint per record from the start (two more round trips per record).
+    # The slice through the batch handler at once; when a handler raises, the transaction is
+    # rolled back and the slice redone record by record in a new one (a savepoint per record).
+    # False: record by record from the start (two more round trips per record).
     optimistic: bool = True
     # How the handlers' events are written (the consuming service's outbox).
     outbox: Outbox = field(default_factory=Outbox)
@@ -101,17 +103,23 @@ class Inbox:
             raise ValueError("apply_partition takes the records of ONE topic partition")
         ordered = sorted(records, key=lambda r: r.offset)
         attempts: list[Callable[[Sequence[KafkaRecord]], BatchResult]] = [
-            lambda rs: self._transaction(rs, optimistic=self.optimistic),
+            lambda rs: self._transaction(rs, optimistic=False),
             lambda rs: self._transaction(rs, optimistic=False, immediate=True),
         ]
+        if self.optimistic:
+            attempts.insert(0, lambda rs: self._transaction(rs, optimistic=True))
+        error: Exception | None = None
         for attempt in attempts:
             try:
                 return attempt(ordered)
+            except HandlerFailed as exc:  # rolled back: redone record by record
+                log.info("%s[%d]: per-record apply after %s", topic, partition, exc)
             except Exception as exc:
                 if is_transient(exc):
                     raise
                 error = exc
                 log.exception("%s[%d]: the partition's transaction failed", topic, partition)
+        assert error is not None  # only the first attempt raises HandlerFailed, and others follow
         return self._park_all(ordered, f"the inbox transaction failed: {_describe(error)}")
 
     def _transaction(
@@ -143,8 +151,9 @@ class Inbox:
                 ),
             )
             slices = self.slices
-            done = slices.optimistic(session, view, decoded) if optimistic else None
-            if done is None:
+            if optimistic:
+                done = slices.optimistic(session, view, decoded)
+            else:
                 done = slices.one_by_one(session, view, decoded)
             recorder.park(session, done.parked)
             recorder.append_ledger(session, topic, partition, done.applied)

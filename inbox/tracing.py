@@ -24,6 +24,10 @@ class RecordSpans:
         self.batch = spans.current() if self.on else None
         self.started: list[spans.Traced] = []
         self.event_ids: list[str | None] = []
+        if not self.on:  # nothing records: a placeholder per record, at once
+            self.started = [_OFF] * len(items)
+            self.event_ids = [None] * len(items)
+            return
         for item in items:
             self.start(item)
 

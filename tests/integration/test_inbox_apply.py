@@ -511,3 +511,35 @@ def test_events_a_batch_handler_publishes_commit_with_the_slice(engine, consumer
     by_id = {r.id: r.traceparent for r in rows}
     assert by_id[ids[0]].startswith("00-" + "a" * 32)  # continues the consumed event's trace
     assert not by_id[ids[1]].startswith("00-" + "a" * 32)  # an untraced event: a new trace
+
+
+def test_a_failing_slice_keeps_nothing_it_published_and_the_redo_publishes_once(engine, consumer):
+    """The slice at once publishes an event per record and fails on one: its transaction is
+    rolled back, events and all, and the slice redone record by record publishes one event per
+    applied record (retain mode: the outbox rows stay visible to count)."""
+    from outbox import NewEvent
+    from outbox.table import outbox_table
+
+    aggregate = f"relayed-{uuid.uuid4().hex[:8]}"
+
+    def relay(events, uow):
+        uow.publish_many(
+            [NewEvent(aggregate, e.aggregate_id, "Relayed", {"n": e.payload["n"]}) for e in events]
+        )
+        if any(e.aggregate_id == "bad" for e in events):
+            raise RuntimeError("cannot relay bad")
+
+    inbox = Inbox(
+        engine, consumer, BatchHandler(relay), outbox=Outbox(mode="retain"), max_attempts=1
+    )
+    slice_ = [record("b4", n, key, n) for n, key in enumerate(["a", "bad", "b", "c"])]
+    result = inbox.apply_partition(slice_)
+    assert result.count(Action.APPLY) == 3 and result.count(Action.PARK) == 1
+    with engine.connect() as conn:
+        published = conn.execute(
+            select(outbox_table.c.aggregateid, func.count())
+            .where(outbox_table.c.aggregatetype == aggregate)
+            .group_by(outbox_table.c.aggregateid)
+        ).all()
+    assert dict(published) == {"a": 1, "b": 1, "c": 1}
+    assert sorted(e.aggregate_id for e in result.published) == ["a", "b", "c"]

@@ -73,3 +73,21 @@ def test_the_window_takes_exactly_the_canonical_uuid_text(value: uuid.UUID, form
     except ValueError:
         canonical = False
     assert _is_uuid(text) == canonical
+
+
+_IDS = st.one_of(
+    st.none(),
+    st.just(""),
+    st.uuids().map(str),
+    st.uuids().map(lambda u: str(u).upper()),
+    st.lists(st.uuids().map(str), min_size=2, max_size=3).map(",".join),  # a comma inside
+    st.text(alphabet="0123456789abcdef-,\n", max_size=40),
+)
+
+
+@given(st.lists(_IDS, max_size=12))
+def test_the_window_is_asked_for_exactly_the_distinct_canonical_ids(ids: list[str | None]) -> None:
+    from inbox.recorder import _is_uuid, canonical_uuids
+
+    one_by_one = ",".join(sorted({i for i in ids if i and _is_uuid(i)}))
+    assert canonical_uuids(ids) == one_by_one
