@@ -3,6 +3,8 @@ import uuid
 from dataclasses import replace
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from outbox.envelope import Envelope
 from outbox.wire.record import (
@@ -105,3 +107,35 @@ def test_undecodable_records_say_why(key, value, hdrs, message):
     result = read(record(key, value, hdrs))  # the inbox's way: never raises
     assert result.envelope is None and message.split("'")[0] in (result.problem or "")
     assert result.key == (None if key is None else key.decode())
+
+
+# -- parse_json: json.loads's result and errors, whatever the bytes -----------------------------
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _loaded(load, raw: bytes) -> tuple[str, str]:
+    try:
+        return "value", repr(load(raw))
+    except Exception as exc:  # the same class and message, or the same value
+        return type(exc).__name__, str(exc)
+
+
+@given(
+    st.one_of(
+        st.tuples(_JSON, st.booleans(), st.sampled_from(["", " ", "\n", "x", "}", "\x00"])).map(
+            lambda v: (json.dumps(v[0], ensure_ascii=v[1]) + v[2]).encode("utf-8", "surrogatepass")
+        ),
+        st.binary(max_size=24).map(lambda b: b"{" + b),
+        st.binary(max_size=24).map(lambda b: b"[" + b),
+        st.binary(max_size=24),
+        _JSON.map(lambda v: json.dumps(v).encode("utf-16-le")),
+    )
+)
+def test_parse_json_gives_what_json_loads_gives(raw: bytes) -> None:
+    from outbox.wire.record import parse_json
+
+    assert _loaded(parse_json, raw) == _loaded(json.loads, raw)
