@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 from inbox import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
-from saga.common import migrations_of, settings_of, unnested
+from saga.common import migrations_of, settings_of, unnested, unnested_rows
 from saga.contracts import (
     CONTRACTS,
     MAX_ITEMS,
@@ -216,10 +216,7 @@ def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
     ).all()
     moves = rules.follow_orders({r.id: r.status for r in rows}, events)
     if moves.statuses:
-        statuses = moves.statuses
-        uow.session.execute(
-            _MOVE, {"moved_id": list(statuses), "moved_status": list(statuses.values())}
-        )
+        uow.session.execute(_MOVE, unnested_rows(_MOVED, moves.statuses.items()))
     if moves.timeline:
         uow.session.execute(insert(timeline), [_entry(e, s) for e, s in moves.timeline])
 

@@ -27,7 +27,7 @@ from sqlalchemy import (
 from inbox import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
-from saga.common import migrations_of, publish_replies, settings_of, unnested
+from saga.common import migrations_of, publish_replies, settings_of, unnested, unnested_rows
 from saga.contracts import CONTRACTS
 from saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
@@ -88,15 +88,8 @@ def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
         rows = [asdict(p) for p in done.created.values()]
         uow.session.execute(insert(payments), rows)
     if done.changed:
-        changed = list(done.changed.values())
-        uow.session.execute(
-            _CHANGE,
-            {
-                "refunded_order_id": [p.order_id for p in changed],
-                "refunded_status": [p.status for p in changed],
-                "refunded_reason": [p.reason for p in changed],
-            },
-        )
+        changed = ((p.order_id, p.status, p.reason) for p in done.changed.values())
+        uow.session.execute(_CHANGE, unnested_rows(_REFUNDED, changed))
     if done.log:
         log = [{"order_id": o, "action": a, "event_id": str(e.event_id)} for o, a, e in done.log]
         uow.session.execute(insert(payment_log), log)

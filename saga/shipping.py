@@ -29,7 +29,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from inbox import BatchHandler
 from outbox.envelope import Envelope
 from saga import rules
-from saga.common import migrations_of, publish_replies, settings_of, unnested
+from saga.common import migrations_of, publish_replies, settings_of, unnested, unnested_rows
 from saga.contracts import CONTRACTS
 from saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
@@ -94,10 +94,7 @@ def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
     skus = rules.skus_wanted(events)
     done = rules.reserve_stock(_locked(uow, skus) if skus else {}, events)
     if done.taken:
-        taken = sorted(done.taken.items())
-        uow.session.execute(
-            _TAKE, {"reserved_sku": [s for s, _ in taken], "reserved_qty": [q for _, q in taken]}
-        )
+        uow.session.execute(_TAKE, unnested_rows(_RESERVED, sorted(done.taken.items())))
     if done.shipments:
         uow.session.execute(insert(shipments), [asdict(s) for s in done.shipments])
     publish_replies(uow, done.replies)
