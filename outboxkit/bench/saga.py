@@ -43,6 +43,10 @@ from saga_harness.processes import SAGA_TRIGGER_SECONDS, SKUS, Saga
 from spark_consumers.progress import PHASES
 
 GRACE_SECONDS = 5.0  # a step's orders may finish this long after its last POST
+# A step counts toward the capacity target only when held with its p99 at most this (issue 27:
+# "step load held 60 s with p99 <= 5 s in the step"); the bench's own rule (held) only asks
+# that latency did not grow through the step.
+TARGET_P99_SECONDS = 5.0
 
 
 def step_verdict(
@@ -50,7 +54,8 @@ def step_verdict(
 ) -> dict[str, Any]:
     """Whether a step of ``rate`` orders/s for ``duration`` s was held: POSTs kept the rate,
     >= 98% of the orders were final by the step's end + GRACE_SECONDS, and the p99 of the
-    second half of the step did not grow past 1.5x the first half's (+0.5 s)."""
+    second half of the step did not grow past 1.5x the first half's (+0.5 s). ``within_target``:
+    held, and the step's p99 at most TARGET_P99_SECONDS."""
     began = min(p.posted_at for p in placed)
     finished = [p.posted_at + lat for p, lat in zip(placed, latencies, strict=True)]
     in_time = sum(1 for f in finished if f <= began + duration + GRACE_SECONDS)
@@ -64,15 +69,18 @@ def step_verdict(
         and in_time >= 0.98 * len(placed)
         and p99_second <= 1.5 * p99_first + 0.5
     )
+    p99 = percentile(latencies, 0.99)
     return {
         "rate": rate,
         "posted_rate": posted_rate,
         "completed_rate": in_time / duration,
         "completed_in_time": in_time / len(placed),
         "p50": percentile(latencies, 0.5),
+        "p99": p99,
         "p99_first_half": p99_first,
         "p99_second_half": p99_second,
         "held": held,
+        "within_target": held and p99 <= TARGET_P99_SECONDS,
     }
 
 
@@ -168,9 +176,11 @@ def _step(saga: Saga, rate: float, seconds: float, seed: int, progress: Progress
             "completed_rate": nan,
             "completed_in_time": nan,
             "p50": nan,
+            "p99": nan,
             "p99_first_half": nan,
             "p99_second_half": nan,
             "held": False,
+            "within_target": False,
             "error": f"{type(exc).__name__}: {exc}",
         }
     latencies = _settle(saga, placed, progress).latencies
@@ -244,6 +254,8 @@ def _report(
     found = machine(stack.database_url())
     held = [s["rate"] for s in stepped if s["held"]]
     capacity = max(held) if held else 0.0
+    within = [s["rate"] for s in stepped if s.get("within_target")]
+    capacity_target = max(within) if within else 0.0
     md = (
         "### Saga: order -> pay -> ship on the local stack\n\n"
         f"Fixed rates: orders POSTed open-loop for {duration:g} s, {reps} repetitions each "
@@ -289,9 +301,11 @@ def _report(
             ["process", *(f"at {rate:g}/s" for rate in runs)],
             _cpu_rows(runs),
         )
-        + f"\nStep load: capacity (highest rate held) **{capacity:g} orders/s**; the orders "
-        f"service alone answered **{post_rate:,.0f} POST /orders per second** (32 clients, "
-        "closed loop, before the consumers started).\n\n"
+        + f"\nStep load: capacity (highest rate held) **{capacity:g} orders/s**; held with the "
+        f"step's p99 <= {TARGET_P99_SECONDS:g} s (issue 27's capacity target): "
+        f"**{capacity_target:g} orders/s**; the orders service alone answered "
+        f"**{post_rate:,.0f} POST /orders per second** (32 clients, closed loop, before the "
+        "consumers started).\n\n"
         + markdown_table(
             [
                 "offered",
@@ -299,6 +313,7 @@ def _report(
                 "completed",
                 "final in time",
                 "p50 s",
+                "p99 s",
                 "p99 1st half",
                 "p99 2nd half",
                 "held",
@@ -310,6 +325,7 @@ def _report(
                     f"{s['completed_rate']:.1f}/s",
                     f"{100 * s['completed_in_time']:.1f}%",
                     f"{s['p50']:.2f}",
+                    f"{s.get('p99', float('nan')):.2f}",
                     f"{s['p99_first_half']:.2f}",
                     f"{s['p99_second_half']:.2f}",
                     "yes" if s["held"] else f"no{': ' + s['error'] if 'error' in s else ''}",
@@ -341,6 +357,7 @@ def _report(
         "fixed_rates": {f"{rate:g}": r for rate, r in runs.items()},
         "step_load": stepped,
         "capacity_orders_per_second": capacity,
+        "capacity_within_target_orders_per_second": capacity_target,
         "post_rate_alone": post_rate,
         "plots": [str(p) for p in plots],
     }

@@ -50,6 +50,15 @@ def test_a_step_is_not_held_when_latency_grows_or_posts_fall_behind() -> None:
     assert not step_verdict(50, 60, slow_posts, [1.0] * 3000)["held"]
 
 
+def test_a_step_held_counts_toward_the_capacity_target_only_with_its_p99_within_5_s() -> None:
+    placed, latencies = steady(50, 60, 4.0)
+    assert step_verdict(50, 60, placed, latencies)["within_target"]
+    slow = [4.0] * (len(placed) - 60) + [6.0] * 60  # 2% above 5 s, evenly through the step
+    slow = [slow[(i * 37) % len(slow)] for i in range(len(slow))]
+    verdict = step_verdict(50, 60, placed, slow)
+    assert verdict["held"] and verdict["p99"] == 6.0 and not verdict["within_target"]
+
+
 def test_percentiles() -> None:
     p = percentiles([float(i) for i in range(1, 101)])
     assert (p["p50"], p["p95"], p["p99"], p["max"]) == (51.0, 96.0, 100.0, 100.0)
