@@ -62,10 +62,7 @@ def headers_from_arrow(column: pa.ListArray) -> list[list[tuple[str, bytes | Non
     column; a null list reads as no headers. ``flatten`` takes the column's own slice and skips
     null lists, so the flat pairs follow the lengths of the lists that are there."""
     lengths = pc.fill_null(column.value_lengths(), 0).to_pylist()
-    entries = column.flatten()
-    if not len(entries):
-        return [[] for _ in lengths]
-    names, values = (field.to_pylist() for field in entries.flatten())
+    names, values = (field.to_pylist() for field in column.flatten().flatten())
     pairs = list(zip(names, values, strict=True))
     out: list[list[tuple[str, bytes | None]]] = []
     start = 0

@@ -252,10 +252,8 @@ def _report(
     trigger: float,
 ) -> tuple[dict[str, Any], str]:
     found = machine(stack.database_url())
-    held = [s["rate"] for s in stepped if s["held"]]
-    capacity = max(held) if held else 0.0
-    within = [s["rate"] for s in stepped if s.get("within_target")]
-    capacity_target = max(within) if within else 0.0
+    capacity = max((s["rate"] for s in stepped if s["held"]), default=0.0)
+    capacity_target = max((s["rate"] for s in stepped if s["within_target"]), default=0.0)
     md = (
         "### Saga: order -> pay -> ship on the local stack\n\n"
         f"Fixed rates: orders POSTed open-loop for {duration:g} s, {reps} repetitions each "
@@ -325,7 +323,7 @@ def _report(
                     f"{s['completed_rate']:.1f}/s",
                     f"{100 * s['completed_in_time']:.1f}%",
                     f"{s['p50']:.2f}",
-                    f"{s.get('p99', float('nan')):.2f}",
+                    f"{s['p99']:.2f}",
                     f"{s['p99_first_half']:.2f}",
                     f"{s['p99_second_half']:.2f}",
                     "yes" if s["held"] else f"no{': ' + s['error'] if 'error' in s else ''}",
