@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from inbox.decision import Action, PartitionView
 from inbox.handlers import BatchHandler, Handlers, as_batch
+from inbox.position import OffsetsMoved, TopicIdentity, judge_identity, merged
 from inbox.recorder import Recorder
 from inbox.slice import BatchResult, HandlerFailed, SliceApplier, SliceOutcome
 from outbox.errors import is_transient
@@ -83,8 +84,17 @@ class Inbox:
         """True when a handler exists for ``event_type``."""
         return self.batch.handles(event_type)
 
-    def apply_partition(self, records: Sequence[KafkaRecord]) -> BatchResult:
+    def apply_partition(
+        self, records: Sequence[KafkaRecord], identity: TopicIdentity | None = None
+    ) -> BatchResult:
         """Decide and apply one partition's records, advance its watermark, commit.
+        ``identity``: what the records' offsets refer to (their cluster and topic), checked
+        against the watermark's (`inbox.position.judge_identity`); None skips the check.
+
+        When the offsets changed meaning, the partition stops, with the reason, and
+        `OffsetsMoved` is raised: nothing of the slice is applied or skipped. A stopped partition
+        raises it until it is started over (`inbox.moves.start_over`: by the consumer driver when
+        its sources' positions can take over, else by an operator).
 
         The bookkeeping takes a constant number of statements whatever the slice's size: lock
         and read the watermark, the window's ids of the slice (and its parked keys when the
@@ -103,17 +113,20 @@ class Inbox:
             raise ValueError("apply_partition takes the records of ONE topic partition")
         ordered = sorted(records, key=lambda r: r.offset)
         attempts: list[Callable[[Sequence[KafkaRecord]], BatchResult]] = [
-            lambda rs: self._transaction(rs, optimistic=False),
-            lambda rs: self._transaction(rs, optimistic=False, immediate=True),
+            lambda rs: self._transaction(rs, identity, optimistic=False),
+            lambda rs: self._transaction(rs, identity, optimistic=False, immediate=True),
         ]
         if self.optimistic:
-            attempts.insert(0, lambda rs: self._transaction(rs, optimistic=True))
+            attempts.insert(0, lambda rs: self._transaction(rs, identity, optimistic=True))
         error: Exception | None = None
         for attempt in attempts:
             try:
                 return attempt(ordered)
             except HandlerFailed as exc:  # rolled back: redone record by record
                 log.info("%s[%d]: per-record apply after %s", topic, partition, exc)
+            except OffsetsMoved as moved:  # rolled back: nothing applied, nothing skipped
+                self._stop(topic, partition, moved)
+                raise
             except Exception as exc:
                 if is_transient(exc):
                     raise
@@ -123,9 +136,16 @@ class Inbox:
         return self._park_all(ordered, f"the inbox transaction failed: {_describe(error)}")
 
     def _transaction(
-        self, records: Sequence[KafkaRecord], *, optimistic: bool, immediate: bool = False
+        self,
+        records: Sequence[KafkaRecord],
+        identity: TopicIdentity | None,
+        *,
+        optimistic: bool,
+        immediate: bool = False,
     ) -> BatchResult:
-        """One try at the slice in one transaction; the replay check comes before decoding.
+        """One try at the slice in one transaction. Records above the watermark are decoded;
+        those at or below it (a replay) only when the sources' positions or the window can
+        judge them (`Decider`), else they are counted as replays undecoded.
         ``immediate``: deferred constraints are checked at each statement, inside the record's
         savepoint, so a record breaking one is parked instead of failing the commit."""
         topic, partition = records[0].topic, records[0].partition
@@ -134,11 +154,19 @@ class Inbox:
             if immediate:
                 session.execute(text("SET CONSTRAINTS ALL IMMEDIATE"))
             locked = recorder.locked(session, topic, partition)
+            if locked.stopped is not None:
+                raise OffsetsMoved(locked.stopped, rebased=False)
+            moved = judge_identity(locked.identity, identity, locked.positions)
+            if moved is not None:
+                raise moved
             mark = locked.offset
-            decoded = [read(r) for r in records if r.offset > mark]
+            fresh = sum(1 for r in records if r.offset > mark)
+            judged = self.window or locked.positions  # replays that can prove otherwise
+            decoded = [read(r) for r in (records if judged else records[len(records) - fresh :])]
             replays = len(records) - len(decoded)
             if not decoded:
                 return BatchResult(topic, partition, mark, {Action.SKIP_REPLAY: replays})
+            replayed = [d.record.offset for d in decoded if d.record.offset <= mark]
             view = PartitionView(
                 watermark=mark,
                 recent_ids=recorder.recent(
@@ -149,6 +177,8 @@ class Inbox:
                     if locked.any_parked
                     else frozenset()
                 ),
+                positions=locked.positions,
+                held=recorder.held_at(session, topic, partition, replayed),
             )
             slices = self.slices
             if optimistic:
@@ -157,7 +187,15 @@ class Inbox:
                 done = slices.one_by_one(session, view, decoded)
             recorder.park(session, done.parked)
             recorder.append_ledger(session, topic, partition, done.applied)
-            recorder.advance(session, topic, partition, done.result.watermark, done.applied)
+            recorder.advance(
+                session,
+                topic,
+                partition,
+                done.result.watermark,
+                done.applied,
+                positions=merged(locked.positions, ((d.source, d.position) for d in decoded)),
+                identity=identity,
+            )
         result = done.result
         if replays:
             result.counts[Action.SKIP_REPLAY] = result.count(Action.SKIP_REPLAY) + replays
@@ -165,19 +203,35 @@ class Inbox:
             self.on_published(result.published)
         return result
 
+    def _stop(self, topic: str, partition: int, moved: OffsetsMoved) -> None:
+        """Record why the partition stopped, in a transaction of its own (the slice's was rolled
+        back); a partition already stopped keeps its first reason."""
+        recorder = self.recorder
+        with Session(self.engine) as session, session.begin():
+            if recorder.locked(session, topic, partition).stopped is None:
+                recorder.stop(session, topic, partition, moved.reason)
+        log.error("%s[%d] stopped: %s", topic, partition, moved.reason)
+
     def _park_all(self, records: Sequence[KafkaRecord], reason: str) -> BatchResult:
         """The last resort: park every record above the watermark, raw bytes and reason, and
         move the watermark past them (redrive applies them once the cause is fixed)."""
         topic, partition = records[0].topic, records[0].partition
         recorder = self.recorder
         with Session(self.engine) as session, session.begin():
-            mark = recorder.lock(session, topic, partition)
+            locked = recorder.locked(session, topic, partition)
+            mark = locked.offset
             fresh = [read(r) for r in records if r.offset > mark]
             done = SliceOutcome(BatchResult(topic, partition, mark))
             for item in fresh:
                 done.count(item, Action.PARK, reason, 0)
             recorder.park(session, done.parked)
-            recorder.advance(session, topic, partition, done.result.watermark)
+            recorder.advance(
+                session,
+                topic,
+                partition,
+                done.result.watermark,
+                positions=merged(locked.positions, ((d.source, d.position) for d in fresh)),
+            )
         result = done.result
         if len(fresh) < len(records):
             result.counts[Action.SKIP_REPLAY] = len(records) - len(fresh)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from outbox.wire.position import Position
 
 
 class Action(enum.Enum):
@@ -15,6 +17,9 @@ class Action(enum.Enum):
     SKIP_DUPLICATE = "skip_duplicate"  # event id already applied: a CDC re-send at a new offset
     PARK = "park"  # undecodable, unknown type, invalid payload, or handler kept failing
     HOLD = "hold"  # same key as a parked record: parked behind it to keep per-key order
+    # The record proves the partition's offsets changed meaning (another event at an applied
+    # offset): it is neither applied nor skipped, the partition stops with the reason.
+    STOP = "stop"
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,8 @@ class Incoming:
     event_type: str | None = None
     decode_error: str | None = None
     invalid: str | None = None  # why its payload must not be applied (the handler's check)
+    source: str | None = None  # the source database's name, with the position (`inbox.position`)
+    position: Position | None = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,10 @@ class PartitionView:
     watermark: int  # highest applied offset, -1 when nothing was applied yet
     recent_ids: frozenset[str]  # applied event ids within the dedup window
     parked_keys: frozenset[str]  # keys with a parked record that was not redriven yet
+    # Per source, the highest position decided in this partition (`inbox.position`).
+    positions: Mapping[str, Position] = field(default_factory=dict)
+    # The event id the window holds at each of the slice's offsets at or below the watermark.
+    held: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -53,19 +64,43 @@ class Decider:
     Ids and keys seen earlier in the batch count: a re-send inside the batch is skipped, and a
     record parked in this batch (by decision, or because its handler failed, reported through
     ``parked``) holds every later record of its key.
-    """
+
+    A record whose source already has a position in this partition is judged by that position,
+    not by its offset: at or below it, a replay or a re-send; above it, a new event even at an
+    offset the watermark passed (a re-created topic, another cluster). Other records are judged
+    by the offset, and one at an applied offset that holds another event than the window says
+    stops the partition (`Action.STOP`): the offsets changed meaning."""
 
     def __init__(self, view: PartitionView, *, known_types: Iterable[str] | None = None) -> None:
         self._types = None if known_types is None else frozenset(known_types)
         self._seen = set(view.recent_ids)
         self._parked = set(view.parked_keys)
+        self._mark = view.watermark
         self._last = view.watermark
+        self._positions = dict(view.positions)
+        self._held = view.held
 
     def decide(self, record: Incoming) -> Decision:
         """The action for the next record; offsets must be given in increasing order."""
-        if record.offset <= self._last:
+        known = self._positions.get(record.source) if record.source is not None else None
+        if known is not None and record.position is not None:
+            if record.position <= known:
+                action = (
+                    Action.SKIP_REPLAY if record.offset <= self._mark else Action.SKIP_DUPLICATE
+                )
+                return Decision(
+                    record.offset,
+                    action,
+                    f"source {record.source} position {list(record.position)} <= {list(known)}",
+                )
+        elif record.offset <= self._last:
+            held = self._held.get(record.offset)
+            if held is not None and record.event_id is not None and held != record.event_id:
+                return Decision(record.offset, Action.STOP, offsets_moved(record, held))
             return Decision(record.offset, Action.SKIP_REPLAY, f"offset <= {self._last}")
-        self._last = record.offset
+        self._last = max(self._last, record.offset)
+        if record.source is not None and record.position is not None:
+            self._positions[record.source] = record.position
         decision = self._decide_new(record)
         if decision.action is Action.APPLY and record.event_id is not None:
             self._seen.add(record.event_id)
@@ -107,6 +142,15 @@ def decide(
     """Decide every record of one partition's batch, in offset order (no handler failures)."""
     decider = Decider(view, known_types=known_types)
     return [decider.decide(r) for r in sorted(records, key=lambda r: r.offset)]
+
+
+def offsets_moved(record: Incoming, held: str) -> str:
+    """Why a partition stops on ``record``: its offset held event ``held`` when applied."""
+    return (
+        f"offset {record.offset} held event {held} when it was applied and now holds event "
+        f"{record.event_id}: the partition's offsets no longer mean what its watermark says (a "
+        "re-created topic, or another cluster); see the runbook 'When offsets change'"
+    )
 
 
 def prune_floor(watermark: int, window: int) -> int:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session
 
 from inbox import statements
 from inbox.decision import prune_floor
+from inbox.position import TopicIdentity, from_json, to_json
 from inbox.tables import (
     ERROR_CHARS,
     EVENT_ID_CHARS,
@@ -38,8 +39,10 @@ from inbox.tables import (
     KEY_CHARS,
     ledger,
     parked,
+    recent_ids,
     watermarks,
 )
+from outbox.wire.position import Position
 from outbox.wire.record import CANONICAL_UUID, Decoded, key_bytes, key_text, readable
 
 Executor = Session | Connection
@@ -51,6 +54,9 @@ class Locked:
 
     offset: int  # -1 before the first record
     any_parked: bool  # False: the partition has no parked record (`Recorder.parked_keys`)
+    identity: TopicIdentity | None = None  # what the offsets refer to (None: not recorded yet)
+    positions: Mapping[str, Position] = field(default_factory=dict)  # per source, the highest
+    stopped: str | None = None  # why the partition is stopped (`Recorder.stop`)
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,14 @@ class Recorder:
                 .on_conflict_do_nothing()
             )
             row = session.execute(statements.LOCK, named).one()
-        return Locked(int(row.offset), bool(row.any_parked))
+        identity = (
+            TopicIdentity(row.cluster_id, row.topic_id)
+            if row.cluster_id is not None and row.topic_id is not None
+            else None
+        )
+        return Locked(
+            int(row.offset), bool(row.any_parked), identity, from_json(row.sources), row.stopped
+        )
 
     def advance(
         self,
@@ -107,15 +120,25 @@ class Recorder:
         partition: int,
         offset: int,
         applied: Sequence[tuple[str, int]] = (),
+        *,
+        positions: Mapping[str, Position] | None = None,
+        identity: TopicIdentity | None = None,
     ) -> None:
-        """Set the (locked) watermark and, with a window, remember the slice's ``applied``
-        (event id, offset) pairs (`remember`) and forget the slices below the new floor: one
-        statement.
+        """Set the (locked) watermark, with the sources' ``positions`` and the offsets'
+        ``identity`` when given (kept when None), and, with a window, remember the slice's
+        ``applied`` (event id, offset) pairs (`remember`) and forget the slices below the new
+        floor: one statement.
 
         A slice is forgotten whole once its last offset falls below the floor; one straddling
         the floor stays whole, so the window may keep up to a slice more than ``window``
         offsets (never fewer)."""
-        params: dict[str, Any] = {**self._named(topic, partition), "p_offset": offset}
+        params: dict[str, Any] = {
+            **self._named(topic, partition),
+            "p_offset": offset,
+            "p_sources": None if positions is None else to_json(positions),
+            "p_cluster_id": None if identity is None else identity.cluster_id,
+            "p_topic_id": None if identity is None else identity.topic_id,
+        }
         if not self.window:
             session.execute(statements.MARK, params)
             return
@@ -125,6 +148,51 @@ class Recorder:
             return
         params.update(self._slice(topic, partition, applied))
         session.execute(statements.MARK_PRUNE_REMEMBER, params)
+
+    def held_at(
+        self, session: Session, topic: str, partition: int, offsets: Sequence[int]
+    ) -> dict[int, str]:
+        """The event id the window holds at each of ``offsets`` it still covers (the caller
+        holds the partition's lock)."""
+        if not self.window or not offsets:
+            return {}
+        rows = session.execute(
+            statements.HELD_AT,
+            {
+                **self._named(topic, partition),
+                "p_first": min(offsets),
+                "p_last": max(offsets),
+                "p_offsets": ",".join(str(o) for o in offsets),
+            },
+        )
+        return {int(offset): str(event_id) for offset, event_id in rows}
+
+    def rebase(
+        self, session: Session, topic: str, partition: int, identity: TopicIdentity | None
+    ) -> None:
+        """Start the partition's offsets over for ``identity`` (a re-created topic, another
+        cluster): watermark -1, the window's offsets forgotten, the sources' positions kept (they
+        decide from now on), no longer stopped. The caller holds the lock."""
+        session.execute(
+            update(watermarks)
+            .where(*self.match(watermarks, topic, partition))
+            .values(
+                offset=-1,
+                cluster_id=None if identity is None else identity.cluster_id,
+                topic_id=None if identity is None else identity.topic_id,
+                stopped=None,
+                updated_at=func.now(),
+            )
+        )
+        session.execute(delete(recent_ids).where(*self.match(recent_ids, topic, partition)))
+
+    def stop(self, session: Session, topic: str, partition: int, reason: str) -> None:
+        """Record why the partition stopped (shown by `outboxkit inbox status`)."""
+        session.execute(
+            update(watermarks)
+            .where(*self.match(watermarks, topic, partition))
+            .values(stopped=readable(reason, ERROR_CHARS))
+        )
 
     def positions(self, conn: Executor, topics: Sequence[str]) -> dict[tuple[str, int], int]:
         """Next offset to read per (topic, partition) of ``topics`` (watermark + 1)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from inbox.decision import Action, Decider, Decision, Incoming, PartitionView
 from inbox.handlers import BatchHandler
+from inbox.position import OffsetsMoved
 from inbox.tracing import RecordSpans, ended
 from outbox.envelope import Envelope
 from outbox.errors import is_transient
@@ -116,6 +117,7 @@ class SliceApplier:
         else:
             decider = Decider(view, known_types=self.batch.event_types)
             decisions = [(item, decider.decide(_incoming(item, self.batch))) for item in decoded]
+            stopped(d for _, d in decisions)
         events = [item.envelope for item, d in decisions if d.action is Action.APPLY]
         spans = RecordSpans(self.consumer, [item for item, _ in decisions])
         uow = UnitOfWork(session, self.outbox, event_spans=spans.by_event_id())
@@ -158,6 +160,7 @@ class SliceApplier:
         for item in decoded:
             incoming = _incoming(item, self.batch)
             decision = decider.decide(incoming)
+            stopped((decision,))
             action, reason, attempts, took = decision.action, decision.reason, 1, None
             traced = spans.start(item)
             if action is Action.APPLY:
@@ -204,6 +207,13 @@ def all_new(view: PartitionView, decoded: Sequence[Decoded], batch: BatchHandler
     watermark, in offset order): each decoded, of a type the handler applies, its payload valid,
     its event id neither in the window nor twice in the slice, its key not parked. Checked with
     set operations, where the decider goes record by record; False sends the slice to it."""
+    if decoded[0].record.offset <= view.watermark:
+        return False
+    if view.positions:
+        for item in decoded:
+            known = view.positions.get(item.source) if item.source is not None else None
+            if known is not None and item.position is not None and item.position <= known:
+                return False
     ids = [item.event_id for item in decoded]
     if None in ids or len(set(ids)) != len(ids) or not view.recent_ids.isdisjoint(ids):
         return False
@@ -218,7 +228,23 @@ def all_new(view: PartitionView, decoded: Sequence[Decoded], batch: BatchHandler
     return True
 
 
+def stopped(decisions: Iterable[Decision]) -> None:
+    """Raise `OffsetsMoved` (the transaction rolls back) when a record stops the partition."""
+    for decision in decisions:
+        if decision.action is Action.STOP:
+            raise OffsetsMoved(decision.reason, rebased=False)
+
+
 def _incoming(item: Decoded, batch: BatchHandler) -> Incoming:
     invalid = None if item.envelope is None else batch.invalid(item.envelope)
     record = item.record
-    return Incoming(record.offset, item.key, item.event_id, item.event_type, item.problem, invalid)
+    return Incoming(
+        record.offset,
+        item.key,
+        item.event_id,
+        item.event_type,
+        item.problem,
+        invalid,
+        item.source,
+        item.position,
+    )

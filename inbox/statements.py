@@ -20,10 +20,12 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    null,
     select,
+    text,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 from inbox.tables import parked, recent_ids, watermarks
 
@@ -49,7 +51,14 @@ def this_partition(table: Table) -> tuple[ColumnElement[bool], ...]:
 
 # The partition's watermark row, locked until commit (`Recorder.locked`).
 LOCK = (
-    select(watermarks.c.offset, watermarks.c.any_parked)
+    select(
+        watermarks.c.offset,
+        watermarks.c.any_parked,
+        watermarks.c.cluster_id,
+        watermarks.c.topic_id,
+        watermarks.c.sources,
+        watermarks.c.stopped,
+    )
     .where(*this_partition(watermarks))
     .with_for_update()
 )
@@ -85,13 +94,33 @@ REMEMBER = insert(recent_ids).values(
 # DELETE cannot see the INSERT's row (one snapshot): a new slice already below the floor (its
 # records followed by many parked ones) is forgotten by the next transaction, not this one, so
 # the window keeps more for a while, never less.
+# The identity is kept when the caller gives none (NULL); a partition that moves on is no longer
+# stopped.
 MARK = (
     update(watermarks)
     .where(*this_partition(watermarks))
-    .values(offset=bindparam("p_offset"), updated_at=func.now())
+    .values(
+        offset=bindparam("p_offset"),
+        updated_at=func.now(),
+        sources=func.coalesce(bindparam("p_sources", type_=JSONB), watermarks.c.sources),
+        cluster_id=func.coalesce(bindparam("p_cluster_id", type_=Text), watermarks.c.cluster_id),
+        topic_id=func.coalesce(bindparam("p_topic_id", type_=Text), watermarks.c.topic_id),
+        stopped=null(),
+    )
 )
 PRUNE = delete(recent_ids).where(
     *this_partition(recent_ids), recent_ids.c.last_offset < bindparam("p_floor")
 )
 MARK_PRUNE = MARK.add_cte(PRUNE.cte("pruned"))
 MARK_PRUNE_REMEMBER = MARK_PRUNE.add_cte(REMEMBER.cte("remembered"))
+# The event id the window holds at each of the wanted offsets (a slice's replays).
+HELD_AT = text(
+    """
+    SELECT held.offset_, held.event_id::text
+    FROM inbox_recent AS r,
+         unnest(r.offsets, r.event_ids) AS held(offset_, event_id)
+    WHERE r.consumer = :p_consumer AND r.topic = :p_topic AND r."partition" = :p_partition
+      AND r.first_offset <= :p_last AND r.last_offset >= :p_first
+      AND held.offset_ = ANY(CAST(string_to_array(:p_offsets, ',') AS bigint[]))
+    """
+)

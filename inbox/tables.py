@@ -22,15 +22,20 @@ from sqlalchemy import (
     UniqueConstraint,
     false,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 metadata = MetaData()
 
-# One row per (consumer, topic, partition): the highest offset applied (or skipped past), and
-# whether the partition may have parked records (set by a trigger on every insert into
-# inbox_parked, migration 0011; set again from what is left by redrive and skip; never false
-# while one is there), which spares the apply loop the parked-key lookup when it is false.
+# One row per (consumer, topic, partition): the highest offset applied (or skipped past), what
+# those offsets refer to (the cluster's id and the topic's id, KIP-516: NULL until a consumer
+# job told; a re-created topic or another cluster has other ids), per source the highest
+# position decided (`inbox.position`: {"<source>": [commit LSN, change LSN]}), why the partition
+# is stopped (NULL while it runs), and whether the partition may have parked records (set by
+# a trigger on every insert into inbox_parked, migration 0011; set again from what is left by
+# redrive and skip; never false while one is there), which spares the apply loop the
+# parked-key lookup when it is false.
 watermarks = Table(
     "inbox_watermark",
     metadata,
@@ -40,6 +45,10 @@ watermarks = Table(
     Column("offset", BigInteger, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("any_parked", Boolean, nullable=False, server_default=false()),
+    Column("cluster_id", String(64), nullable=True),
+    Column("topic_id", String(64), nullable=True),
+    Column("sources", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("stopped", Text, nullable=True),
     PrimaryKeyConstraint("consumer", "topic", "partition"),
 )
 

@@ -15,6 +15,7 @@ from inbox.recorder import Recorder
 from outbox import tracing
 from outbox.engines import engine_for
 from outbox.kafka.security import librdkafka_config, spark_source_options
+from spark_consumers.identity import TopicIdentities, prepare_start
 from spark_consumers.job import DEFAULT_TRIGGER_SECONDS, Job
 from spark_consumers.listeners import add_listeners
 from spark_consumers.progress import ProgressLog
@@ -152,12 +153,15 @@ def start_query(
     on_batch: BatchCallback | None = None,
 ) -> Any:
     """Start one streaming query applying every micro-batch through each of ``jobs``' inboxes
-    (checkpoint under ``checkpoint``/<job names joined by '+'>)."""
+    (checkpoint under ``checkpoint``/<job names joined by '+'>), after the partitions whose
+    offsets moved were dealt with (`spark_consumers.identity.prepare_start`)."""
     name = "+".join(job.name for job in jobs)
+    identities = TopicIdentities(jobs[0])
+    prepare_start(jobs, identities.read(topics_of(jobs)), checkpoint)
     return (
         source_frame(session, jobs)
         .writeStream.queryName(name)
-        .foreachBatch(inbox_sink(jobs, on_batch))
+        .foreachBatch(inbox_sink(jobs, on_batch, identities))
         .option("checkpointLocation", str(checkpoint / name))
         .trigger(processingTime=f"{trigger_seconds} seconds")
         .start()

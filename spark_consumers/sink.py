@@ -6,12 +6,13 @@ import dataclasses
 import functools
 import gc
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from inbox.position import TopicIdentity
 from outbox import tracing
 from outbox.engines import engine_for
 from outbox.errors import is_transient
@@ -74,11 +75,15 @@ def headers_from_arrow(column: pa.ListArray) -> list[list[tuple[str, bytes | Non
 
 
 def apply_batches(
-    jobs: Sequence[Job], batches: Iterator[pa.RecordBatch]
+    jobs: Sequence[Job],
+    batches: Iterator[pa.RecordBatch],
+    identities: Mapping[str, TopicIdentity] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: group this Spark partition's records by Kafka partition and apply each
     group, for every job reading its topic, in that job's own inbox transaction; yield one
-    result row per (job, Kafka partition)."""
+    result row per (job, Kafka partition). ``identities``: each topic's, as the driver read it
+    for this micro-batch (what the records' offsets refer to)."""
+    identities = identities or {}
     grouped: dict[tuple[str, int], list[KafkaRecord]] = {}
     for batch in batches:
         for record in records_from_arrow(batch):
@@ -95,7 +100,7 @@ def apply_batches(
             # The database unreachable (restart, failover): the same records again, after a
             # backoff; the inbox makes a retry idempotent. Data errors never get here: they park.
             result, retries = retrying(
-                functools.partial(inbox.apply_partition, records),
+                functools.partial(inbox.apply_partition, records, identities.get(topic)),
                 retryable=is_transient,
                 backoff=dataclasses.replace(BATCH_RETRY, budget=job.batch_retry_seconds),
                 what=f"{job.name} {topic}[{partition}]",
@@ -132,7 +137,10 @@ def _settle() -> None:
 
 
 def traced_batches(
-    jobs: Sequence[Job], batches: Iterator[pa.RecordBatch], batch_span: str | None
+    jobs: Sequence[Job],
+    batches: Iterator[pa.RecordBatch],
+    batch_span: str | None,
+    identities: Mapping[str, TopicIdentity] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """`apply_batches` in a Python worker: its tracing set up (once per process), the driver's
     micro-batch span (``batch_span``, a traceparent) current, so the record spans link to it,
@@ -141,19 +149,22 @@ def traced_batches(
     tracing.configure(TRACE_SERVICE)
     try:
         with spans.current_context(TraceContext.parse(batch_span)):
-            results = list(apply_batches(jobs, batches))
+            results = list(apply_batches(jobs, batches, identities))
     finally:
         tracing.flush()
     _settle()
     yield from results
 
 
-def inbox_sink(jobs: Sequence[Job], on_batch: Any = None) -> Any:
+def inbox_sink(jobs: Sequence[Job], on_batch: Any = None, identities: Any = None) -> Any:
     """A foreachBatch function applying each micro-batch through the jobs' inboxes; tells
     ``on_batch(job_name, batch_id, summaries)`` per job what it did (a `SliceSummary` per Kafka
-    partition)."""
+    partition). ``identities`` (a `spark_consumers.identity.TopicIdentities`): read per batch,
+    so that a partition whose topic changed identity stops instead of taking new offsets for
+    replays."""
     jobs = tuple(jobs)
     name = "+".join(job.name for job in jobs)
+    topics = tuple(sorted({t for job in jobs for t in job.topics}))
 
     def sink(frame: Any, batch_id: int) -> None:
         # One task per core: launching a Python task cost more than applying a small slice.
@@ -165,9 +176,10 @@ def inbox_sink(jobs: Sequence[Job], on_batch: Any = None) -> Any:
         )
         link = batch.context.header() if batch.recording else None
         try:
+            now = identities.read(topics) if identities is not None else None
             results = (
                 frame.coalesce(slots)
-                .mapInArrow(lambda it: traced_batches(jobs, it, link), SPARK_SCHEMA)
+                .mapInArrow(lambda it: traced_batches(jobs, it, link, now), SPARK_SCHEMA)
                 .collect()
             )
         except Exception as exc:

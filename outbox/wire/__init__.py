@@ -31,6 +31,15 @@ HEADER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("schema_version", SCHEMA_VERSION),
 )
 
+# The event's place in its source, copied by the connector from Debezium's change event (its
+# ``source`` block) before the EventRouter replaces the value: the connector's logical name
+# (``topic.prefix``, one per source database) and Debezium's ``sequence``, the JSON array
+# ``["<last commit LSN>", "<this change's LSN>"]``, which grows in the order the WAL's
+# transactions committed (`inbox.position`). The inbox dedups by it across topics, partitions
+# and clusters, where offsets change.
+SOURCE = "sourceName"
+SOURCE_POSITION = "sourcePosition"
+
 # Message mode: the prefix of the transactional logical decoding messages that carry events
 # (pg_logical_emit_message); the connector captures only messages with this prefix. Each
 # message's content is a JSON object with the outbox columns as fields, the payload and the

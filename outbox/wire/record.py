@@ -33,6 +33,7 @@ from outbox.wire import (
     TRACEPARENT,
     jsonb,
 )
+from outbox.wire.position import Position, source_position
 
 Headers = Sequence[tuple[str, bytes | None]]
 
@@ -271,6 +272,8 @@ class Decoded(NamedTuple):
     key: str | None
     event_id: str | None
     event_type: str | None
+    source: str | None = None  # the source database and the event's position there
+    position: Position | None = None
 
 
 def read(record: KafkaRecord) -> Decoded:
@@ -279,10 +282,20 @@ def read(record: KafkaRecord) -> Decoded:
     ``key`` is the key without a byte lost (`key_text`); ``event_id`` and ``event_type`` are
     the headers' text as far as it can be read (Postgres-safe copies are the recorder's job)."""
     key = key_text(record.key)
+    source, position = source_position(record.headers or ())
     try:
         envelope, event_id = _decode(record)
     except Exception as exc:  # a hostile record may exhaust the parser: RecursionError, ...
         problem = exc if isinstance(exc, UndecodableRecord) else f"{type(exc).__name__}: {exc}"
         found = header_map(record.headers)
-        return Decoded(record, None, str(problem), key, found.get(ID), found.get(EVENT_TYPE))
-    return Decoded(record, envelope, None, key, event_id, envelope.event_type)
+        return Decoded(
+            record,
+            None,
+            str(problem),
+            key,
+            found.get(ID),
+            found.get(EVENT_TYPE),
+            source,
+            position,
+        )
+    return Decoded(record, envelope, None, key, event_id, envelope.event_type, source, position)

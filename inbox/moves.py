@@ -1,0 +1,96 @@
+"""Partitions whose offsets moved (a re-created topic, another cluster), as the consumer driver
+and operators see them: which ones, whether their sources' positions can take over, and
+starting them over.
+
+Starting a partition over sets its watermark to -1 for the topic's new identity and forgets the
+window's offsets; the sources' positions stay and decide from then on. The reader must then
+read the partition from its start (the driver moves its Spark checkpoint aside and starts from
+the inbox's positions): `Inbox` never starts a partition over by itself, since a slice read
+from the middle of the new topic would pass the records before it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+from sqlalchemy.orm import Session
+
+from inbox.position import TopicIdentity, from_json
+from inbox.recorder import Recorder
+from inbox.tables import watermarks
+from outbox.wire.position import Position
+
+
+@dataclass(frozen=True)
+class Move:
+    """One partition of a consumer whose offsets no longer mean what its watermark says."""
+
+    consumer: str
+    topic: str
+    partition: int
+    watermark: int
+    recorded: TopicIdentity | None  # what its offsets referred to
+    current: TopicIdentity | None  # what the topic is now (None: not known)
+    positions: Mapping[str, Position]
+    stopped: str | None
+
+    @property
+    def identity_changed(self) -> bool:
+        return None not in (self.recorded, self.current) and self.recorded != self.current
+
+    @property
+    def automatic(self) -> bool:
+        """True when the driver may start it over: the topic's identity changed and the
+        partition's sources have positions to judge its records by."""
+        return self.identity_changed and bool(self.positions)
+
+    def describe(self) -> str:
+        if self.stopped:
+            return self.stopped
+        assert self.recorded is not None and self.current is not None
+        return f"{self.recorded.describe()} became {self.current.describe()}"
+
+
+def moved(
+    engine: Engine,
+    consumer: str,
+    current: Mapping[str, TopicIdentity],
+    topics: Sequence[str] | None = None,
+) -> list[Move]:
+    """The consumer's partitions (of ``topics``, else all) that are stopped or whose recorded
+    identity differs from ``current`` (per topic; a topic missing there is not judged)."""
+    query = select(watermarks).where(watermarks.c.consumer == consumer)
+    if topics is not None:
+        query = query.where(watermarks.c.topic.in_(list(topics)))
+    found = []
+    with engine.connect() as conn:
+        for row in conn.execute(query.order_by(watermarks.c.topic, watermarks.c.partition)):
+            recorded = (
+                TopicIdentity(row.cluster_id, row.topic_id)
+                if row.cluster_id is not None and row.topic_id is not None
+                else None
+            )
+            move = Move(
+                consumer,
+                row.topic,
+                int(row.partition),
+                int(row.offset),
+                recorded,
+                current.get(row.topic),
+                from_json(row.sources),
+                row.stopped,
+            )
+            if move.stopped is not None or move.identity_changed:
+                found.append(move)
+    return found
+
+
+def start_over(engine: Engine, move: Move, identity: TopicIdentity | None = None) -> None:
+    """Start ``move``'s partition over for ``identity`` (its current one when None): watermark
+    -1, the window's offsets forgotten, no longer stopped; the positions stay."""
+    recorder = Recorder(move.consumer)
+    with Session(engine) as session, session.begin():
+        recorder.lock(session, move.topic, move.partition)
+        recorder.rebase(session, move.topic, move.partition, identity or move.current)

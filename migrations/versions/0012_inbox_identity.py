@@ -1,0 +1,41 @@
+"""The inbox's watermarks say what their offsets refer to and where each source stands.
+
+Each ``inbox_watermark`` row gets the cluster's and the topic's id its offsets belong to
+(``cluster_id``, ``topic_id``; NULL until a consumer job records them: rows of earlier versions
+take the ids the job sees next), per source the highest position decided (``sources``), and
+why the partition is stopped (``stopped``). Existing watermarks keep their meaning: records
+without a source position are still judged by offset.
+
+Revision ID: 0012_inbox_identity
+Revises: 0011_inbox_watermark_parked
+Create Date: 2026-11-26
+"""
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision = "0012_inbox_identity"
+down_revision = "0011_inbox_watermark_parked"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("inbox_watermark", sa.Column("cluster_id", sa.String(64), nullable=True))
+    op.add_column("inbox_watermark", sa.Column("topic_id", sa.String(64), nullable=True))
+    op.add_column(
+        "inbox_watermark",
+        sa.Column(
+            "sources",
+            postgresql.JSONB(),
+            nullable=False,
+            server_default=sa.text("'{}'::jsonb"),
+        ),
+    )
+    op.add_column("inbox_watermark", sa.Column("stopped", sa.Text(), nullable=True))
+
+
+def downgrade() -> None:
+    for column in ("stopped", "sources", "topic_id", "cluster_id"):
+        op.drop_column("inbox_watermark", column)

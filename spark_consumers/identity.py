@@ -1,0 +1,117 @@
+"""What the jobs' topics are now, read on the driver: the cluster's id and each topic's id
+(KIP-516), which change when a topic is re-created or the jobs move to another cluster; and
+what the driver does about partitions whose offsets moved, before a query starts."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from inbox import moves
+from inbox.position import TopicIdentity
+from outbox.engines import engine_for
+from outbox.kafka.security import librdkafka_config
+from spark_consumers.job import Job
+
+log = logging.getLogger(__name__)
+
+ADMIN_TIMEOUT_SECONDS = 10.0
+
+
+class JobStopped(RuntimeError):
+    """A partition of a job is stopped and only an operator can start it over."""
+
+
+class TopicIdentities:
+    """Reads the identity of a set of topics from the jobs' cluster (one admin client, kept)."""
+
+    def __init__(self, job: Job) -> None:
+        self._config: dict[str, Any] = {
+            "bootstrap.servers": job.bootstrap_servers,
+            **librdkafka_config(job.kafka_security),
+            **job.kafka_options,
+        }
+        self._admin: Any = None
+
+    def read(self, topics: Sequence[str]) -> dict[str, TopicIdentity]:
+        """Each existing topic's identity (a topic that does not exist yet is left out)."""
+        from confluent_kafka import KafkaException, TopicCollection
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient(self._config)
+        admin = self._admin
+        cluster = admin.describe_cluster(request_timeout=ADMIN_TIMEOUT_SECONDS)
+        described = admin.describe_topics(
+            TopicCollection(list(topics)), request_timeout=ADMIN_TIMEOUT_SECONDS
+        )
+        cluster_id = str(cluster.result(timeout=ADMIN_TIMEOUT_SECONDS).cluster_id)
+        found: dict[str, TopicIdentity] = {}
+        for topic, future in described.items():
+            try:
+                found[topic] = TopicIdentity(cluster_id, str(future.result().topic_id))
+            except KafkaException:  # unknown topic: it may appear later
+                continue
+        return found
+
+
+def prepare_start(
+    jobs: Sequence[Job], identities: Mapping[str, TopicIdentity], checkpoint: Path
+) -> None:
+    """Before a query of ``jobs`` starts: partitions whose topic changed identity and whose
+    sources have positions are started over; a partition only an operator can start over
+    raises `JobStopped`. The query's Spark checkpoint is moved aside when its offsets belong
+    to other topic identities than today's, so it starts from the inbox's positions."""
+    started_over = False
+    for job in jobs:
+        engine = engine_for(job.engine_url(), "once")
+        try:
+            for move in moves.moved(engine, job.consumer, identities, job.topics):
+                if not move.automatic:
+                    raise JobStopped(
+                        f"job {job.name}: {move.topic}[{move.partition}] is stopped: "
+                        f"{move.describe()}. See the runbook 'When offsets change': "
+                        f"outboxkit inbox rebase --consumer {job.consumer} --topic {move.topic}"
+                    )
+                moves.start_over(engine, move)
+                started_over = True
+                log.warning(
+                    "job %s: %s[%d] started over from its start (%s); its sources' positions "
+                    "decide what was applied",
+                    job.name,
+                    move.topic,
+                    move.partition,
+                    move.describe(),
+                )
+        finally:
+            engine.dispose()
+    _checkpoint_for(checkpoint, identities, jobs, stale=started_over)
+
+
+def _checkpoint_for(
+    checkpoint: Path, identities: Mapping[str, TopicIdentity], jobs: Sequence[Job], stale: bool
+) -> None:
+    """Move the query's checkpoint aside when it was made for other topic identities (or a
+    partition was started over), and record today's beside it."""
+    name = "+".join(job.name for job in jobs)
+    folder = checkpoint / name
+    noted = checkpoint / f"{name}.topics.json"
+    now = {t: [i.cluster_id, i.topic_id] for t, i in sorted(identities.items())}
+    before = json.loads(noted.read_text()) if noted.exists() else {}
+    changed = any(t in now and now[t] != v for t, v in before.items())
+    if (changed or stale) and folder.exists():
+        aside = checkpoint / f"{name}.moved-{time.strftime('%Y%m%dT%H%M%S')}"
+        shutil.move(str(folder), str(aside))
+        log.warning(
+            "query %s: its checkpoint's offsets belong to other topics (re-created, or another "
+            "cluster): moved to %s; the query starts from the inbox's positions",
+            name,
+            aside,
+        )
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    noted.write_text(json.dumps({**before, **now}, indent=1) + "\n")

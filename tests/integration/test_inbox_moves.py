@@ -1,0 +1,116 @@
+"""The inbox on the real Postgres when a partition's offsets change meaning: a re-created
+topic and a failover to a mirrored cluster, with and without source positions on the records.
+Nothing is applied twice, nothing is skipped in silence."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from sqlalchemy import select
+
+from inbox import Inbox, moves
+from inbox.decision import Action
+from inbox.position import OffsetsMoved, TopicIdentity
+from inbox.tables import watermarks
+from outbox.wire.record import KafkaRecord
+from tests.integration.test_inbox_apply import effect_counts, recorder
+
+A = TopicIdentity("cluster-a", "topic-a")
+RECREATED = TopicIdentity("cluster-a", "topic-a2")
+MIRROR = TopicIdentity("cluster-m", "topic-m")
+
+
+@pytest.fixture
+def consumer():
+    return f"moves-{uuid.uuid4().hex[:8]}"
+
+
+def event(topic, offset, n, position=True, event_id=None):
+    headers = [
+        ("id", (event_id or str(uuid.uuid5(uuid.NAMESPACE_OID, f"{topic}-{n}"))).encode()),
+        ("eventType", b"Tick"),
+        ("aggregateType", b"t"),
+    ]
+    if position:
+        headers += [("sourceName", b"orders-db"), ("sourcePosition", f'["{n}","{n}"]'.encode())]
+    return KafkaRecord(topic, 0, offset, b"k", json.dumps({"n": n}).encode(), headers, None)
+
+
+def restart(engine, consumer, topic, identity):
+    """What the consumer driver does when it starts: start over what positions can judge."""
+    [move] = moves.moved(engine, consumer, {topic: identity})
+    assert move.automatic
+    moves.start_over(engine, move)
+
+
+def row(engine, consumer, topic):
+    with engine.connect() as conn:
+        return conn.execute(
+            select(watermarks).where(watermarks.c.consumer == consumer, watermarks.c.topic == topic)
+        ).one()
+
+
+def test_with_positions_a_recreated_topic_and_a_mirror_apply_each_event_once(engine, consumer):
+    inbox = Inbox(engine, consumer, recorder(consumer), window=0)
+    topic = f"moves-{uuid.uuid4().hex[:6]}"
+    first = [event(topic, o, o + 1) for o in range(5)]  # positions 1..5
+    inbox.apply_partition(first, A)
+    # The topic is re-created: new events at the old offsets, under a new topic id.
+    later = [event(topic, o, o + 6) for o in range(3)]  # positions 6..8 at offsets 0..2
+    with pytest.raises(OffsetsMoved, match="topic-a2") as moved:
+        inbox.apply_partition(later, RECREATED)
+    assert moved.value.rebased
+    assert "topic-a2" in row(engine, consumer, topic).stopped
+    with pytest.raises(OffsetsMoved):  # stopped until the driver starts it over
+        inbox.apply_partition(later, RECREATED)
+    restart(engine, consumer, topic, RECREATED)
+    started_over = row(engine, consumer, topic)
+    assert (started_over.offset, started_over.topic_id) == (-1, "topic-a2")
+    assert started_over.sources == {"orders-db": [5, 5]} and started_over.stopped is None
+    assert inbox.apply_partition(later, RECREATED).count(Action.APPLY) == 3
+    # A failover to a mirror: every event so far again, at other offsets, then a new one.
+    mirrored = [event(topic, 100 + o, o + 1) for o in range(8)] + [event(topic, 108, 9)]
+    with pytest.raises(OffsetsMoved):
+        inbox.apply_partition(mirrored, MIRROR)
+    restart(engine, consumer, topic, MIRROR)
+    result = inbox.apply_partition(mirrored, MIRROR)
+    assert result.count(Action.APPLY) == 1
+    counts = effect_counts(engine, consumer)
+    assert len(counts) == 9 and set(counts.values()) == {1}
+
+
+def test_without_positions_a_changed_topic_id_stops_the_partition_until_rebased(engine, consumer):
+    inbox = Inbox(engine, consumer, recorder(consumer))
+    topic = f"moves-{uuid.uuid4().hex[:6]}"
+    inbox.apply_partition([event(topic, o, o, position=False) for o in range(5)], A)
+    later = [event(topic, o, 10 + o, position=False) for o in range(3)]
+    for _ in range(2):  # stays stopped: neither applied nor skipped
+        with pytest.raises(OffsetsMoved, match="no source position") as moved:
+            inbox.apply_partition(later, RECREATED)
+        assert not moved.value.rebased
+    stopped = row(engine, consumer, topic)
+    assert stopped.offset == 4 and "topic-a2" in stopped.stopped
+    assert len(effect_counts(engine, consumer)) == 5
+    # The driver cannot start it over (no positions); the operator does (the runbook's rebase).
+    [move] = moves.moved(engine, consumer, {topic: RECREATED})
+    assert not move.automatic and move.identity_changed
+    moves.start_over(engine, move)
+    assert inbox.apply_partition(later, RECREATED).count(Action.APPLY) == 3
+    assert row(engine, consumer, topic).stopped is None
+    assert len(effect_counts(engine, consumer)) == 8
+
+
+def test_another_event_at_an_applied_offset_stops_the_partition_without_identity(engine, consumer):
+    """No identity given (a caller of the API): the window proves the offsets moved."""
+    inbox = Inbox(engine, consumer, recorder(consumer))
+    topic = f"moves-{uuid.uuid4().hex[:6]}"
+    inbox.apply_partition([event(topic, o, o, position=False) for o in range(5)])
+    replay = [event(topic, o, o, position=False) for o in range(3)]
+    assert inbox.apply_partition(replay).count(Action.APPLY) == 0  # a true replay: skipped
+    moved = [event(topic, o, 20 + o, position=False) for o in range(3)]
+    with pytest.raises(OffsetsMoved, match="offset 0 held event"):
+        inbox.apply_partition(moved)
+    assert "offset 0 held event" in row(engine, consumer, topic).stopped
+    assert len(effect_counts(engine, consumer)) == 5
