@@ -30,13 +30,20 @@ class JobStopped(RuntimeError):
 class TopicIdentities:
     """Reads the identity of a set of topics from the jobs' cluster (one admin client, kept)."""
 
-    def __init__(self, job: Job) -> None:
-        self._config: dict[str, Any] = {
-            "bootstrap.servers": job.bootstrap_servers,
-            **librdkafka_config(job.kafka_security),
-            **job.kafka_options,
-        }
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._config = dict(config)  # a confluent-kafka client's
         self._admin: Any = None
+
+    @classmethod
+    def of(cls, job: Job) -> TopicIdentities:
+        """The identities of ``job``'s cluster, as its clients reach it."""
+        return cls(
+            {
+                "bootstrap.servers": job.bootstrap_servers,
+                **librdkafka_config(job.kafka_security),
+                **job.kafka_options,
+            }
+        )
 
     def read(self, topics: Sequence[str]) -> dict[str, TopicIdentity]:
         """Each existing topic's identity (a topic that does not exist yet is left out)."""

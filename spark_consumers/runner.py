@@ -156,7 +156,7 @@ def start_query(
     (checkpoint under ``checkpoint``/<job names joined by '+'>), after the partitions whose
     offsets moved were dealt with (`spark_consumers.identity.prepare_start`)."""
     name = "+".join(job.name for job in jobs)
-    identities = TopicIdentities(jobs[0])
+    identities = TopicIdentities.of(jobs[0])
     prepare_start(jobs, identities.read(topics_of(jobs)), checkpoint)
     return (
         source_frame(session, jobs)

@@ -1,5 +1,5 @@
-"""`outboxkit inbox status|parked|show|skip|redrive|rewind`: a consumer's inbox state, its parked
-records and what an operator does with them."""
+"""`outboxkit inbox status|parked|show|skip|redrive|rewind|rebase`: a consumer's inbox state,
+its parked records and what an operator does with them."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ def _inbox(args: argparse.Namespace, settings: Settings) -> int:
             f"rewound {args.consumer} {args.topic}[{args.partition}]: {previous} -> {args.offset}"
         )
         return 0
+    if args.action == "rebase":
+        return _inbox_rebase(args, engine, resolve(settings).kafka())
     if args.action == "show":
         return _inbox_show(engine, _parked_id(args), as_json=args.json, full=args.full)
     if args.action == "skip":
@@ -57,6 +59,46 @@ def _inbox(args: argparse.Namespace, settings: Settings) -> int:
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
     Console().print(table)
+    return 0
+
+
+def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) -> int:
+    """Start over the partitions of a consumer's topic whose offsets moved (stopped, or of
+    another topic identity than the topic's today): watermark at ``--offset`` (-1: read the
+    topic from its start; the sources' positions, where the records carry them, decide what
+    was applied). ``--dry-run`` prints what would happen to each partition."""
+    from inbox import moves
+    from spark_consumers.identity import TopicIdentities
+
+    if not args.consumer or not args.topic:
+        raise ValueError("rebase needs --consumer and --topic")
+    current = TopicIdentities(kafka).read([args.topic]).get(args.topic)
+    if current is None:
+        raise ValueError(f"topic {args.topic} does not exist on {kafka['bootstrap.servers']}")
+    found = [
+        m
+        for m in moves.moved(engine, args.consumer, {args.topic: current}, [args.topic])
+        if args.partition_given is None or m.partition == args.partition_given
+    ]
+    if not found:
+        print(f"{args.consumer} {args.topic}: no partition is stopped or of another topic id")
+        return 0
+    offset = -1 if args.offset is None else args.offset
+    for move in found:
+        judged = "by its sources' positions" if move.positions else "by offset only"
+        print(
+            f"{'would start' if args.dry_run else 'started'} {move.consumer} "
+            f"{move.topic}[{move.partition}] over: watermark {move.watermark} -> {offset} for "
+            f"{current.describe()} (was: {move.describe()}); its records judged {judged}"
+        )
+        if not args.dry_run:
+            moves.start_over(engine, move, current)
+            if offset != -1:
+                from inbox import admin
+
+                admin.rewind(engine, move.consumer, move.topic, move.partition, offset)
+    if not args.dry_run:
+        print("restart the consumer job: it reads these partitions from the inbox's positions")
     return 0
 
 
@@ -136,13 +178,18 @@ def _bytes(value: bytes | None, cut: int | None) -> str:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     inbox = sub.add_parser(
-        "inbox", help="inbox state: status, parked (list, show, skip), redrive, rewind"
+        "inbox", help="inbox state: status, parked (list, show, skip), redrive, rewind, rebase"
     )
     inbox.add_argument(
         "action",
-        choices=["status", "parked", "show", "skip", "redrive", "rewind"],
+        choices=["status", "parked", "show", "skip", "redrive", "rewind", "rebase"],
         help="status: watermarks and parked counts; parked: list parked records; show: one "
-        "record; skip: give one up; redrive: apply parked records again; rewind: set a watermark",
+        "record; skip: give one up; redrive: apply parked records again; rewind: set a "
+        "watermark; rebase: start over partitions whose offsets moved (re-created topic, "
+        "another cluster)",
+    )
+    inbox.add_argument(
+        "--dry-run", action="store_true", help="rebase: print what would happen, change nothing"
     )
     inbox.add_argument("--id", type=int, help="show/skip/redrive: a parked record's id")
     inbox.add_argument("--reason", help="skip: why (recorded)")
@@ -154,7 +201,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     inbox.add_argument("--topic", help="redrive/rewind: the topic")
     inbox.add_argument("--partition", type=int, default=0, help="redrive/rewind: the partition")
     inbox.add_argument("--key", help="redrive only this key")
-    inbox.add_argument("--offset", type=int, help="rewind: the new watermark")
+    inbox.add_argument(
+        "--only-partition",
+        dest="partition_given",
+        type=int,
+        help="rebase: this partition only (default: every moved one)",
+    )
+    inbox.add_argument(
+        "--offset", type=int, help="rewind: the new watermark; rebase: it (default -1: from start)"
+    )
     inbox.add_argument("--limit", type=int, default=100, help="parked: rows to list at most")
     inbox.add_argument("--json", action="store_true", help="status/parked/show: print JSON")
     inbox.set_defaults(run=_inbox)
