@@ -81,6 +81,14 @@ def watermark_rows(conn: Connection, consumers: Sequence[str]) -> list[tuple[str
     return [(c, t, int(p), int(o)) for c, t, p, o in conn.execute(query).all()]
 
 
+def stopped_partitions(conn: Connection, consumer: str) -> dict[tuple[str, int], str]:
+    """Why each stopped (topic, partition) of ``consumer`` is stopped (`inbox.moves`)."""
+    query = select(watermarks.c.topic, watermarks.c.partition, watermarks.c.stopped).where(
+        watermarks.c.consumer == consumer, watermarks.c.stopped.is_not(None)
+    )
+    return {(t, int(p)): str(why) for t, p, why in conn.execute(query).all()}
+
+
 def parked_counts(conn: Connection, consumers: Sequence[str]) -> dict[str, int]:
     """Parked records per consumer of ``consumers`` (all when empty)."""
     query = select(parked.c.consumer, func.count()).group_by(parked.c.consumer)

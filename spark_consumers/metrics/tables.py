@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy.engine import Connection, Engine
 
 from cdc.preflight import SlotLag, database_slots
-from inbox.operations import partition_counts, watermark_rows
+from inbox.operations import partition_counts, stopped_partitions, watermark_rows
 from inbox.tables import ledger, parked, skipped
 from outbox.engines import engine_for
 from outbox.kafka.offsets import PartitionOffsets
@@ -40,6 +40,7 @@ class PartitionState:
     parked: int = 0
     skipped: int = 0  # by an operator (`outboxkit inbox skip`)
     applied: int | None = None  # events in the ledger; None: the job keeps no ledger
+    stopped: bool = False  # its offsets moved: neither applied nor skipped (`inbox.moves`)
 
     @property
     def labels(self) -> list[str]:
@@ -76,6 +77,11 @@ def inbox_families(
             ("lag", "offsets not yet applied: end offset minus the watermark's next offset"),
             ("parked", "records parked for redrive (inbox_parked)"),
             ("operator_skipped", "parked records an operator skipped (inbox_skipped)"),
+            (
+                "stopped",
+                "1 when the partition is stopped because its offsets changed meaning "
+                "(re-created topic, another cluster): `outboxkit inbox status` says why",
+            ),
         )
     }
     applied = CounterMetricFamily(
@@ -91,6 +97,7 @@ def inbox_families(
             gauge["lag"].add_metric(key, state.lag)
         gauge["parked"].add_metric(key, state.parked)
         gauge["operator_skipped"].add_metric(key, state.skipped)
+        gauge["stopped"].add_metric(key, 1 if state.stopped else 0)
         if state.applied is not None:
             applied.add_metric(key, state.applied)
     up = GaugeMetricFamily(
@@ -128,6 +135,7 @@ def read_job(conn: Connection, job: Job, offsets: PartitionOffsets) -> list[Part
     waiting = partition_counts(conn, parked, job.consumer)
     dropped = partition_counts(conn, skipped, job.consumer)
     applied = partition_counts(conn, ledger, job.consumer) if job.ledger else None
+    stopped = stopped_partitions(conn, job.consumer)
     keys = set(marks) | {(t, p) for t in job.topics for p in offsets.partitions(t)}
     return [
         PartitionState(
@@ -140,6 +148,7 @@ def read_job(conn: Connection, job: Job, offsets: PartitionOffsets) -> list[Part
             waiting.get((topic, partition), 0),
             dropped.get((topic, partition), 0),
             None if applied is None else applied.get((topic, partition), 0),
+            (topic, partition) in stopped,
         )
         for topic, partition in sorted(keys)
     ]

@@ -86,6 +86,7 @@ def tables_and_kafka(saga: Saga) -> Samples:
                     expected[("outboxkit_consumer_parked", key)] = counts["inbox_parked"].get(
                         (topic, partition), 0
                     )
+                    expected[("outboxkit_consumer_stopped", key)] = 0  # nothing moved
     finally:
         kafka.close()
     return expected
