@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
+import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -23,6 +24,8 @@ from spark_consumers.clock import HandlerClock
 from spark_consumers.job import Job
 from spark_consumers.retry import BATCH_RETRY, retrying
 from spark_consumers.summary import SPARK_SCHEMA, SliceSummary, to_arrow
+
+log = logging.getLogger(__name__)
 
 _ENGINES: dict[str, Any] = {}
 # service.name of the consumers' spans (driver and Python workers) unless OTEL_SERVICE_NAME is set.
@@ -156,6 +159,18 @@ def traced_batches(
     yield from results
 
 
+def _identities(identities: Any, topics: Sequence[str]) -> Mapping[str, TopicIdentity] | None:
+    """The topics' identities for one micro-batch; None (this batch goes unchecked, the window
+    still judges replays) when Kafka's admin API does not answer: its records were read."""
+    if identities is None:
+        return None
+    try:
+        return dict(identities.read(topics))
+    except Exception as exc:  # the cluster's metadata unavailable for a moment
+        log.warning("topic ids not read for this micro-batch: %s", str(exc).splitlines()[0])
+        return None
+
+
 def inbox_sink(jobs: Sequence[Job], on_batch: Any = None, identities: Any = None) -> Any:
     """A foreachBatch function applying each micro-batch through the jobs' inboxes; tells
     ``on_batch(job_name, batch_id, summaries)`` per job what it did (a `SliceSummary` per Kafka
@@ -176,7 +191,7 @@ def inbox_sink(jobs: Sequence[Job], on_batch: Any = None, identities: Any = None
         )
         link = batch.context.header() if batch.recording else None
         try:
-            now = identities.read(topics) if identities is not None else None
+            now = _identities(identities, topics)
             results = (
                 frame.coalesce(slots)
                 .mapInArrow(lambda it: traced_batches(jobs, it, link, now), SPARK_SCHEMA)

@@ -4,7 +4,9 @@ with the one-event handler API and with a batch handler.
 - unguarded: the handler runs for every record, nothing is deduplicated (the ceiling);
 - watermark: the (partition, max offset) row alone, locked per batch (replays only);
 - inbox: this framework's Inbox (watermark + bounded window of recent event ids + parking);
-- message-id: the classic inbox, one row per processed message id, claimed per batch.
+- message-id: the classic inbox, one row per processed message id, claimed per batch;
+- source positions: the Inbox on records that carry their source position (the connector's
+  headers), judged by it, with no window (its state: one row per partition) or with one.
 
 Every variant applies the same synthetic records (decoded into envelopes; the handler inserts one
 business row per event: one INSERT each, or one executemany per slice) in one transaction per
@@ -42,6 +44,7 @@ from inbox import EXACTLY_ONCE_WINDOW, BatchHandler, Handlers, Inbox, as_batch
 from inbox.recorder import Recorder
 from outbox.envelope import Envelope
 from outbox.unit import UnitOfWork
+from outbox.wire import SOURCE, SOURCE_POSITION
 from outbox.wire.record import KafkaRecord, decode, encode
 from outboxkit.bench.report import (
     Progress,
@@ -74,9 +77,12 @@ processed = Table(
 )
 
 
-def make_records(partition: int, start: int, count: int) -> list[KafkaRecord]:
-    """``count`` outbox-style records of one partition from offset ``start``."""
-    return [
+def make_records(
+    partition: int, start: int, count: int, *, positions: bool = False
+) -> list[KafkaRecord]:
+    """``count`` outbox-style records of one partition from offset ``start``, carrying their
+    source position when ``positions`` (as the connector writes them)."""
+    records = [
         encode(
             Envelope(
                 aggregate_type=AGGREGATE_TYPE,
@@ -89,6 +95,18 @@ def make_records(partition: int, start: int, count: int) -> list[KafkaRecord]:
             timestamp_ms=1_700_000_000_000 + offset,
         )
         for offset in range(start, start + count)
+    ]
+    if not positions:
+        return records
+    return [
+        r._replace(
+            headers=[
+                *r.headers,
+                (SOURCE, b"bench"),
+                (SOURCE_POSITION, f'["{r.offset}","{r.offset}"]'.encode()),
+            ]
+        )
+        for r in records
     ]
 
 
@@ -186,21 +204,51 @@ VARIANTS: dict[str, tuple[Sink, Handlers]] = {
         record_effects,
     ),
     "message-id, batch handler": (message_id_inbox, record_effects),
+    "inbox, source positions (window 0), batch handler": (
+        functools.partial(windowed_inbox, window=0),
+        record_effects,
+    ),
+    "inbox, source positions and exactly-once window, batch handler": (
+        functools.partial(windowed_inbox, window=EXACTLY_ONCE_WINDOW),
+        record_effects,
+    ),
 }
+# Variants whose records carry their source position.
+POSITIONED = frozenset(
+    {
+        "inbox, source positions (window 0), batch handler",
+        "inbox, source positions and exactly-once window, batch handler",
+        "source positions",
+    }
+)
 BASELINE = "unguarded, batch handler"
 COMPARED = (
     ("inbox, batch handler", "inbox, per-event handler"),
     ("inbox, batch handler", "message-id, batch handler"),
+    (
+        "inbox, source positions and exactly-once window, batch handler",
+        "inbox, exactly-once source (10,000 window), batch handler",
+    ),
+    (
+        "inbox, source positions (window 0), batch handler",
+        "inbox, watermark only (window 0), batch handler",
+    ),
 )
 # Dedup state of each way to deduplicate, for the size report (grown without business writes).
 STATE_TABLES = {
     "watermark": ("inbox_watermark",),
     "inbox": ("inbox_watermark", "inbox_recent"),
     "message-id": ("bench_processed_message",),
+    "source positions": ("inbox_watermark", "inbox_recent"),
 }
 # Entries, not rows: the window keeps one row per applied slice holding its ids.
 COUNT = {"inbox_recent": "SELECT coalesce(sum(cardinality(event_ids)), 0) FROM inbox_recent"}
-GROWN = {"watermark": watermark_only, "inbox": full_inbox, "message-id": message_id_inbox}
+GROWN: dict[str, Sink] = {
+    "watermark": watermark_only,
+    "inbox": full_inbox,
+    "message-id": message_id_inbox,
+    "source positions": functools.partial(windowed_inbox, window=0),
+}
 
 
 def reset(engine: Engine) -> None:
@@ -214,13 +262,15 @@ def reset(engine: Engine) -> None:
         )
 
 
-def batches(events: int, batch_size: int) -> Iterator[list[KafkaRecord]]:
+def batches(
+    events: int, batch_size: int, *, positions: bool = False
+) -> Iterator[list[KafkaRecord]]:
     """Partition batches round-robin over PARTITIONS, ``events`` records in all."""
     per_partition = events // PARTITIONS
     for start in range(0, per_partition, batch_size):
         count = min(batch_size, per_partition - start)
         for partition in range(PARTITIONS):
-            yield make_records(partition, start, count)
+            yield make_records(partition, start, count, positions=positions)
 
 
 @dataclass
@@ -240,7 +290,8 @@ def run_variant(
     """Apply ``events`` records with one variant on empty tables; checks every row landed."""
     reset(engine)
     sink, handler = VARIANTS[variant]
-    work = list(batches(events, batch_size))  # generated before the clock starts
+    # generated before the clock starts
+    work = list(batches(events, batch_size, positions=variant in POSITIONED))
     started = time.perf_counter()
     for batch in work:
         sink(engine, batch, handler)
@@ -280,7 +331,7 @@ def grow(
     reset(engine)
     sink, sizes, done = GROWN[variant], {}, 0
     wanted = sorted(checkpoints)
-    for batch in batches(wanted[-1], batch_size):
+    for batch in batches(wanted[-1], batch_size, positions=variant in POSITIONED):
         sink(engine, batch, no_effect)
         done += len(batch)
         advance(len(batch))

@@ -39,6 +39,8 @@ def test_outbox_and_inbox_benchmarks_measure_every_variant(stack: Stack, tmp_pat
     assert sizes["message-id"][2000]["rows"] == 2000
     assert sizes["inbox"][2000]["rows"] == 2000 + inbox.PARTITIONS
     assert sizes["watermark"][2000]["rows"] == inbox.PARTITIONS
+    # With source positions: a row per partition, whatever the message count.
+    assert sizes["source positions"][2000]["rows"] == inbox.PARTITIONS
     assert set(data["rows_per_second"]) == set(inbox.VARIANTS)
 
     data, markdown = profile.run(url, tmp_path, events=400, transactions=50)
