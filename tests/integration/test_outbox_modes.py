@@ -21,8 +21,9 @@ import outbox
 from cdc.config import topic_for
 from devstack.stack import Stack
 from outbox.publish import MODES, NewEvent
+from outbox.wire import ID, SOURCE, SOURCE_POSITION
 from outbox.wire.jsonb import render
-from outbox.wire.record import decode, header_map
+from outbox.wire.record import KafkaRecord, decode, header_map
 from tests.kafka import read_records
 from tests.streaming import RESUME_RESENDS
 
@@ -44,6 +45,18 @@ def unit(session: Session, mode: str) -> outbox.UnitOfWork:
     return outbox.UnitOfWork(session, outbox.Outbox(mode))
 
 
+# Headers whose value is the record's own: the event id, and where the connector read it
+# (tests/integration/test_source_position_headers.py checks those).
+PER_RECORD = (ID, SOURCE, SOURCE_POSITION)
+
+
+def shared_headers(record: KafkaRecord) -> tuple[tuple[str, bytes | None], ...]:
+    """The record's headers but the per-record ones, each of which it must carry once."""
+    names = [name for name, _ in record.headers]
+    assert all(names.count(name) == 1 for name in PER_RECORD), names
+    return tuple((k, v) for k, v in record.headers if k not in PER_RECORD)
+
+
 def read(stack: Stack, aggregate_type: str, expected: int, idle: float = 3.0, timeout=120):
     """Every record on the aggregate type's topic once ``expected`` arrived (and ``idle``
     seconds more, to catch extras)."""
@@ -58,7 +71,7 @@ def read(stack: Stack, aggregate_type: str, expected: int, idle: float = 3.0, ti
 
 def test_the_record_is_the_same_in_every_mode(stack, engine, aggregate_type):
     """Key, value bytes (Postgres's jsonb text), header names and values: identical across the
-    modes, nulls and unicode included; only the event id differs."""
+    modes, nulls and unicode included; only the event id and the source position differ."""
     sent = {}
     for mode in MODES:
         with Session(engine) as session, session.begin():
@@ -85,17 +98,11 @@ def test_the_record_is_the_same_in_every_mode(stack, engine, aggregate_type):
         assert record.key == "same-🙂".encode()
         assert record.value == render(PAYLOAD).encode()  # exactly Postgres's jsonb text
         assert decode(record).headers == {"traceparent": TP, "tenant": "acmé", "empty": ""}
-        shapes.add(
-            (
-                record.key,
-                record.value,
-                tuple((k, v) for k, v in record.headers if k != "id"),
-            )
-        )
+        shapes.add((record.key, record.value, shared_headers(record)))
     assert len(shapes) == 1, shapes
     bare = [r for r in records if r.key == b"bare"]
     assert {r.value for r in bare} == {b"null"}
-    assert len({tuple((k, v) for k, v in r.headers if k != "id") for r in bare}) == 1
+    assert len({shared_headers(r) for r in bare}) == 1
 
 
 def test_an_event_arrives_exactly_once_with_a_500_kb_payload(stack, engine, aggregate_type, mode):

@@ -1,4 +1,5 @@
 import re
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ from cdc.config import (
     topic_for,
 )
 from cdc.connect import parse_status
+from outbox.wire import SOURCE, SOURCE_POSITION
 
 
 def settings(**overrides):
@@ -46,6 +48,33 @@ def test_config_routes_by_aggregate_type_with_key_and_headers():
     assert all(isinstance(v, str) for v in config.values())
 
 
+def test_source_and_position_headers_are_copied_before_the_router():
+    """outboxkit's transform (devstack/java/smt) copies source.name and source.sequence into
+    the headers the inbox reads, on the outbox records only, before EventRouter drops the
+    change event's source block."""
+    for message_prefix in (None, "outbox.v1"):
+        config = build_connector_config(settings(message_prefix=message_prefix))
+        steps = config["transforms"].split(",")
+        assert steps.index("position") == steps.index("outbox") - 1
+        assert config["transforms.position.type"] == "io.outboxkit.connect.SourcePositionHeaders"
+        assert config["transforms.position.name.header"] == SOURCE == "sourceName"
+        assert config["transforms.position.position.header"] == SOURCE_POSITION
+        assert config["transforms.position.predicate"] == "isOutboxTable"
+        assert "transforms.position.fields" not in config  # HeaderFrom's: top level only
+
+
+def test_the_transform_is_built_from_the_projects_own_java_source():
+    """The class the config names is the one devstack/java/smt compiles and registers for
+    Connect's service loading (plugin.discovery=service_load)."""
+    smt = Path(__file__).resolve().parents[2] / "devstack/java/smt/src/main"
+    name = build_connector_config(settings())["transforms.position.type"]
+    source = smt / "java" / (name.replace(".", "/") + ".java")
+    assert "implements Transformation<R>" in source.read_text()
+    services = smt / "resources/META-INF/services"
+    registered = (services / "org.apache.kafka.connect.transforms.Transformation").read_text()
+    assert name in registered.split()
+
+
 def test_heartbeat_moves_an_idle_slot_and_only_inserts_are_emitted():
     config = build_connector_config(settings(heartbeat_interval_ms=5000))
     assert config["heartbeat.interval.ms"] == "5000"
@@ -70,7 +99,8 @@ def test_messages_of_the_prefix_are_decoded_then_routed_like_outbox_rows():
     s = settings(server_name="svc", message_prefix="outbox.v1")
     config = build_connector_config(s)
     assert config["message.prefix.include.list"] == r"outbox\.v1"  # a regex: the dot escaped
-    assert config["transforms"] == "decode,outbox"  # decode first, then the same EventRouter
+    # decode first, then the same position headers and EventRouter as for a row
+    assert config["transforms"] == "decode,position,outbox"
     assert config["transforms.decode.type"].endswith("DecodeLogicalDecodingMessageContent")
     assert config["transforms.decode.fields.null.include"] == "true"  # NULL headers kept
     decode_only = re.compile(config["predicates.isMessage.pattern"])
@@ -84,7 +114,7 @@ def test_messages_of_the_prefix_are_decoded_then_routed_like_outbox_rows():
 def test_without_a_message_prefix_no_message_is_captured():
     config = build_connector_config(settings(message_prefix=None))
     assert config["message.prefix.exclude.list"] == ".*"
-    assert config["transforms"] == "outbox" and "transforms.decode.type" not in config
+    assert config["transforms"] == "position,outbox" and "transforms.decode.type" not in config
     assert not re.compile(config["predicates.isOutboxTable.pattern"]).match("outboxkit.message")
 
 

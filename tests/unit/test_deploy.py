@@ -133,8 +133,9 @@ def worker_properties(service: str) -> dict[str, str]:
 
 
 def connect_workers() -> dict[str, dict[str, str]]:
-    """Every Connect worker (a service of Debezium's image) -> its properties."""
-    names = sorted(n for n in services() if image(n)[0] == "quay.io/debezium/connect")
+    """Every Connect worker (a service of Debezium's image with outboxkit's transform, built
+    from deploy/connect/Dockerfile) -> its properties."""
+    names = sorted(n for n in services() if image(n)[0] == "outboxkit-connect")
     return {name: worker_properties(name) for name in names}
 
 
@@ -291,7 +292,11 @@ def test_images_run_the_pinned_versions():
     for name in [*brokers(), "kafka-init"]:
         assert image(name) == ("apache/kafka", pins.kafka), name
     for name in connect_workers():
-        assert image(name) == ("quay.io/debezium/connect", pins.debezium), name
+        assert image(name) == ("outboxkit-connect", pins.debezium), name
+        assert services()[name]["build"]["dockerfile"] == "deploy/connect/Dockerfile", name
+    connect_image = (DEPLOY / "connect/Dockerfile").read_text()
+    assert f"FROM quay.io/debezium/connect:{pins.debezium}\n" in connect_image
+    assert re.search(r"mvn .*-f /\S+/java/pom\.xml -pl smt package", connect_image)
     repository, tag = image("postgres")
     assert repository == "postgres" and tag.split(".")[0].split("-")[0] == "15"
 

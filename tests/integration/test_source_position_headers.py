@@ -1,0 +1,99 @@
+"""Every record the connector writes names its source and its position there: the headers
+`outbox.wire.SOURCE` (Debezium's ``source.name``, the connector's topic.prefix) and
+`outbox.wire.SOURCE_POSITION` (``source.sequence``, ``["<last commit LSN>","<change LSN>"]``),
+copied by outboxkit's transform (devstack/java/smt) before the EventRouter drops the change
+event. On the real stack, in every outbox mode: the positions grow in the order the records stand
+in their partition, also when two transactions interleave and commit in the other order than
+they first wrote (their change LSNs then go backwards; the commit LSN first does not)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+from sqlalchemy.orm import Session
+
+import outbox
+from devstack.stack import Stack
+from outbox.publish import MODES
+from outbox.wire import SOURCE, SOURCE_POSITION
+from outbox.wire.record import KafkaRecord
+from tests.integration.test_outbox_modes import read, unit
+
+AGGREGATE = "one"  # one key: every record in one partition, in the order the WAL committed
+
+
+def at_once(session: Session, mode: str) -> outbox.UnitOfWork:
+    """A unit writing each event when published (delete mode otherwise writes it with COMMIT),
+    so two open transactions really interleave in the WAL."""
+    return outbox.UnitOfWork(session, outbox.Outbox(mode, at_commit=False))
+
+
+def position(text: str) -> tuple[int, ...]:
+    """Debezium's sequence text as a tuple of ints (null: 0)."""
+    items = json.loads(text)
+    assert isinstance(items, list) and len(items) == 2, text
+    assert all(item is None or (isinstance(item, str) and item.isdigit()) for item in items), text
+    return tuple(0 if item is None else int(item) for item in items)
+
+
+def headers(record: KafkaRecord) -> dict[str, list[bytes | None]]:
+    found: dict[str, list[bytes | None]] = {}
+    for name, value in record.headers:
+        found.setdefault(name, []).append(value)
+    return found
+
+
+def step_of(record: KafkaRecord) -> str:
+    return str(json.loads(record.value or b"")["step"])
+
+
+def test_every_record_carries_its_source_and_a_growing_position(
+    stack: Stack, engine, aggregate_type
+):
+    order: list[str] = []  # the steps in the order they committed
+
+    def publish(uow: outbox.UnitOfWork, step: str) -> None:
+        uow.publish(
+            aggregate_type=aggregate_type,
+            aggregate_id=AGGREGATE,
+            event_type="Step",
+            payload={"step": step},
+        )
+
+    for mode in MODES:
+        with Session(engine) as session, session.begin():  # the mode's usual path
+            uow = unit(session, mode)
+            publish(uow, f"{mode}-alone-0")
+            publish(uow, f"{mode}-alone-1")
+        order += [f"{mode}-alone-0", f"{mode}-alone-1"]
+        # Two connections: ``first`` writes first and commits last.
+        with Session(engine) as first, Session(engine) as second:
+            publish(at_once(first, mode), f"{mode}-first-0")
+            publish(at_once(second, mode), f"{mode}-second-0")
+            publish(at_once(first, mode), f"{mode}-first-1")
+            second.commit()
+            first.commit()
+        order += [f"{mode}-second-0", f"{mode}-first-0", f"{mode}-first-1"]
+
+    records = read(stack, aggregate_type, len(order))
+    assert len(records) == len(order)
+    assert len({r.partition for r in records}) == 1
+    records.sort(key=lambda r: r.offset)
+    assert [step_of(r) for r in records] == order  # commit order
+
+    positions = []
+    for record in records:
+        found = headers(record)
+        assert len(found.get(SOURCE, [])) == 1 and len(found.get(SOURCE_POSITION, [])) == 1
+        assert found[SOURCE] == [stack.settings.server_name.encode()], found
+        text = found[SOURCE_POSITION][0]
+        assert text is not None
+        positions.append(position(text.decode()))
+        print(step_of(record), found[SOURCE], found[SOURCE_POSITION])
+    assert all(a < b for a, b in itertools.pairwise(positions)), positions
+    # The interleaving happened: in each mode a later record has a smaller change LSN.
+    for index, step in enumerate(order):
+        if step.endswith("-first-0"):
+            assert positions[index][1] < positions[index - 1][1], (step, positions)
+            assert positions[index][0] > positions[index - 1][0], (step, positions)
