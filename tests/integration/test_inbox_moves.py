@@ -15,11 +15,16 @@ from inbox.decision import Action
 from inbox.position import OffsetsMoved, TopicIdentity
 from inbox.tables import watermarks
 from outbox.wire.record import KafkaRecord
-from tests.integration.test_inbox_apply import effect_counts, recorder
+from tests.integration.test_inbox_apply import effect_counts, effects_md, recorder
 
 A = TopicIdentity("cluster-a", "topic-a")
 RECREATED = TopicIdentity("cluster-a", "topic-a2")
 MIRROR = TopicIdentity("cluster-m", "topic-m")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def effects_table(engine):
+    effects_md.create_all(engine)
 
 
 @pytest.fixture
