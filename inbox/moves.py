@@ -13,11 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from inbox.position import TopicIdentity, from_json
+from inbox.position import TopicIdentity, from_json, to_json
 from inbox.recorder import Recorder
 from inbox.tables import watermarks
 from outbox.wire.position import Position
@@ -94,3 +95,46 @@ def start_over(engine: Engine, move: Move, identity: TopicIdentity | None = None
     with Session(engine) as session, session.begin():
         recorder.lock(session, move.topic, move.partition)
         recorder.rebase(session, move.topic, move.partition, identity or move.current)
+
+
+def raise_floors(engine: Engine, consumer: str, topic: str, partitions: int) -> dict[str, Position]:
+    """Before ``topic`` gets ``partitions`` partitions, with its connector paused and
+    ``consumer`` caught up: every partition's position per source raised to the highest any
+    partition applied, and the new partitions' rows made with it (offsets from -1, the topic's
+    identity). Everything written before then was applied, and everything written after has a
+    higher position, so a re-send landing in a partition that never saw its original is still
+    known for one. Returns the floor per source."""
+    keys = (watermarks.c.consumer == consumer, watermarks.c.topic == topic)
+    with Session(engine) as session, session.begin():
+        rows = session.execute(
+            select(watermarks).where(*keys).order_by(watermarks.c.partition).with_for_update()
+        ).all()
+        floor: dict[str, Position] = {}
+        for row in rows:
+            for source, position in from_json(row.sources).items():
+                floor[source] = max(floor.get(source, position), position)
+        if not rows or not floor:
+            return floor
+        session.execute(update(watermarks).where(*keys).values(sources=to_json(floor)))
+        known = {int(row.partition) for row in rows}
+        missing = [p for p in range(partitions) if p not in known]
+        if missing:
+            session.execute(
+                pg_insert(watermarks)
+                .values(
+                    [
+                        {
+                            "consumer": consumer,
+                            "topic": topic,
+                            "partition": p,
+                            "offset": -1,
+                            "cluster_id": rows[0].cluster_id,
+                            "topic_id": rows[0].topic_id,
+                            "sources": to_json(floor),
+                        }
+                        for p in missing
+                    ]
+                )
+                .on_conflict_do_nothing()
+            )
+    return floor

@@ -29,7 +29,11 @@ from devstack.stack import Stack
 STACK_FIXTURES = frozenset({"stack", "at_least_once_stack"})
 # Fixtures that start Spark, and modules whose tests start an ``outboxkit consume`` driver.
 SPARK_FIXTURES = frozenset({"spark", "saga", "alo_saga"})
-SPARK_MODULES = ("tests/faults/test_spark_faults.py", "tests/integration/test_topic_moves.py")
+SPARK_MODULES = (
+    "tests/faults/test_spark_faults.py",
+    "tests/integration/test_topic_moves.py",
+    "tests/integration/test_partition_add.py",
+)
 # Directories whose every test needs the stack, and the marker each one adds.
 STACK_DIRS = {
     "tests/integration/": (),

@@ -1,11 +1,11 @@
-"""`outboxkit cdc preflight|restart|supervise|raise-limit|restore-limit`: CDC's checks and the
-way out of a FAILED connector task."""
+"""`outboxkit cdc preflight|restart|supervise|raise-limit|restore-limit|add-partitions`: CDC's
+checks, the way out of a FAILED connector task, and adding partitions to an outbox topic."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from outboxkit.endpoints import resolve
 from outboxkit.settings import Settings
@@ -31,6 +31,8 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
         if client is None or bootstrap is None:
             raise ValueError("set OUTBOXKIT_CONNECT_URL and OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS")
         kafka_config = librdkafka_config(endpoints.kafka_security)
+        if args.action == "add-partitions":
+            return _add_partitions(client, endpoints, name, args)
         if args.action == "restart":
             status = recovery.restart_failed(client, name)
         elif args.action == "raise-limit":
@@ -74,6 +76,49 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if all(c.ok for c in checks) else 1
 
 
+def _add_partitions(
+    client: ConnectClient, endpoints: Any, connector: str, args: argparse.Namespace
+) -> int:
+    """Pause the connector, wait until the consumers applied every partition, add the
+    partitions, resume (`cdc.partitions`); --dry-run prints the plan."""
+    from sqlalchemy import select
+
+    from cdc import partitions
+    from inbox import moves
+    from inbox.tables import watermarks
+
+    if not args.topic or len(args.topic) != 1 or not args.partitions or not args.consumer:
+        raise ValueError("add-partitions needs one --topic, --partitions N and --consumer C")
+    topic, kafka = args.topic[0], endpoints.kafka()
+    chosen = partitions.plan(kafka, topic, args.partitions, connector)
+    if args.dry_run:
+        print(f"would {chosen.describe()} (consumers: {', '.join(args.consumer)})")
+        return 0
+    engine = endpoints.engine(args.url)
+
+    def applied() -> dict[int, int]:
+        query = select(watermarks.c.partition, watermarks.c.consumer, watermarks.c.offset).where(
+            watermarks.c.topic == topic, watermarks.c.consumer.in_(args.consumer)
+        )
+        with engine.connect() as conn:
+            rows = conn.execute(query).all()
+        lowest: dict[int, int] = {}  # a consumer without a row yet counts as -1
+        for p in range(chosen.before):
+            marks = {c: int(o) for q, c, o in rows if int(q) == p}
+            lowest[p] = min(marks.get(c, -1) for c in args.consumer)
+        return lowest
+
+    def drained() -> None:
+        for consumer in args.consumer:
+            floor = moves.raise_floors(engine, consumer, topic, chosen.after)
+            print(f"{consumer}: every partition's source positions raised to {floor}")
+
+    partitions.add_partitions(
+        client, kafka, chosen, applied, drained=drained, timeout=args.drain_timeout
+    )
+    return 0
+
+
 def _supervise(client: ConnectClient, args: argparse.Namespace) -> int:
     """Restart the connectors' FAILED tasks with backoff until stopped (SIGTERM, Ctrl-C)."""
     import signal
@@ -96,10 +141,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     cdc = sub.add_parser("cdc", help="CDC checks; the way out of a FAILED connector task")
     cdc.add_argument(
         "action",
-        choices=["preflight", "restart", "supervise", "raise-limit", "restore-limit"],
+        choices=[
+            "preflight",
+            "restart",
+            "supervise",
+            "raise-limit",
+            "restore-limit",
+            "add-partitions",
+        ],
         help="preflight: check the database (and the connector) for CDC; restart: restart a "
         "FAILED task; supervise: keep restarting FAILED tasks with backoff (runs until stopped); "
-        "raise-limit/restore-limit: the record size limit of the topics",
+        "raise-limit/restore-limit: the record size limit of the topics; add-partitions: pause "
+        "the connector, let the consumers drain, add partitions, resume (keeps per-key order)",
     )
     cdc.add_argument("--url", help="database URL (default: settings, then the local stack)")
     cdc.add_argument("--expect-slot", action="store_true", help="fail if the slot is missing")
@@ -120,4 +173,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     cdc.add_argument("--topic", action="append", help="raise/restore-limit: topic (repeatable)")
     cdc.add_argument("--max-bytes", type=int, help="raise-limit: the record limit to allow")
+    cdc.add_argument("--partitions", type=int, help="add-partitions: the topic's new count")
+    cdc.add_argument(
+        "--consumer",
+        action="append",
+        help="add-partitions: an inbox consumer of the topic, in --url's database (repeatable)",
+    )
+    cdc.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=600.0,
+        help="add-partitions: seconds to wait for the consumers (default: %(default)s)",
+    )
+    cdc.add_argument("--dry-run", action="store_true", help="add-partitions: print the plan")
     cdc.set_defaults(run=_cdc)

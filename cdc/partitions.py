@@ -1,0 +1,137 @@
+"""Adding partitions to an outbox topic without breaking per-key order: the connector paused,
+every consumer drained, the partitions added, the connector resumed.
+
+More partitions move keys: a key's next events go to another partition, and would be applied
+before its older events still waiting in the old one. With the connector paused (services keep
+committing; their events wait in the WAL, the replication slot holds them) and every consumer
+caught up with what was written before, no key has an event in flight when it moves."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cdc.connect import ConnectClient
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """What adding partitions to one topic does."""
+
+    topic: str
+    connector: str
+    before: int
+    after: int
+
+    def describe(self) -> str:
+        return (
+            f"pause connector {self.connector}; wait until every consumer applied each of "
+            f"{self.topic}'s {self.before} partitions up to its last record; add partitions "
+            f"{self.before}..{self.after - 1}; resume {self.connector}"
+        )
+
+
+class PartitionsNotAdded(RuntimeError):
+    """The partitions could not be added safely (the connector is resumed either way)."""
+
+
+def plan(kafka: Mapping[str, Any], topic: str, partitions: int, connector: str) -> PartitionPlan:
+    """The plan for ``topic`` to have ``partitions``; raises when it has as many or more."""
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient(dict(kafka)).list_topics(topic, timeout=30)
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        raise PartitionsNotAdded(f"topic {topic} does not exist")
+    before = len(found.partitions)
+    if partitions <= before:
+        raise PartitionsNotAdded(
+            f"{topic} has {before} partitions: Kafka can only add (ask for more than {before})"
+        )
+    return PartitionPlan(topic, connector, before, partitions)
+
+
+def last_records(kafka: Mapping[str, Any], topic: str, partitions: int) -> dict[int, int]:
+    """Per partition, the offset of its last committed record (-1 when none): what a consumer
+    must have applied. A transaction's commit marker takes the offset after its last record,
+    so the end offset alone does not say."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            **kafka,
+            "group.id": "outboxkit-partitions",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        found: dict[int, int] = {}
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+            found[p] = -1
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, p, max(low, high - 64))])
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None:
+                    if consumer.position([TopicPartition(topic, p)])[0].offset >= high:
+                        break
+                    continue
+                offset = message.offset()
+                if message.error() is None and offset is not None:
+                    found[p] = int(offset)
+        return found
+    finally:
+        consumer.close()
+
+
+def add_partitions(
+    client: ConnectClient,
+    kafka: Mapping[str, Any],
+    chosen: PartitionPlan,
+    applied: Callable[[], Mapping[int, int]],
+    *,
+    drained: Callable[[], Any] = lambda: None,
+    timeout: float = 600.0,
+    echo: Callable[[str], Any] = print,
+) -> None:
+    """Carry out ``chosen``. ``applied()``: the lowest watermark per partition over every
+    consumer of the topic (-1 for one with nothing applied); ``drained()`` runs once they all
+    caught up, before the partitions are added (the consumers' position floors:
+    `inbox.moves.raise_floors`). The connector's task is restarted as it resumes, so its
+    producer routes by the new partition count at once instead of at its next metadata
+    refresh (``metadata.max.age.ms``, 5 minutes by default)."""
+    from confluent_kafka.admin import AdminClient, NewPartitions  # type: ignore[attr-defined]
+
+    client.pause(chosen.connector)
+    echo(f"connector {chosen.connector} paused")
+    try:
+        time.sleep(1.0)  # the task's last transaction commits as it pauses
+        wanted = last_records(kafka, chosen.topic, chosen.before)
+        deadline = time.monotonic() + timeout
+        while True:
+            marks = applied()
+            behind = {p: o for p, o in wanted.items() if marks.get(p, -1) < o}
+            if not behind:
+                break
+            if time.monotonic() > deadline:
+                raise PartitionsNotAdded(
+                    f"consumers still behind after {timeout:.0f}s on partitions "
+                    f"{sorted(behind)}: nothing added"
+                )
+            time.sleep(0.5)
+        echo(f"every consumer applied {chosen.topic} up to {wanted}")
+        drained()
+        admin = AdminClient(dict(kafka))
+        future = admin.create_partitions([NewPartitions(chosen.topic, chosen.after)])
+        future[chosen.topic].result(timeout=60)
+        echo(f"{chosen.topic}: {chosen.before} -> {chosen.after} partitions")
+    finally:
+        client.restart(chosen.connector, include_tasks=True)  # paused, with a new producer
+        client.resume(chosen.connector)
+        echo(f"connector {chosen.connector} resumed")
