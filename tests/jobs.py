@@ -67,4 +67,5 @@ def effects_job() -> Job:
         os.environ["OUTBOXKIT_TEST_BOOTSTRAP"],
         max_offsets_per_trigger=int(os.environ.get("OUTBOXKIT_TEST_MAX_OFFSETS", "50000")),
         batch_retry_seconds=float(os.environ.get("OUTBOXKIT_TEST_BATCH_RETRY_SECONDS", "300")),
+        ledger=os.environ.get("OUTBOXKIT_TEST_LEDGER") == "1",
     )

@@ -18,7 +18,7 @@ from cdc.config import topic_for
 from inbox import moves
 from inbox.tables import watermarks
 from tests.faults.test_spark_faults import ROOT, consume_command
-from tests.integration.test_topic_moves import wait_applied
+from tests.integration.test_topic_moves import assert_audit_clean, wait_applied
 from tests.jobs import effects
 from tests.spark_helpers import effect_stats, publish
 
@@ -31,6 +31,7 @@ def test_partitions_added_under_load_apply_each_event_once_in_key_order(
     kafka = {"bootstrap.servers": stack.bootstrap_servers()}
     publish(engine, aggregate_type, 1_000, keys=16)
     command, env = consume_command(stack, consumer, aggregate_type, tmp_path / "cp")
+    env["OUTBOXKIT_TEST_LEDGER"] = "1"  # for the audit
     driver = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
     try:
         wait_applied(engine, consumer, 1_000, driver)
@@ -87,3 +88,4 @@ def test_partitions_added_under_load_apply_each_event_once_in_key_order(
     # Each key is written by one writer in increasing n: applied in that order.
     assert all(ns == sorted(ns) for ns in by_key.values()), "a key's events out of order"
     assert {int(p) for p, o in grown if o >= 0} >= {4, 5}, "no key moved to a new partition"
+    assert_audit_clean(stack, engine, consumer, topic, on_topic=4_000)

@@ -13,7 +13,9 @@ from sqlalchemy import select
 
 from cdc.config import topic_for
 from inbox.tables import watermarks
+from spark_consumers.audit import audit
 from tests.faults.test_spark_faults import ROOT, consume_command
+from tests.jobs import make_job
 from tests.spark_helpers import effect_stats, publish, wait_on_kafka
 
 
@@ -48,6 +50,7 @@ def test_a_topic_recreated_under_a_running_job_loses_nothing_and_doubles_nothing
     publish(engine, aggregate_type, 2_000, keys=16)
     wait_on_kafka(stack, aggregate_type, 2_000)
     command, env = consume_command(stack, consumer, aggregate_type, tmp_path / "cp")
+    env["OUTBOXKIT_TEST_LEDGER"] = "1"  # for the audit
     driver = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
     try:
         wait_applied(engine, consumer, 2_000, driver)
@@ -75,3 +78,14 @@ def test_a_topic_recreated_under_a_running_job_loses_nothing_and_doubles_nothing
             driver.wait()
     moved_aside = [p.name for p in (tmp_path / "cp").iterdir() if ".moved-" in p.name]
     assert moved_aside, "the checkpoint of the old topic was not moved aside"
+    assert_audit_clean(stack, engine, consumer, topic, on_topic=1_500)
+
+
+def assert_audit_clean(stack, engine, consumer: str, topic: str, on_topic: int) -> None:
+    """`outboxkit audit` of the consumer: every event on the topic applied once, none lost."""
+    job = make_job(consumer, [topic], stack.database_url(), stack.bootstrap_servers(), ledger=True)
+    with engine.connect() as conn:
+        report = audit(job, conn)
+    totals = report.as_dict()["totals"]
+    assert report.ok, totals
+    assert totals["applied"] == on_topic and totals["pending"] == 0, totals
