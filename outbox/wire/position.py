@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from outbox.wire import SOURCE, SOURCE_POSITION
 
 Position = tuple[int, int]  # (last commit LSN, change LSN), compared in that order
+
+
+# Debezium's sequence text: two LSNs as decimal strings (or null), in a JSON array.
+_SEQUENCE = re.compile(r'\[\s*(?:"(\d{1,20})"|null)\s*,\s*(?:"(\d{1,20})"|null)\s*\]')
 
 
 def parse_position(text: str | bytes | None) -> Position | None:
@@ -17,19 +22,11 @@ def parse_position(text: str | bytes | None) -> Position | None:
     if text is None:
         return None
     raw = text.decode("ascii", "replace") if isinstance(text, bytes) else text
-    parts = raw.strip().removeprefix("[").removesuffix("]").split(",")
-    if len(parts) != 2:
+    found = _SEQUENCE.fullmatch(raw)
+    if found is None:
         return None
-    values = []
-    for part in parts:
-        item = part.strip().strip('"')
-        if item == "null":
-            values.append(0)
-        elif item.isascii() and item.isdigit() and len(item) <= 20:
-            values.append(int(item))
-        else:
-            return None
-    return values[0], values[1]
+    commit, change = found.groups()
+    return int(commit or 0), int(change or 0)
 
 
 def source_position(

@@ -30,16 +30,20 @@ from outbox.wire import (
     HEADER_COLUMNS,
     ID,
     SCHEMA_VERSION,
+    SOURCE,
+    SOURCE_POSITION,
     TRACEPARENT,
     jsonb,
 )
-from outbox.wire.position import Position, source_position
+from outbox.wire.position import Position, parse_position, source_position
 
 Headers = Sequence[tuple[str, bytes | None]]
 
 DEFAULT_TOPIC_PREFIX = "outbox.event."
 
 _ENVELOPE_HEADERS = frozenset((ID, *(header for _, header in HEADER_COLUMNS)))
+# Read with the envelope's headers, in the same pass: where the event stands in its source.
+_READ_HEADERS = _ENVELOPE_HEADERS | {SOURCE, SOURCE_POSITION}
 
 
 def topic_for(aggregate_type: str, *, topic_prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
@@ -153,7 +157,7 @@ def _headers(record: KafkaRecord) -> dict[str, str]:
     other headers are not read)."""
     found: dict[str, str] = {}
     for name, value in record.headers or ():
-        if value is not None and name in _ENVELOPE_HEADERS:
+        if value is not None and name in _READ_HEADERS:
             found[name] = _text(value, name)
     return found
 
@@ -200,12 +204,13 @@ _SCAN = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
 def decode(record: KafkaRecord) -> Envelope:
     """The envelope carried by one record; raises UndecodableRecord saying what is wrong (and
     whatever else a hostile record makes the JSON parser raise: `read` catches everything)."""
-    return _decode(record)[0]
+    envelope, _, _ = _decode(record)
+    return envelope
 
 
-def _decode(record: KafkaRecord) -> tuple[Envelope, str]:
-    """`decode`, and the event id as text in canonical form (the header's own text when it is
-    canonical, as the outbox writes it, sparing a re-render per record)."""
+def _decode(record: KafkaRecord) -> tuple[Envelope, str, dict[str, str]]:
+    """`decode`, the event id as text in canonical form (the header's own text when it is
+    canonical, as the outbox writes it, sparing a re-render per record), and the headers read."""
     found = _headers(record)
     for required in (ID, EVENT_TYPE, AGGREGATE_TYPE):
         if not found.get(required):
@@ -249,7 +254,7 @@ def _decode(record: KafkaRecord) -> tuple[Envelope, str]:
         created_at=created,
     )
     id_text = found[ID]
-    return envelope, id_text if CANONICAL_UUID.fullmatch(id_text) else str(event_id)
+    return envelope, id_text if CANONICAL_UUID.fullmatch(id_text) else str(event_id), found
 
 
 # A UUID as `str(uuid.UUID(...))` writes it (lower case, hyphenated): a pattern, not a parse.
@@ -282,11 +287,11 @@ def read(record: KafkaRecord) -> Decoded:
     ``key`` is the key without a byte lost (`key_text`); ``event_id`` and ``event_type`` are
     the headers' text as far as it can be read (Postgres-safe copies are the recorder's job)."""
     key = key_text(record.key)
-    source, position = source_position(record.headers or ())
     try:
-        envelope, event_id = _decode(record)
+        envelope, event_id, read_headers = _decode(record)
     except Exception as exc:  # a hostile record may exhaust the parser: RecursionError, ...
         problem = exc if isinstance(exc, UndecodableRecord) else f"{type(exc).__name__}: {exc}"
+        source, position = source_position(record.headers or ())
         found = header_map(record.headers)
         return Decoded(
             record,
@@ -298,4 +303,15 @@ def read(record: KafkaRecord) -> Decoded:
             source,
             position,
         )
-    return Decoded(record, envelope, None, key, event_id, envelope.event_type, source, position)
+    source = read_headers.get(SOURCE)
+    position = parse_position(read_headers.get(SOURCE_POSITION)) if source is not None else None
+    return Decoded(
+        record,
+        envelope,
+        None,
+        key,
+        event_id,
+        envelope.event_type,
+        source if position is not None else None,
+        position,
+    )
