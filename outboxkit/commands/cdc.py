@@ -183,7 +183,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--drain-timeout",
         type=float,
         default=600.0,
-        help="add-partitions: seconds to wait for the consumers (default: %(default)s)",
+        help="add-partitions: seconds to wait for the consumers (default 600)",
     )
     cdc.add_argument("--dry-run", action="store_true", help="add-partitions: print the plan")
     cdc.set_defaults(run=_cdc)
