@@ -33,6 +33,7 @@ SPARK_MODULES = (
     "tests/faults/test_spark_faults.py",
     "tests/integration/test_topic_moves.py",
     "tests/integration/test_partition_add.py",
+    "tests/integration/test_mirror_failover.py",
 )
 # Directories whose every test needs the stack, and the marker each one adds.
 STACK_DIRS = {

@@ -81,9 +81,12 @@ def test_a_topic_recreated_under_a_running_job_loses_nothing_and_doubles_nothing
     assert_audit_clean(stack, engine, consumer, topic, on_topic=1_500)
 
 
-def assert_audit_clean(stack, engine, consumer: str, topic: str, on_topic: int) -> None:
+def assert_audit_clean(
+    stack, engine, consumer: str, topic: str, on_topic: int, bootstrap: str | None = None
+) -> None:
     """`outboxkit audit` of the consumer: every event on the topic applied once, none lost."""
-    job = make_job(consumer, [topic], stack.database_url(), stack.bootstrap_servers(), ledger=True)
+    servers = bootstrap or stack.bootstrap_servers()
+    job = make_job(consumer, [topic], stack.database_url(), servers, ledger=True)
     with engine.connect() as conn:
         report = audit(job, conn)
     totals = report.as_dict()["totals"]
