@@ -17,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from inbox import moves
 from inbox.decision import Action, PartitionView
 from inbox.handlers import BatchHandler, Handlers, as_batch
 from inbox.position import OffsetsMoved, TopicIdentity, judge_identity, merged
@@ -133,7 +134,12 @@ class Inbox:
                 error = exc
                 log.exception("%s[%d]: the partition's transaction failed", topic, partition)
         assert error is not None  # only the first attempt raises HandlerFailed, and others follow
-        return self._park_all(ordered, f"the inbox transaction failed: {_describe(error)}")
+        reason = f"the inbox transaction failed: {_describe(error)}"
+        try:
+            return self._park_all(ordered, reason, identity)
+        except OffsetsMoved as moved:
+            self._stop(topic, partition, moved)
+            raise
 
     def _transaction(
         self,
@@ -179,13 +185,14 @@ class Inbox:
                 ),
                 positions=locked.positions,
                 held=recorder.held_at(session, topic, partition, replayed),
+                by_position=locked.by_position,
             )
             slices = self.slices
             if optimistic:
                 done = slices.optimistic(session, view, decoded)
             else:
                 done = slices.one_by_one(session, view, decoded)
-            recorder.park(session, done.parked)
+            recorder.park(session, done.parked, identity.topic_id if identity else None)
             recorder.append_ledger(session, topic, partition, done.applied)
             recorder.advance(
                 session,
@@ -193,7 +200,15 @@ class Inbox:
                 partition,
                 done.result.watermark,
                 done.applied,
-                positions=merged(locked.positions, ((d.source, d.position) for d in decoded)),
+                positions=merged(
+                    locked.positions,
+                    # not those skipped by offset alone: nothing judged their positions
+                    (
+                        (d.source, d.position)
+                        for d in decoded
+                        if d.record.offset > mark or d.source in locked.positions
+                    ),
+                ),
                 identity=identity,
             )
         result = done.result
@@ -209,28 +224,34 @@ class Inbox:
         recorder = self.recorder
         with Session(self.engine) as session, session.begin():
             if recorder.locked(session, topic, partition).stopped is None:
-                recorder.stop(session, topic, partition, moved.reason)
+                moves.stop(session, self.consumer, topic, partition, moved.reason)
         log.error("%s[%d] stopped: %s", topic, partition, moved.reason)
 
-    def _park_all(self, records: Sequence[KafkaRecord], reason: str) -> BatchResult:
+    def _park_all(
+        self, records: Sequence[KafkaRecord], reason: str, identity: TopicIdentity | None
+    ) -> BatchResult:
         """The last resort: park every record above the watermark, raw bytes and reason, and
         move the watermark past them (redrive applies them once the cause is fixed)."""
         topic, partition = records[0].topic, records[0].partition
         recorder = self.recorder
         with Session(self.engine) as session, session.begin():
             locked = recorder.locked(session, topic, partition)
+            moved = judge_identity(locked.identity, identity, locked.positions)
+            if locked.stopped is not None or moved is not None:  # nothing of it is parked
+                raise moved or OffsetsMoved(str(locked.stopped), rebased=False)
             mark = locked.offset
             fresh = [read(r) for r in records if r.offset > mark]
             done = SliceOutcome(BatchResult(topic, partition, mark))
             for item in fresh:
                 done.count(item, Action.PARK, reason, 0)
-            recorder.park(session, done.parked)
+            recorder.park(session, done.parked, identity.topic_id if identity else None)
             recorder.advance(
                 session,
                 topic,
                 partition,
                 done.result.watermark,
                 positions=merged(locked.positions, ((d.source, d.position) for d in fresh)),
+                identity=identity,
             )
         result = done.result
         if len(fresh) < len(records):

@@ -47,6 +47,8 @@ class PartitionView:
     positions: Mapping[str, Position] = field(default_factory=dict)
     # The event id the window holds at each of the slice's offsets at or below the watermark.
     held: Mapping[int, str] = field(default_factory=dict)
+    # Started over by its sources' positions: a record it cannot judge by one stops it.
+    by_position: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ class Decider:
         self._last = view.watermark
         self._positions = dict(view.positions)
         self._held = view.held
+        self._by_position = view.by_position
 
     def decide(self, record: Incoming) -> Decision:
         """The action for the next record; offsets must be given in increasing order."""
@@ -93,6 +96,8 @@ class Decider:
                     action,
                     f"source {record.source} position {list(record.position)} <= {list(known)}",
                 )
+        elif self._by_position:
+            return Decision(record.offset, Action.STOP, unjudged(record))
         elif record.offset <= self._last:
             held = self._held.get(record.offset)
             if held is not None and record.event_id is not None and held != record.event_id:
@@ -150,6 +155,15 @@ def offsets_moved(record: Incoming, held: str) -> str:
         f"offset {record.offset} held event {held} when it was applied and now holds event "
         f"{record.event_id}: the partition's offsets no longer mean what its watermark says (a "
         "re-created topic, or another cluster); see the runbook 'When offsets change'"
+    )
+
+
+def unjudged(record: Incoming) -> str:
+    """Why a partition started over by positions stops on ``record``."""
+    return (
+        f"offset {record.offset} (event {record.event_id}) carries no position of a source the "
+        "partition knows, and the partition was started over by its sources' positions: its "
+        "offset cannot tell a replay from a new event; see the runbook 'When offsets change'"
     )
 
 

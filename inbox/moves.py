@@ -13,15 +13,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from inbox.position import TopicIdentity, from_json, to_json
 from inbox.recorder import Recorder
-from inbox.tables import watermarks
+from inbox.tables import ERROR_CHARS, recent_ids, watermarks
 from outbox.wire.position import Position
+from outbox.wire.record import readable
 
 
 @dataclass(frozen=True)
@@ -90,11 +91,37 @@ def moved(
 
 def start_over(engine: Engine, move: Move, identity: TopicIdentity | None = None) -> None:
     """Start ``move``'s partition over for ``identity`` (its current one when None): watermark
-    -1, the window's offsets forgotten, no longer stopped; the positions stay."""
+    -1, the window's offsets forgotten, no longer stopped; the positions stay (they decide from
+    now on), and so do its parked records (their topic id tells their incarnation)."""
     recorder = Recorder(move.consumer)
+    where = recorder.match(watermarks, move.topic, move.partition)
+    chosen = identity or move.current
     with Session(engine) as session, session.begin():
         recorder.lock(session, move.topic, move.partition)
-        recorder.rebase(session, move.topic, move.partition, identity or move.current)
+        session.execute(
+            update(watermarks)
+            .where(*where)
+            .values(
+                offset=-1,
+                cluster_id=None if chosen is None else chosen.cluster_id,
+                topic_id=None if chosen is None else chosen.topic_id,
+                stopped=None,
+                by_position=bool(move.positions),
+                updated_at=func.now(),
+            )
+        )
+        session.execute(
+            delete(recent_ids).where(*recorder.match(recent_ids, move.topic, move.partition))
+        )
+
+
+def stop(session: Session, consumer: str, topic: str, partition: int, reason: str) -> None:
+    """Record why the partition stopped (`outboxkit inbox status`); the caller holds its lock."""
+    session.execute(
+        update(watermarks)
+        .where(*Recorder(consumer).match(watermarks, topic, partition))
+        .values(stopped=readable(reason, ERROR_CHARS))
+    )
 
 
 def raise_floors(engine: Engine, consumer: str, topic: str, partitions: int) -> dict[str, Position]:

@@ -112,7 +112,9 @@ def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: in
 
     The window's ids above ``offset`` are forgotten too, or the replay would be skipped as
     re-sends: slices above it are deleted, a slice straddling it keeps its ids up to
-    ``offset``. Returns the previous watermark."""
+    ``offset``. So are the sources' positions, which would skip it as well: the partition is
+    judged by offset until its records give it positions again. Returns the previous
+    watermark."""
     recorder = Recorder(consumer)
     with Session(engine) as session, session.begin():
         previous = session.execute(
@@ -125,7 +127,7 @@ def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: in
         session.execute(
             update(watermarks)
             .where(*recorder.match(watermarks, topic, partition))
-            .values(offset=offset, updated_at=func.now())
+            .values(offset=offset, sources={}, by_position=False, updated_at=func.now())
         )
         _forget_above(session, recorder.match(recent_ids, topic, partition), offset)
     return int(previous)

@@ -39,7 +39,6 @@ from inbox.tables import (
     KEY_CHARS,
     ledger,
     parked,
-    recent_ids,
     watermarks,
 )
 from outbox.wire.position import Position
@@ -56,7 +55,8 @@ class Locked:
     any_parked: bool  # False: the partition has no parked record (`Recorder.parked_keys`)
     identity: TopicIdentity | None = None  # what the offsets refer to (None: not recorded yet)
     positions: Mapping[str, Position] = field(default_factory=dict)  # per source, the highest
-    stopped: str | None = None  # why the partition is stopped (`Recorder.stop`)
+    stopped: str | None = None  # why the partition is stopped (`inbox.moves.stop`)
+    by_position: bool = False  # started over: only records with a known source's position
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,12 @@ class Recorder:
             else None
         )
         return Locked(
-            int(row.offset), bool(row.any_parked), identity, from_json(row.sources), row.stopped
+            int(row.offset),
+            bool(row.any_parked),
+            identity,
+            from_json(row.sources),
+            row.stopped,
+            bool(row.by_position),
         )
 
     def advance(
@@ -167,41 +172,16 @@ class Recorder:
         )
         return {int(offset): str(event_id) for offset, event_id in rows}
 
-    def rebase(
-        self, session: Session, topic: str, partition: int, identity: TopicIdentity | None
-    ) -> None:
-        """Start the partition's offsets over for ``identity`` (a re-created topic, another
-        cluster): watermark -1, the window's offsets forgotten, the sources' positions kept (they
-        decide from now on), no longer stopped. The caller holds the lock."""
-        session.execute(
-            update(watermarks)
-            .where(*self.match(watermarks, topic, partition))
-            .values(
-                offset=-1,
-                cluster_id=None if identity is None else identity.cluster_id,
-                topic_id=None if identity is None else identity.topic_id,
-                stopped=None,
-                updated_at=func.now(),
-            )
-        )
-        session.execute(delete(recent_ids).where(*self.match(recent_ids, topic, partition)))
-
-    def stop(self, session: Session, topic: str, partition: int, reason: str) -> None:
-        """Record why the partition stopped (shown by `outboxkit inbox status`)."""
-        session.execute(
-            update(watermarks)
-            .where(*self.match(watermarks, topic, partition))
-            .values(stopped=readable(reason, ERROR_CHARS))
-        )
-
     def positions(self, conn: Executor, topics: Sequence[str]) -> dict[tuple[str, int], int]:
-        """Next offset to read per (topic, partition) of ``topics`` (watermark + 1)."""
+        """Next offset to read per (topic, partition) of ``topics``: watermark + 1, or -2 (Kafka's
+        earliest) for a partition with nothing applied, whose log may no longer start at 0 (a
+        mirror, retention)."""
         rows = conn.execute(
             select(watermarks.c.topic, watermarks.c.partition, watermarks.c.offset).where(
                 watermarks.c.consumer == self.consumer, watermarks.c.topic.in_(topics)
             )
         ).all()
-        return {(t, int(p)): int(o) + 1 for t, p, o in rows}
+        return {(t, int(p)): int(o) + 1 if o >= 0 else -2 for t, p, o in rows}
 
     # -- window of recent event ids ------------------------------------------------------------
     # Callers hold the partition's watermark lock (`lock`): it serialises every reader and
@@ -289,16 +269,22 @@ class Recorder:
         )
         return frozenset(key_text(r[0]) or "" for r in rows if r[0] in wanted)
 
-    def park(self, session: Session, records: Sequence[tuple[Decoded, str, int]]) -> None:
+    def park(
+        self,
+        session: Session,
+        records: Sequence[tuple[Decoded, str, int]],
+        topic_id: str | None = None,
+    ) -> None:
         """Keep records that were not applied, each with why and after how many attempts, in one
-        statement (once per offset); migration 0011's trigger marks their partitions' watermark
-        rows as having parked records (`Locked.any_parked`). Whatever the records' bytes, the
-        insert cannot fail on them: the raw bytes go to bytea columns, the text columns get
-        readable, bounded copies."""
+        statement (once per offset of the topic incarnation ``topic_id``); migration 0011's
+        trigger marks their partitions' watermark rows as having parked records
+        (`Locked.any_parked`). Whatever the records' bytes, the insert cannot fail on them: the
+        raw bytes go to bytea columns, the text columns get readable, bounded copies."""
         if not records:
             return
         rows = [
-            self._parked_row(decoded, reason, attempts) for decoded, reason, attempts in records
+            self._parked_row(decoded, reason, attempts) | {"topic_id": topic_id}
+            for decoded, reason, attempts in records
         ]
         session.execute(
             pg_insert(parked)
@@ -346,10 +332,9 @@ class Recorder:
     def parked_rows(
         self, session: Session, topic: str, partition: int, key: str | None = None
     ) -> Sequence[Row[Any]]:
-        """The partition's parked records in offset order (of one key when given)."""
-        query = (
-            select(parked).where(*self.match(parked, topic, partition)).order_by(parked.c.offset)
-        )
+        """The partition's parked records in the order they were parked (of one key when given):
+        offset order within a topic's incarnation, an older incarnation's first."""
+        query = select(parked).where(*self.match(parked, topic, partition)).order_by(parked.c.id)
         if key is not None:
             raw = key_bytes(key)
             query = query.where(_md5_in({raw}), parked.c.raw_key == raw)

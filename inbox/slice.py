@@ -212,7 +212,11 @@ def all_new(view: PartitionView, decoded: Sequence[Decoded], batch: BatchHandler
     if view.positions:
         for item in decoded:
             known = view.positions.get(item.source) if item.source is not None else None
-            if known is not None and item.position is not None and item.position <= known:
+            if known is None:
+                if view.by_position:
+                    return False  # the decider stops on it
+                continue
+            if item.position is None or item.position <= known:
                 return False
     ids = [item.event_id for item in decoded]
     if None in ids or len(set(ids)) != len(ids) or not view.recent_ids.isdisjoint(ids):

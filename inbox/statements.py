@@ -58,6 +58,7 @@ LOCK = (
         watermarks.c.topic_id,
         watermarks.c.sources,
         watermarks.c.stopped,
+        watermarks.c.by_position,
     )
     .where(*this_partition(watermarks))
     .with_for_update()

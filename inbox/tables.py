@@ -49,6 +49,9 @@ watermarks = Table(
     Column("topic_id", String(64), nullable=True),
     Column("sources", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("stopped", Text, nullable=True),
+    # True once the partition was started over by its sources' positions: a record it cannot
+    # judge by position (none, or a new source) stops it instead of being taken by its offset.
+    Column("by_position", Boolean, nullable=False, server_default=false()),
     PrimaryKeyConstraint("consumer", "topic", "partition"),
 )
 
@@ -100,6 +103,9 @@ def _record_columns() -> list[Column[Any]]:
         Column("topic", String(255), nullable=False),
         Column("partition", Integer, nullable=False),
         Column("offset", BigInteger, nullable=False),
+        # The topic id (KIP-516) its offset belongs to, when the consumer knew it: a re-created
+        # topic parks its own records at offsets an older incarnation's may still hold.
+        Column("topic_id", String(64), nullable=True),
         # The record as it came, byte for byte: what redrive applies.
         Column("raw_key", LargeBinary, nullable=True),
         Column("payload", LargeBinary, nullable=True),  # the record's value
@@ -127,7 +133,15 @@ parked = Table(
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),
     *_record_columns(),
-    UniqueConstraint("consumer", "topic", "partition", "offset", name="uq_inbox_parked_offset"),
+    UniqueConstraint(
+        "consumer",
+        "topic",
+        "partition",
+        "offset",
+        "topic_id",
+        name="uq_inbox_parked_offset",
+        postgresql_nulls_not_distinct=True,
+    ),
 )
 Index(
     "ix_inbox_parked_key",

@@ -160,15 +160,24 @@ def traced_batches(
 
 
 def _identities(identities: Any, topics: Sequence[str]) -> Mapping[str, TopicIdentity] | None:
-    """The topics' identities for one micro-batch; None (this batch goes unchecked, the window
-    still judges replays) when Kafka's admin API does not answer: its records were read."""
+    """The topics' identities for one micro-batch. When Kafka's admin API does not answer, the
+    batch fails (the query is restarted from its checkpoint): applied unchecked, the records
+    of a topic re-created at that moment would be judged by position from the middle of the
+    new topic, and its start skipped once the partition is started over."""
     if identities is None:
         return None
-    try:
-        return dict(identities.read(topics))
-    except Exception as exc:  # the cluster's metadata unavailable for a moment
-        log.warning("topic ids not read for this micro-batch: %s", str(exc).splitlines()[0])
-        return None
+    for attempt in range(IDENTITY_ATTEMPTS):
+        try:
+            return dict(identities.read(topics))
+        except Exception as exc:  # a broker or the controller moving: ask again, then fail
+            if attempt + 1 == IDENTITY_ATTEMPTS:
+                raise
+            log.warning("topic ids not read (%s): again", str(exc).splitlines()[0])
+            time.sleep(2.0)
+    raise AssertionError("unreachable")
+
+
+IDENTITY_ATTEMPTS = 3  # each bounded by the admin client's 10 s timeout
 
 
 def inbox_sink(jobs: Sequence[Job], on_batch: Any = None, identities: Any = None) -> Any:

@@ -3,8 +3,11 @@
 Each ``inbox_watermark`` row gets the cluster's and the topic's id its offsets belong to
 (``cluster_id``, ``topic_id``; NULL until a consumer job records them: rows of earlier versions
 take the ids the job sees next), per source the highest position decided (``sources``), and
-why the partition is stopped (``stopped``). Existing watermarks keep their meaning: records
-without a source position are still judged by offset.
+why the partition is stopped (``stopped``), and whether it was started over by its sources'
+positions (``by_position``: then a record without one stops it). Existing watermarks keep
+their meaning: records without a source position are still judged by offset. Parked and
+skipped records get the topic id their offset belongs to, and one offset may be parked once per
+topic incarnation (a NULL id, the topic's unknown, is one incarnation: NULLS NOT DISTINCT).
 
 Revision ID: 0012_inbox_identity
 Revises: 0011_inbox_watermark_parked
@@ -34,8 +37,27 @@ def upgrade() -> None:
         ),
     )
     op.add_column("inbox_watermark", sa.Column("stopped", sa.Text(), nullable=True))
+    op.add_column(
+        "inbox_watermark",
+        sa.Column("by_position", sa.Boolean(), nullable=False, server_default=sa.false()),
+    )
+    for table in ("inbox_parked", "inbox_skipped"):
+        op.add_column(table, sa.Column("topic_id", sa.String(64), nullable=True))
+    op.drop_constraint("uq_inbox_parked_offset", "inbox_parked", type_="unique")
+    op.create_unique_constraint(
+        "uq_inbox_parked_offset",
+        "inbox_parked",
+        ["consumer", "topic", "partition", "offset", "topic_id"],
+        postgresql_nulls_not_distinct=True,
+    )
 
 
 def downgrade() -> None:
-    for column in ("stopped", "sources", "topic_id", "cluster_id"):
+    op.drop_constraint("uq_inbox_parked_offset", "inbox_parked", type_="unique")
+    op.create_unique_constraint(
+        "uq_inbox_parked_offset", "inbox_parked", ["consumer", "topic", "partition", "offset"]
+    )
+    for table in ("inbox_parked", "inbox_skipped"):
+        op.drop_column(table, "topic_id")
+    for column in ("by_position", "stopped", "sources", "topic_id", "cluster_id"):
         op.drop_column("inbox_watermark", column)

@@ -16,9 +16,10 @@ _SEQUENCE = re.compile(r'\[\s*(?:"(\d{1,20})"|null)\s*,\s*(?:"(\d{1,20})"|null)\
 
 
 def parse_position(text: str | bytes | None) -> Position | None:
-    """Debezium's ``sequence`` text (``["24023128","24023160"]``, either may be null) as a
-    `Position`; None when absent or not of that shape (the record is then deduplicated by
-    offset alone)."""
+    """Debezium's ``sequence`` text (``["24023128","24023160"]``) as a `Position`; None when
+    absent, not of that shape, or with a null part (the record is then judged by offset). A
+    connector that starts with no stored offset writes ``[null,"<lsn>"]`` until its first
+    commit: a last commit LSN it does not know, not one lower than every other."""
     if text is None:
         return None
     raw = text.decode("ascii", "replace") if isinstance(text, bytes) else text
@@ -26,7 +27,9 @@ def parse_position(text: str | bytes | None) -> Position | None:
     if found is None:
         return None
     commit, change = found.groups()
-    return int(commit or 0), int(change or 0)
+    if commit is None or change is None:
+        return None
+    return int(commit), int(change)
 
 
 def source_position(

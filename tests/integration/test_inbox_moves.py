@@ -13,7 +13,7 @@ from sqlalchemy import select
 from inbox import Inbox, moves
 from inbox.decision import Action
 from inbox.position import OffsetsMoved, TopicIdentity
-from inbox.tables import watermarks
+from inbox.tables import parked, watermarks
 from outbox.wire.record import KafkaRecord
 from tests.integration.test_inbox_apply import effect_counts, effects_md, recorder
 
@@ -32,7 +32,7 @@ def consumer():
     return f"moves-{uuid.uuid4().hex[:8]}"
 
 
-def event(topic, offset, n, position=True, event_id=None):
+def event(topic, offset, n, position=True, event_id=None, key=b"k"):
     headers = [
         ("id", (event_id or str(uuid.uuid5(uuid.NAMESPACE_OID, f"{topic}-{n}"))).encode()),
         ("eventType", b"Tick"),
@@ -40,7 +40,7 @@ def event(topic, offset, n, position=True, event_id=None):
     ]
     if position:
         headers += [("sourceName", b"orders-db"), ("sourcePosition", f'["{n}","{n}"]'.encode())]
-    return KafkaRecord(topic, 0, offset, b"k", json.dumps({"n": n}).encode(), headers, None)
+    return KafkaRecord(topic, 0, offset, key, json.dumps({"n": n}).encode(), headers, None)
 
 
 def restart(engine, consumer, topic, identity):
@@ -119,3 +119,26 @@ def test_another_event_at_an_applied_offset_stops_the_partition_without_identity
         inbox.apply_partition(moved)
     assert "offset 0 held event" in row(engine, consumer, topic).stopped
     assert len(effect_counts(engine, consumer)) == 5
+
+
+def test_a_record_parked_at_an_offset_an_older_topic_parked_at_is_kept(engine, consumer):
+    """After a re-creation, a record parked at an offset where the old topic's record is still
+    parked is parked too (one offset, two incarnations), never dropped."""
+    inbox = Inbox(engine, consumer, recorder(consumer, fail_keys={"bad"}), window=0)
+    topic = f"moves-{uuid.uuid4().hex[:6]}"
+    inbox.apply_partition([event(topic, 0, 1, key=b"bad"), event(topic, 1, 2)], A)
+    with pytest.raises(OffsetsMoved):
+        inbox.apply_partition([event(topic, 0, 3, key=b"bad")], RECREATED)
+    restart(engine, consumer, topic, RECREATED)
+    result = inbox.apply_partition([event(topic, 0, 3, key=b"bad"), event(topic, 1, 4)], RECREATED)
+    assert (result.count(Action.HOLD) + result.count(Action.PARK), result.count(Action.APPLY)) == (
+        1,
+        1,
+    )
+    with engine.connect() as conn:
+        kept = conn.execute(
+            select(parked.c.offset, parked.c.topic_id, parked.c.event_id).where(
+                parked.c.consumer == consumer
+            )
+        ).all()
+    assert sorted((o, t) for o, t, _ in kept) == [(0, "topic-a"), (0, "topic-a2")]
