@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 from inbox import moves
 from inbox.decision import Action, PartitionView
 from inbox.handlers import BatchHandler, Handlers, as_batch
-from inbox.position import OffsetsMoved, TopicIdentity, judge_identity, merged
-from inbox.recorder import Recorder
+from inbox.position import OffsetsMoved, Superseded, TopicIdentity, judge_identity, merged
+from inbox.recorder import Locked, Recorder
 from inbox.slice import BatchResult, HandlerFailed, SliceApplier, SliceOutcome
 from outbox.errors import is_transient
 from outbox.publish import Outbox
@@ -86,11 +86,16 @@ class Inbox:
         return self.batch.handles(event_type)
 
     def apply_partition(
-        self, records: Sequence[KafkaRecord], identity: TopicIdentity | None = None
+        self,
+        records: Sequence[KafkaRecord],
+        identity: TopicIdentity | None = None,
+        epoch: int | None = None,
     ) -> BatchResult:
         """Decide and apply one partition's records, advance its watermark, commit.
         ``identity``: what the records' offsets refer to (their cluster and topic), checked
         against the watermark's (`inbox.position.judge_identity`); None skips the check.
+        ``epoch``: the partition's start-over count when the caller's reader started (None: not
+        checked); a partition started over since raises `Superseded`, and nothing is applied.
 
         When the offsets changed meaning, the partition stops, with the reason, and
         `OffsetsMoved` is raised: nothing of the slice is applied or skipped. A stopped partition
@@ -114,11 +119,11 @@ class Inbox:
             raise ValueError("apply_partition takes the records of ONE topic partition")
         ordered = sorted(records, key=lambda r: r.offset)
         attempts: list[Callable[[Sequence[KafkaRecord]], BatchResult]] = [
-            lambda rs: self._transaction(rs, identity, optimistic=False),
-            lambda rs: self._transaction(rs, identity, optimistic=False, immediate=True),
+            lambda rs: self._transaction(rs, identity, epoch, optimistic=False),
+            lambda rs: self._transaction(rs, identity, epoch, optimistic=False, immediate=True),
         ]
         if self.optimistic:
-            attempts.insert(0, lambda rs: self._transaction(rs, identity, optimistic=True))
+            attempts.insert(0, lambda rs: self._transaction(rs, identity, epoch, optimistic=True))
         error: Exception | None = None
         for attempt in attempts:
             try:
@@ -126,7 +131,8 @@ class Inbox:
             except HandlerFailed as exc:  # rolled back: redone record by record
                 log.info("%s[%d]: per-record apply after %s", topic, partition, exc)
             except OffsetsMoved as moved:  # rolled back: nothing applied, nothing skipped
-                self._stop(topic, partition, moved)
+                if not isinstance(moved, Superseded):
+                    self._stop(topic, partition, moved)
                 raise
             except Exception as exc:
                 if is_transient(exc):
@@ -136,15 +142,17 @@ class Inbox:
         assert error is not None  # only the first attempt raises HandlerFailed, and others follow
         reason = f"the inbox transaction failed: {_describe(error)}"
         try:
-            return self._park_all(ordered, reason, identity)
+            return self._park_all(ordered, reason, identity, epoch)
         except OffsetsMoved as moved:
-            self._stop(topic, partition, moved)
+            if not isinstance(moved, Superseded):
+                self._stop(topic, partition, moved)
             raise
 
     def _transaction(
         self,
         records: Sequence[KafkaRecord],
         identity: TopicIdentity | None,
+        epoch: int | None,
         *,
         optimistic: bool,
         immediate: bool = False,
@@ -160,11 +168,7 @@ class Inbox:
             if immediate:
                 session.execute(text("SET CONSTRAINTS ALL IMMEDIATE"))
             locked = recorder.locked(session, topic, partition)
-            if locked.stopped is not None:
-                raise OffsetsMoved(locked.stopped, rebased=False)
-            moved = judge_identity(locked.identity, identity, locked.positions)
-            if moved is not None:
-                raise moved
+            check(locked, identity, epoch)
             mark = locked.offset
             fresh = sum(1 for r in records if r.offset > mark)
             judged = self.window or locked.positions  # replays that can prove otherwise
@@ -228,7 +232,11 @@ class Inbox:
         log.error("%s[%d] stopped: %s", topic, partition, moved.reason)
 
     def _park_all(
-        self, records: Sequence[KafkaRecord], reason: str, identity: TopicIdentity | None
+        self,
+        records: Sequence[KafkaRecord],
+        reason: str,
+        identity: TopicIdentity | None,
+        epoch: int | None,
     ) -> BatchResult:
         """The last resort: park every record above the watermark, raw bytes and reason, and
         move the watermark past them (redrive applies them once the cause is fixed)."""
@@ -236,9 +244,7 @@ class Inbox:
         recorder = self.recorder
         with Session(self.engine) as session, session.begin():
             locked = recorder.locked(session, topic, partition)
-            moved = judge_identity(locked.identity, identity, locked.positions)
-            if locked.stopped is not None or moved is not None:  # nothing of it is parked
-                raise moved or OffsetsMoved(str(locked.stopped), rebased=False)
+            check(locked, identity, epoch)  # nothing of it is parked
             mark = locked.offset
             fresh = [read(r) for r in records if r.offset > mark]
             done = SliceOutcome(BatchResult(topic, partition, mark))
@@ -258,6 +264,20 @@ class Inbox:
             result.counts[Action.SKIP_REPLAY] = len(records) - len(fresh)
         log.error("%s[%d]: %d records parked: %s", topic, partition, len(fresh), reason)
         return result
+
+
+def check(locked: Locked, identity: TopicIdentity | None, epoch: int | None) -> None:
+    """Raise `OffsetsMoved` when the locked partition must not take the slice: stopped,
+    started over since the caller's reader started (`Superseded`), or of another identity."""
+    if epoch is not None and locked.epoch != epoch:
+        raise Superseded(
+            f"started over (epoch {locked.epoch}) after this reader started (epoch {epoch})"
+        )
+    if locked.stopped is not None:
+        raise OffsetsMoved(locked.stopped, rebased=False)
+    moved = judge_identity(locked.identity, identity, locked.positions)
+    if moved is not None:
+        raise moved
 
 
 def _describe(exc: BaseException) -> str:

@@ -107,6 +107,7 @@ def start_over(engine: Engine, move: Move, identity: TopicIdentity | None = None
                 topic_id=None if chosen is None else chosen.topic_id,
                 stopped=None,
                 by_position=bool(move.positions),
+                epoch=watermarks.c.epoch + 1,
                 updated_at=func.now(),
             )
         )
@@ -165,3 +166,12 @@ def raise_floors(engine: Engine, consumer: str, topic: str, partitions: int) -> 
                 .on_conflict_do_nothing()
             )
     return floor
+
+
+def epochs(engine: Engine, consumer: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:
+    """Each partition's start-over count, as a consumer query records it when it starts."""
+    query = select(watermarks.c.topic, watermarks.c.partition, watermarks.c.epoch).where(
+        watermarks.c.consumer == consumer, watermarks.c.topic.in_(list(topics))
+    )
+    with engine.connect() as conn:
+        return {(t, int(p)): int(e) for t, p, e in conn.execute(query).all()}

@@ -84,3 +84,11 @@ def judge_identity(
         "'When offsets change' (outboxkit inbox rebase)",
         rebased=False,
     )
+
+
+class Superseded(OffsetsMoved):
+    """The partition was started over after the caller's reader started: its records may come
+    from the middle of the new topic. Nothing is recorded; the caller's query must restart."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, rebased=False)

@@ -57,6 +57,7 @@ class Locked:
     positions: Mapping[str, Position] = field(default_factory=dict)  # per source, the highest
     stopped: str | None = None  # why the partition is stopped (`inbox.moves.stop`)
     by_position: bool = False  # started over: only records with a known source's position
+    epoch: int = 0  # start-overs so far
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class Recorder:
             from_json(row.sources),
             row.stopped,
             bool(row.by_position),
+            int(row.epoch),
         )
 
     def advance(

@@ -59,6 +59,7 @@ LOCK = (
         watermarks.c.sources,
         watermarks.c.stopped,
         watermarks.c.by_position,
+        watermarks.c.epoch,
     )
     .where(*this_partition(watermarks))
     .with_for_update()

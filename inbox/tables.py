@@ -52,6 +52,9 @@ watermarks = Table(
     # True once the partition was started over by its sources' positions: a record it cannot
     # judge by position (none, or a new source) stops it instead of being taken by its offset.
     Column("by_position", Boolean, nullable=False, server_default=false()),
+    # Counts the start-overs: a consumer query started before the last one is refused (its
+    # reader may be in the middle of the new topic).
+    Column("epoch", Integer, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("consumer", "topic", "partition"),
 )
 

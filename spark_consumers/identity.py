@@ -67,14 +67,19 @@ class TopicIdentities:
         return found
 
 
+# A query's start-over counts: job name -> (topic, partition) -> epoch (`inbox.moves.epochs`).
+Epochs = dict[str, dict[tuple[str, int], int]]
+
+
 def prepare_start(
     jobs: Sequence[Job], identities: Mapping[str, TopicIdentity], checkpoint: Path
-) -> None:
+) -> Epochs:
     """Before a query of ``jobs`` starts: partitions whose topic changed identity and whose
     sources have positions are started over; a partition only an operator can start over
     raises `JobStopped`. The query's Spark checkpoint is moved aside when its offsets belong
-    to other topic identities than today's, so it starts from the inbox's positions."""
-    started_over = False
+    to other topic identities or start-overs than today's, so it starts from the inbox's
+    positions. Returns the partitions' start-over counts, which the query's slices carry."""
+    epochs: Epochs = {}
     for job in jobs:
         engine = engine_for(job.engine_url(), "once")
         try:
@@ -86,7 +91,6 @@ def prepare_start(
                         f"outboxkit inbox rebase --consumer {job.consumer} --topic {move.topic}"
                     )
                 moves.start_over(engine, move)
-                started_over = True
                 log.warning(
                     "job %s: %s[%d] started over from its start (%s); its sources' positions "
                     "decide what was applied",
@@ -95,30 +99,40 @@ def prepare_start(
                     move.partition,
                     move.describe(),
                 )
+            epochs[job.name] = moves.epochs(engine, job.consumer, job.topics)
         finally:
             engine.dispose()
-    _checkpoint_for(checkpoint, identities, jobs, stale=started_over)
+    _checkpoint_for(checkpoint, identities, epochs, jobs)
+    return epochs
 
 
 def _checkpoint_for(
-    checkpoint: Path, identities: Mapping[str, TopicIdentity], jobs: Sequence[Job], stale: bool
+    checkpoint: Path, identities: Mapping[str, TopicIdentity], epochs: Epochs, jobs: Sequence[Job]
 ) -> None:
-    """Move the query's checkpoint aside when it was made for other topic identities (or a
-    partition was started over), and record today's beside it."""
+    """Move the query's checkpoint aside when it was made for other topic identities or
+    start-overs than today's, and record today's beside it (written whole, then renamed)."""
     name = "+".join(job.name for job in jobs)
     folder = checkpoint / name
     noted = checkpoint / f"{name}.topics.json"
-    now = {t: [i.cluster_id, i.topic_id] for t, i in sorted(identities.items())}
+    now = {
+        **{t: [i.cluster_id, i.topic_id] for t, i in sorted(identities.items())},
+        **{
+            f"{job}/{topic}/{partition}": epoch
+            for job, found in sorted(epochs.items())
+            for (topic, partition), epoch in sorted(found.items())
+        },
+    }
     before = json.loads(noted.read_text()) if noted.exists() else {}
-    changed = any(t in now and now[t] != v for t, v in before.items())
-    if (changed or stale) and folder.exists():
+    if any(k in now and now[k] != v for k, v in before.items()) and folder.exists():
         aside = checkpoint / f"{name}.moved-{time.strftime('%Y%m%dT%H%M%S')}"
         shutil.move(str(folder), str(aside))
         log.warning(
-            "query %s: its checkpoint's offsets belong to other topics (re-created, or another "
-            "cluster): moved to %s; the query starts from the inbox's positions",
+            "query %s: its checkpoint's offsets belong to other topics (re-created, another "
+            "cluster, or started over): moved to %s; the query starts from the inbox's positions",
             name,
             aside,
         )
     checkpoint.mkdir(parents=True, exist_ok=True)
-    noted.write_text(json.dumps({**before, **now}, indent=1) + "\n")
+    partial = noted.with_name(noted.name + ".partial")
+    partial.write_text(json.dumps({**before, **now}, indent=1) + "\n")
+    partial.replace(noted)

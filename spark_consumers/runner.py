@@ -157,11 +157,11 @@ def start_query(
     offsets moved were dealt with (`spark_consumers.identity.prepare_start`)."""
     name = "+".join(job.name for job in jobs)
     identities = TopicIdentities.of(jobs[0])
-    prepare_start(jobs, identities.read(topics_of(jobs)), checkpoint)
+    epochs = prepare_start(jobs, identities.read(topics_of(jobs)), checkpoint)
     return (
         source_frame(session, jobs)
         .writeStream.queryName(name)
-        .foreachBatch(inbox_sink(jobs, on_batch, identities))
+        .foreachBatch(inbox_sink(jobs, on_batch, identities, epochs))
         .option("checkpointLocation", str(checkpoint / name))
         .trigger(processingTime=f"{trigger_seconds} seconds")
         .start()

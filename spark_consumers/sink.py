@@ -81,12 +81,15 @@ def apply_batches(
     jobs: Sequence[Job],
     batches: Iterator[pa.RecordBatch],
     identities: Mapping[str, TopicIdentity] | None = None,
+    epochs: Mapping[str, Mapping[tuple[str, int], int]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: group this Spark partition's records by Kafka partition and apply each
     group, for every job reading its topic, in that job's own inbox transaction; yield one
     result row per (job, Kafka partition). ``identities``: each topic's, as the driver read it
-    for this micro-batch (what the records' offsets refer to)."""
+    for this micro-batch (what the records' offsets refer to); ``epochs``: each job's partitions'
+    start-over counts when the query started."""
     identities = identities or {}
+    epochs = epochs or {}
     grouped: dict[tuple[str, int], list[KafkaRecord]] = {}
     for batch in batches:
         for record in records_from_arrow(batch):
@@ -103,7 +106,12 @@ def apply_batches(
             # The database unreachable (restart, failover): the same records again, after a
             # backoff; the inbox makes a retry idempotent. Data errors never get here: they park.
             result, retries = retrying(
-                functools.partial(inbox.apply_partition, records, identities.get(topic)),
+                functools.partial(
+                    inbox.apply_partition,
+                    records,
+                    identities.get(topic),
+                    epochs.get(job.name, {}).get((topic, partition)),
+                ),
                 retryable=is_transient,
                 backoff=dataclasses.replace(BATCH_RETRY, budget=job.batch_retry_seconds),
                 what=f"{job.name} {topic}[{partition}]",
@@ -144,6 +152,7 @@ def traced_batches(
     batches: Iterator[pa.RecordBatch],
     batch_span: str | None,
     identities: Mapping[str, TopicIdentity] | None = None,
+    epochs: Mapping[str, Mapping[tuple[str, int], int]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """`apply_batches` in a Python worker: its tracing set up (once per process), the driver's
     micro-batch span (``batch_span``, a traceparent) current, so the record spans link to it,
@@ -152,7 +161,7 @@ def traced_batches(
     tracing.configure(TRACE_SERVICE)
     try:
         with spans.current_context(TraceContext.parse(batch_span)):
-            results = list(apply_batches(jobs, batches, identities))
+            results = list(apply_batches(jobs, batches, identities, epochs))
     finally:
         tracing.flush()
     _settle()
@@ -180,12 +189,15 @@ def _identities(identities: Any, topics: Sequence[str]) -> Mapping[str, TopicIde
 IDENTITY_ATTEMPTS = 3  # each bounded by the admin client's 10 s timeout
 
 
-def inbox_sink(jobs: Sequence[Job], on_batch: Any = None, identities: Any = None) -> Any:
+def inbox_sink(
+    jobs: Sequence[Job], on_batch: Any = None, identities: Any = None, epochs: Any = None
+) -> Any:
     """A foreachBatch function applying each micro-batch through the jobs' inboxes; tells
     ``on_batch(job_name, batch_id, summaries)`` per job what it did (a `SliceSummary` per Kafka
     partition). ``identities`` (a `spark_consumers.identity.TopicIdentities`): read per batch,
     so that a partition whose topic changed identity stops instead of taking new offsets for
-    replays."""
+    replays; ``epochs`` (`spark_consumers.identity.prepare_start`'s) are checked by every slice,
+    so that a task left over from before a start-over cannot apply from the middle of a topic."""
     jobs = tuple(jobs)
     name = "+".join(job.name for job in jobs)
     topics = tuple(sorted({t for job in jobs for t in job.topics}))
@@ -203,7 +215,7 @@ def inbox_sink(jobs: Sequence[Job], on_batch: Any = None, identities: Any = None
             now = _identities(identities, topics)
             results = (
                 frame.coalesce(slots)
-                .mapInArrow(lambda it: traced_batches(jobs, it, link, now), SPARK_SCHEMA)
+                .mapInArrow(lambda it: traced_batches(jobs, it, link, now, epochs), SPARK_SCHEMA)
                 .collect()
             )
         except Exception as exc:

@@ -4,7 +4,8 @@ Each ``inbox_watermark`` row gets the cluster's and the topic's id its offsets b
 (``cluster_id``, ``topic_id``; NULL until a consumer job records them: rows of earlier versions
 take the ids the job sees next), per source the highest position decided (``sources``), and
 why the partition is stopped (``stopped``), and whether it was started over by its sources'
-positions (``by_position``: then a record without one stops it). Existing watermarks keep
+positions (``by_position``: then a record without one stops it) and how many times
+(``epoch``). Existing watermarks keep
 their meaning: records without a source position are still judged by offset. Parked and
 skipped records get the topic id their offset belongs to, and one offset may be parked once per
 topic incarnation (a NULL id, the topic's unknown, is one incarnation: NULLS NOT DISTINCT).
@@ -41,6 +42,10 @@ def upgrade() -> None:
         "inbox_watermark",
         sa.Column("by_position", sa.Boolean(), nullable=False, server_default=sa.false()),
     )
+    op.add_column(
+        "inbox_watermark",
+        sa.Column("epoch", sa.Integer(), nullable=False, server_default=sa.text("0")),
+    )
     for table in ("inbox_parked", "inbox_skipped"):
         op.add_column(table, sa.Column("topic_id", sa.String(64), nullable=True))
     op.drop_constraint("uq_inbox_parked_offset", "inbox_parked", type_="unique")
@@ -59,5 +64,5 @@ def downgrade() -> None:
     )
     for table in ("inbox_parked", "inbox_skipped"):
         op.drop_column(table, "topic_id")
-    for column in ("by_position", "stopped", "sources", "topic_id", "cluster_id"):
+    for column in ("epoch", "by_position", "stopped", "sources", "topic_id", "cluster_id"):
         op.drop_column("inbox_watermark", column)

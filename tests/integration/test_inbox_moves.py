@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from inbox import Inbox, moves
 from inbox.decision import Action
-from inbox.position import OffsetsMoved, TopicIdentity
+from inbox.position import OffsetsMoved, Superseded, TopicIdentity
 from inbox.tables import parked, watermarks
 from outbox.wire.record import KafkaRecord
 from tests.integration.test_inbox_apply import effect_counts, effects_md, recorder
@@ -142,3 +142,20 @@ def test_a_record_parked_at_an_offset_an_older_topic_parked_at_is_kept(engine, c
             )
         ).all()
     assert sorted((o, t) for o, t, _ in kept) == [(0, "topic-a"), (0, "topic-a2")]
+
+
+def test_a_reader_started_before_a_start_over_is_refused(engine, consumer):
+    """A slice carrying the start-over count its query started with is refused once the
+    partition was started over since (a task left over from before the restart), and nothing
+    is recorded against the partition."""
+    inbox = Inbox(engine, consumer, recorder(consumer), window=0)
+    topic = f"moves-{uuid.uuid4().hex[:6]}"
+    inbox.apply_partition([event(topic, 0, 1)], A, 0)
+    with pytest.raises(OffsetsMoved):
+        inbox.apply_partition([event(topic, 5, 7)], RECREATED, 0)
+    restart(engine, consumer, topic, RECREATED)
+    assert moves.epochs(engine, consumer, [topic]) == {(topic, 0): 1}
+    with pytest.raises(Superseded):  # the old query's task, from the middle of the new topic
+        inbox.apply_partition([event(topic, 5, 7)], RECREATED, 0)
+    assert row(engine, consumer, topic).stopped is None
+    assert inbox.apply_partition([event(topic, 0, 6)], RECREATED, 1).count(Action.APPLY) == 1
