@@ -56,7 +56,8 @@ def plan(kafka: Mapping[str, Any], topic: str, partitions: int, connector: str) 
 def last_records(kafka: Mapping[str, Any], topic: str, partitions: int) -> dict[int, int]:
     """Per partition, the offset of its last committed record (-1 when none): what a consumer
     must have applied. A transaction's commit marker takes the offset after its last record,
-    so the end offset alone does not say."""
+    and an aborted transaction's records are not read, so the end offset alone does not say:
+    the tail is read back, further each time it holds no committed record."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(
@@ -71,23 +72,58 @@ def last_records(kafka: Mapping[str, Any], topic: str, partitions: int) -> dict[
         found: dict[int, int] = {}
         for p in range(partitions):
             low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
-            found[p] = -1
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, max(low, high - 64))])
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                message = consumer.poll(0.5)
-                if message is None:
-                    if consumer.position([TopicPartition(topic, p)])[0].offset >= high:
-                        break
-                    continue
-                offset = message.offset()
-                if message.error() is None and offset is not None:
-                    found[p] = int(offset)
+            found[p], back = -1, 64
+            while found[p] < 0 and high > low:
+                start = max(low, high - back)
+                found[p] = _last_committed(consumer, TopicPartition(topic, p, start), high)
+                if start == low:
+                    break
+                back *= 16
         return found
     finally:
         consumer.close()
+
+
+def _settled(kafka: Mapping[str, Any], topic: str, partitions: int, timeout: float = 60) -> None:
+    """Wait until the topic's end offsets stop moving (the paused task's last transaction
+    committed or aborted): two reads a second apart that agree."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**kafka, "group.id": "outboxkit-partitions"})
+    try:
+
+        def ends() -> list[int]:
+            return [
+                consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
+                for p in range(partitions)
+            ]
+
+        before, deadline = ends(), time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            now = ends()
+            if now == before:
+                return
+            before = now
+        raise PartitionsNotAdded(f"{topic}'s end offsets still move {timeout:.0f}s after pausing")
+    finally:
+        consumer.close()
+
+
+def _last_committed(consumer: Any, start: Any, end: int) -> int:
+    """The offset of the last committed record from ``start`` up to ``end`` (-1: none)."""
+    consumer.assign([start])
+    last, deadline = -1, time.monotonic() + 60
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is None:
+            if consumer.position([start])[0].offset >= end:
+                break
+            continue
+        offset = message.offset()
+        if message.error() is None and offset is not None:
+            last = int(offset)
+    return last
 
 
 def add_partitions(
@@ -111,7 +147,7 @@ def add_partitions(
     client.pause(chosen.connector)
     echo(f"connector {chosen.connector} paused")
     try:
-        time.sleep(1.0)  # the task's last transaction commits as it pauses
+        _settled(kafka, chosen.topic, chosen.before)
         wanted = last_records(kafka, chosen.topic, chosen.before)
         deadline = time.monotonic() + timeout
         while True:

@@ -4,6 +4,7 @@ checks, the way out of a FAILED connector task, and adding partitions to an outb
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +112,15 @@ def _add_partitions(
     def drained() -> None:
         for consumer in args.consumer:
             floor = moves.raise_floors(engine, consumer, topic, chosen.after)
-            print(f"{consumer}: every partition's source positions raised to {floor}")
+            if floor:
+                print(f"{consumer}: every partition's source positions raised to {floor}")
+            else:
+                print(
+                    f"warning: {consumer} has no source positions on {topic} (records written "
+                    "without them): a re-send landing in a new partition is caught only by "
+                    "that partition's window, which starts empty",
+                    file=sys.stderr,
+                )
 
     partitions.add_partitions(
         client, kafka, chosen, applied, drained=drained, timeout=args.drain_timeout
