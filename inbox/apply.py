@@ -196,25 +196,31 @@ class Inbox:
                 done = slices.optimistic(session, view, decoded)
             else:
                 done = slices.one_by_one(session, view, decoded)
-            recorder.park(session, done.parked, identity.topic_id if identity else None)
-            recorder.append_ledger(session, topic, partition, done.applied)
-            recorder.advance(
-                session,
-                topic,
-                partition,
-                done.result.watermark,
-                done.applied,
-                positions=merged(
-                    locked.positions,
-                    # not those skipped by offset alone: nothing judged their positions
-                    (
-                        (d.source, d.position)
-                        for d in decoded
-                        if d.record.offset > mark or d.source in locked.positions
-                    ),
+            positions = merged(
+                locked.positions,
+                # not those skipped by offset alone: nothing judged their positions
+                (
+                    (d.source, d.position)
+                    for d in decoded
+                    if d.record.offset > mark or d.source in locked.positions
                 ),
-                identity=identity,
             )
+            moved_on = done.applied or done.parked or done.result.watermark != mark
+            # A slice of replays only writes nothing: a write would make every attempt still
+            # waiting on the lock under repeatable read or serializable fail once more.
+            adopt = identity is not None and identity != locked.identity
+            if moved_on or adopt or positions != locked.positions:
+                recorder.park(session, done.parked, identity.topic_id if identity else None)
+                recorder.append_ledger(session, topic, partition, done.applied)
+                recorder.advance(
+                    session,
+                    topic,
+                    partition,
+                    done.result.watermark,
+                    done.applied,
+                    positions=positions,
+                    identity=identity,
+                )
         result = done.result
         if replays:
             result.counts[Action.SKIP_REPLAY] = result.count(Action.SKIP_REPLAY) + replays

@@ -12,6 +12,7 @@ from typing import Any
 
 from outbox.errors import InvalidEvent
 from outbox.wire import (
+    SOURCE_HEADERS_BYTES,
     TRACEPARENT,
     record_size,
     row_headers,
@@ -195,12 +196,15 @@ def wire_size(envelope: Envelope, value_text: str, headers_text: str | None) -> 
 def _record_bytes(envelope: Envelope, value_bytes: int, headers_text: str | None) -> int:
     """`wire_size` given the size of the payload's jsonb text instead of the text."""
     columns = {"id": str(envelope.event_id), **_header_values(envelope, headers_text)}
-    return record_size(envelope.aggregate_id, None, row_headers(columns)) + value_bytes
+    placed = record_size(envelope.aggregate_id, None, row_headers(columns))
+    return placed + SOURCE_HEADERS_BYTES + value_bytes
 
 
 # What `_record_bytes` counts besides the payload and the columns' text: the framing, and each
 # header's overhead and name (the header names are fixed; `row_headers`).
-_FIXED_RECORD_BYTES = record_size(None, None, ((name, None) for name, _ in row_headers({})))
+_FIXED_RECORD_BYTES = SOURCE_HEADERS_BYTES + record_size(
+    None, None, ((name, None) for name, _ in row_headers({}))
+)
 
 
 def _record_bound(envelope: Envelope, headers_text: str | None) -> int:

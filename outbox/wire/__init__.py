@@ -39,6 +39,13 @@ HEADER_COLUMNS: tuple[tuple[str, str], ...] = (
 # and clusters, where offsets change.
 SOURCE = "sourceName"
 SOURCE_POSITION = "sourcePosition"
+# The most those two headers add to a record: their framing and names, a connector name of up
+# to 255 bytes, and two 20-digit LSNs in their JSON array.
+SOURCE_HEADERS_BYTES = (
+    255
+    + len('["18446744073709551615","18446744073709551615"]')
+    + sum(10 + len(name) for name in (SOURCE, SOURCE_POSITION))
+)
 
 # Message mode: the prefix of the transactional logical decoding messages that carry events
 # (pg_logical_emit_message); the connector captures only messages with this prefix. Each

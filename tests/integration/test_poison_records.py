@@ -316,7 +316,7 @@ def test_when_the_transaction_keeps_failing_the_slice_is_parked_and_the_partitio
     class Breaks(Inbox):
         """Commits that fail whatever the records: what no savepoint can catch."""
 
-        def _transaction(self, records, **kwargs):
+        def _transaction(self, records, *args, **kwargs):
             raise ValueError("something in the data the inbox does not know about")
 
     broken = Breaks(engine, consumer, {"Tick": handler(consumer)})

@@ -19,7 +19,12 @@ from outbox.envelope import (
     wire_size,
 )
 from outbox.errors import InvalidEvent
-from outbox.wire import HEADER_COLUMNS, HEADER_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
+from outbox.wire import (
+    HEADER_COLUMNS,
+    HEADER_OVERHEAD_BYTES,
+    RECORD_OVERHEAD_BYTES,
+    SOURCE_HEADERS_BYTES,
+)
 from outbox.wire.jsonb import render, utf8_size
 
 TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -185,10 +190,11 @@ def largest_event(max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES):
 def test_an_event_at_every_default_limit_fits_the_record_limit():
     envelope, _ = largest_event()
     size = wire_size(envelope, render(envelope.payload), render(extra_headers(envelope)))
-    assert size == 968_111 <= DEFAULT_MAX_RECORD_BYTES
+    # 968,111 bytes of the record's own, and the bound of the connector's source headers
+    assert size == 968_111 + SOURCE_HEADERS_BYTES == 968_457 <= DEFAULT_MAX_RECORD_BYTES
     # Kafka's defaults: producer max.request.size, broker message.max.bytes.
     assert DEFAULT_MAX_RECORD_BYTES < 1_048_576 < 1_048_588
-    with pytest.raises(InvalidEvent, match=r"968111 bytes .*1 over the limit of 968110"):
+    with pytest.raises(InvalidEvent, match=r"968457 bytes .*1 over the limit of 968456"):
         largest_event(max_record_bytes=size - 1)
 
 
@@ -211,6 +217,7 @@ def test_wire_size_counts_key_value_and_every_header():
     names = len("ideventTypeaggregateTypetraceparentheadersschemaVersion")
     values = 36 + len("OrderPlaced") + len("order") + len(TP) + len(headers_text) + len("1")
     expected = RECORD_OVERHEAD_BYTES + 6 * HEADER_OVERHEAD_BYTES + 2 + 5 + names + values
+    expected += SOURCE_HEADERS_BYTES  # the connector's source headers, at their most
     assert wire_size(envelope, "12345", headers_text) == expected
     # Without other headers the "headers" header is still written, with a null value.
     bare, _ = event()
