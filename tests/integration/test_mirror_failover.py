@@ -5,9 +5,6 @@ is applied once: none lost, none twice."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,8 +18,13 @@ from cdc.config import topic_for
 from devstack import artifacts, mirror
 from inbox.tables import watermarks
 from outbox.wire.record import header_map
-from tests.faults.test_spark_faults import ROOT, consume_command
-from tests.integration.test_topic_moves import assert_audit_clean
+from tests.faults.test_spark_faults import consume_command
+from tests.integration.test_topic_moves import (
+    assert_audit_clean,
+    start_driver,
+    stop_driver,
+    wait_applied,
+)
 from tests.kafka import read_records
 from tests.spark_helpers import effect_stats, publish, wait_on_kafka
 
@@ -35,30 +37,6 @@ def replica(stack, tmp_path: Path) -> Iterator[mirror.Cluster]:
     found = artifacts.locate(stack.settings.cache_dir)
     with mirror.running_cluster(found.java, found.broker_libs, tmp_path / "replica") as cluster:
         yield cluster
-
-
-def start_driver(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    # Own session: SIGTERM to its group reaches the driver and its JVM at once.
-    return subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
-
-
-def stop_driver(driver: subprocess.Popen[bytes]) -> None:
-    if driver.poll() is not None:
-        return
-    os.killpg(driver.pid, signal.SIGTERM)
-    try:
-        driver.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(driver.pid, signal.SIGKILL)
-        driver.wait()
-
-
-def wait_applied(engine, consumer: str, expected: int, driver, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while effect_stats(engine, consumer)[1] < expected:
-        assert driver.poll() is None, f"consumer exited with {driver.returncode}"
-        assert time.monotonic() < deadline, f"applied {effect_stats(engine, consumer)}"
-        time.sleep(0.5)
 
 
 def abort_one(bootstrap: str, topic: str) -> str:

@@ -5,9 +5,6 @@ committed, across the move of keys to the new partitions."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import threading
 from collections import defaultdict
 
@@ -17,8 +14,13 @@ from cdc import partitions
 from cdc.config import topic_for
 from inbox import moves
 from inbox.tables import watermarks
-from tests.faults.test_spark_faults import ROOT, consume_command
-from tests.integration.test_topic_moves import assert_audit_clean, wait_applied
+from tests.faults.test_spark_faults import consume_command
+from tests.integration.test_topic_moves import (
+    assert_audit_clean,
+    start_driver,
+    stop_driver,
+    wait_applied,
+)
 from tests.jobs import effects
 from tests.spark_helpers import effect_stats, publish
 
@@ -32,7 +34,7 @@ def test_partitions_added_under_load_apply_each_event_once_in_key_order(
     publish(engine, aggregate_type, 1_000, keys=16)
     command, env = consume_command(stack, consumer, aggregate_type, tmp_path / "cp")
     env["OUTBOXKIT_TEST_LEDGER"] = "1"  # for the audit
-    driver = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
+    driver = start_driver(command, env)
     try:
         wait_applied(engine, consumer, 1_000, driver)
         load = threading.Thread(
@@ -64,12 +66,7 @@ def test_partitions_added_under_load_apply_each_event_once_in_key_order(
         publish(engine, aggregate_type, 1_000, start=3_000, keys=16)  # after the move
         wait_applied(engine, consumer, 4_000, driver)
     finally:
-        os.killpg(driver.pid, signal.SIGTERM)
-        try:
-            driver.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
+        stop_driver(driver)
     assert effect_stats(engine, consumer) == (4_000, 4_000)
     with engine.connect() as conn:
         rows = conn.execute(

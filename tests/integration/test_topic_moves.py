@@ -34,6 +34,23 @@ def recreate(bootstrap: str, topic: str, partitions: int) -> None:
             raise
 
 
+def start_driver(command: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`outboxkit consume` in its own session: SIGTERM to its group reaches its JVM too."""
+    return subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
+
+
+def stop_driver(driver: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the driver's group, SIGKILL after a minute."""
+    if driver.poll() is not None:
+        return
+    os.killpg(driver.pid, signal.SIGTERM)
+    try:
+        driver.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+
+
 def wait_applied(engine, consumer: str, expected: int, driver, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while effect_stats(engine, consumer)[1] < expected:
@@ -51,7 +68,7 @@ def test_a_topic_recreated_under_a_running_job_loses_nothing_and_doubles_nothing
     wait_on_kafka(stack, aggregate_type, 2_000)
     command, env = consume_command(stack, consumer, aggregate_type, tmp_path / "cp")
     env["OUTBOXKIT_TEST_LEDGER"] = "1"  # for the audit
-    driver = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
+    driver = start_driver(command, env)
     try:
         wait_applied(engine, consumer, 2_000, driver)
         with engine.connect() as conn:
@@ -70,12 +87,7 @@ def test_a_topic_recreated_under_a_running_job_loses_nothing_and_doubles_nothing
         assert {r.topic_id for r in after}.isdisjoint(before.values())  # the new topic's id
         assert all(r.stopped is None and r.sources for r in after)
     finally:
-        os.killpg(driver.pid, signal.SIGTERM)
-        try:
-            driver.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
+        stop_driver(driver)
     moved_aside = [p.name for p in (tmp_path / "cp").iterdir() if ".moved-" in p.name]
     assert moved_aside, "the checkpoint of the old topic was not moved aside"
     assert_audit_clean(stack, engine, consumer, topic, on_topic=1_500)
