@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from outbox.envelope import MAX_AGGREGATE_TYPE_LENGTH
-from outbox.wire import DEFAULT_MESSAGE_PREFIX, HEADER_COLUMNS, SOURCE, SOURCE_POSITION
-from outbox.wire.record import DEFAULT_TOPIC_PREFIX, topic_for
+from kernel.envelope import MAX_AGGREGATE_TYPE_LENGTH
+from kernel.wire import DEFAULT_MESSAGE_PREFIX, HEADER_COLUMNS, SOURCE, SOURCE_POSITION
+from kernel.wire.record import DEFAULT_TOPIC_PREFIX, topic_for
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"

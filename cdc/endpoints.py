@@ -11,8 +11,8 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from cdc.config import DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME
-from outbox.kafka.security import KafkaSecuritySettings
-from outbox.secrets import read_secret
+from kernel.kafka.security import KafkaSecuritySettings
+from kernel.secrets import read_secret
 
 DEFAULT_CONNECTOR_NAME = "outboxkit-outbox"
 

@@ -39,7 +39,7 @@ def worker_properties(
 ) -> str:
     """Worker config tuned for small local workers (one, or a group of several sharing
     ``group``'s storage topics, each replicated ``replication`` times); with ``kafka_security``
-    (outbox.kafka.security.connect_worker_config) for a SASL/TLS cluster."""
+    (kernel.kafka.security.connect_worker_config) for a SASL/TLS cluster."""
     settings = {
         "bootstrap.servers": bootstrap,
         "group.id": group,

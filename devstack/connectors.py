@@ -22,7 +22,7 @@ from devstack.processes import alive, wait_until
 from devstack.secrets import SecretStore
 from devstack.settings import StackSettings
 from devstack.state import EMBEDDED, StackState
-from outbox.engines import engine_for
+from kernel.engines import engine_for
 
 
 class StackView(Protocol):

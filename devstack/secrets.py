@@ -8,7 +8,7 @@ import secrets
 from collections.abc import Iterable
 from pathlib import Path
 
-from outbox.secrets import read_secret
+from kernel.secrets import read_secret
 
 
 class SecretStore:

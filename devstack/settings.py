@@ -14,9 +14,9 @@ from cdc.config import (
     DEFAULT_SERVER_NAME,
 )
 from cdc.endpoints import EndpointSettings, postgres_identifier
+from kernel.wire import DEFAULT_MESSAGE_PREFIX
+from kernel.wire.record import DEFAULT_TOPIC_PREFIX
 from outbox.publish import OutboxMode
-from outbox.wire import DEFAULT_MESSAGE_PREFIX
-from outbox.wire.record import DEFAULT_TOPIC_PREFIX
 
 
 def default_cache_dir() -> Path:

@@ -29,9 +29,9 @@ from devstack.secrets import SecretStore, write_pgpass
 from devstack.settings import StackSettings
 from devstack.state import EMBEDDED, EXTERNAL, LOCAL, Component, Node, StackState
 from devstack.transactions import TransactionTool
+from kernel.kafka.security import KafkaSecurity, connect_worker_config, librdkafka_config
+from kernel.secrets import read_secret
 from migrations import runner
-from outbox.kafka.security import KafkaSecurity, connect_worker_config, librdkafka_config
-from outbox.secrets import read_secret
 
 
 class Stack:

@@ -14,7 +14,7 @@ from devstack import artifacts
 from devstack.connectors import StackView
 from devstack.processes import alive, port_open
 from devstack.state import EMBEDDED, EXTERNAL, Component, StackState
-from outbox.engines import engine_for
+from kernel.engines import engine_for
 
 
 def report(stack: StackView) -> dict[str, Any]:

@@ -11,8 +11,8 @@ from sqlalchemy.orm import Session
 from inbox.apply import Inbox
 from inbox.operations import list_parked, parked_record, rewind, show, skip, status
 from inbox.slice import HandlerOutcome
-from outbox.envelope import Envelope
-from outbox.wire.record import read
+from kernel.envelope import Envelope
+from kernel.wire.record import read
 
 __all__ = ["RedriveResult", "list_parked", "redrive", "rewind", "show", "skip", "status"]
 

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from outbox.envelope import Envelope
+from kernel.envelope import Envelope
 from outbox.unit import UnitOfWork
 
 # A handler applies one event in the inbox's transaction through the unit of work it is given:

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from inbox.recorder import Recorder
 from inbox.tables import parked, recent_ids, skipped, watermarks
-from outbox.wire.record import KafkaRecord
+from kernel.wire.record import KafkaRecord
 
 
 def status(engine: Engine, consumer: str | None = None) -> list[dict[str, Any]]:

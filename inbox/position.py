@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from outbox.wire.position import Position
+from kernel.wire.position import Position
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ from inbox.tables import (
     parked,
     watermarks,
 )
-from outbox.wire.position import Position
-from outbox.wire.record import CANONICAL_UUID, Decoded, key_bytes, key_text, readable
+from kernel.wire.position import Position
+from kernel.wire.record import CANONICAL_UUID, Decoded, key_bytes, key_text, readable
 
 Executor = Session | Connection
 
@@ -259,7 +259,7 @@ class Recorder:
     def parked_keys(
         self, session: Session, topic: str, partition: int, keys: Iterable[str | None]
     ) -> frozenset[str]:
-        """Which of ``keys`` (as `outbox.wire.record.key_text` reads them) have a parked record
+        """Which of ``keys`` (as `kernel.wire.record.key_text` reads them) have a parked record
         waiting for redrive."""
         wanted = {key_bytes(k) for k in keys if k is not None}
         if not wanted:

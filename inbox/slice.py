@@ -19,12 +19,12 @@ from inbox.decision import Action, Decider, Decision, Incoming, PartitionView
 from inbox.handlers import BatchHandler
 from inbox.position import OffsetsMoved
 from inbox.tracing import RecordSpans, ended
-from outbox.envelope import Envelope
-from outbox.errors import is_transient
+from kernel.envelope import Envelope
+from kernel.errors import is_transient
+from kernel.tracing.context import TraceContext
+from kernel.wire.record import Decoded
 from outbox.publish import Outbox
-from outbox.tracing.context import TraceContext
 from outbox.unit import UnitOfWork
-from outbox.wire.record import Decoded
 
 log = logging.getLogger(__name__)
 

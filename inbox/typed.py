@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from inbox.handlers import BatchHandler
+from kernel.envelope import Envelope
 from outbox.contracts import Contracts, Received
-from outbox.envelope import Envelope
 from outbox.unit import UnitOfWork
 
 

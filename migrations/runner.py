@@ -12,7 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL
 
-from outbox.engines import engine_for
+from kernel.engines import engine_for
 
 VERSION_TABLE = "outboxkit_alembic_version"
 _HERE = Path(__file__).resolve().parent

@@ -1,13 +1,13 @@
 """Transactional outbox: write an event in the same transaction as the business rows."""
 
+from kernel.engines import engine_for
+from kernel.envelope import Envelope, make_envelope
+from kernel.errors import InvalidEvent, OutboxError
+from kernel.tracing.context import TraceContext
 from outbox.contracts import ContractError, Contracts, Event, Received
-from outbox.engines import engine_for
-from outbox.envelope import Envelope, make_envelope
-from outbox.errors import InvalidEvent, OutboxError
 from outbox.publish import NewEvent, Outbox
 from outbox.settings import OutboxSettings
 from outbox.table import metadata, outbox_heartbeat_table, outbox_table
-from outbox.tracing.context import TraceContext
 from outbox.unit import PublishedObserver, UnitOfWork
 
 __all__ = [

@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from outbox.envelope import Envelope
+from kernel.envelope import Envelope
 from outbox.publish import NewEvent
 
 VERSION_HEADER = "eventVersion"

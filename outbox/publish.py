@@ -11,16 +11,16 @@ from typing import Any, Literal, get_args
 
 from sqlalchemy.orm import Session
 
-from outbox import at_commit
-from outbox.envelope import (
+from kernel.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_MAX_RECORD_BYTES,
     Envelope,
     make_envelope,
 )
-from outbox.errors import InvalidEvent
+from kernel.errors import InvalidEvent
+from kernel.wire import DEFAULT_MESSAGE_PREFIX
+from outbox import at_commit
 from outbox.statements import Row, emit_messages, write_rows
-from outbox.wire import DEFAULT_MESSAGE_PREFIX
 
 OutboxMode = Literal["delete", "retain", "message"]
 MODES: tuple[str, ...] = get_args(OutboxMode)

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from devstack.settings import StackSettings
 from devstack.stack import Stack
-from outbox import tracing
+from kernel import tracing
 from outboxkit.bench.report import percentile
 
 

@@ -18,9 +18,9 @@ from cdc.connect import ConnectClient
 from cdc.endpoints import EndpointSettings
 from devstack.connect import live_url
 from devstack.state import StackState
-from outbox.engines import engine_for
-from outbox.kafka.security import KafkaSecurity, librdkafka_config
-from outbox.secrets import url_with_password
+from kernel.engines import engine_for
+from kernel.kafka.security import KafkaSecurity, librdkafka_config
+from kernel.secrets import url_with_password
 from outboxkit.settings import Settings
 
 

@@ -28,7 +28,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from inbox import BatchHandler
-from outbox.envelope import Envelope
+from kernel.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, settings_of, unnested, unnested_rows
 from saga.contracts import (

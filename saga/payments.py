@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 
 from inbox import BatchHandler
-from outbox.envelope import Envelope
+from kernel.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, publish_replies, settings_of, unnested, unnested_rows
 from saga.contracts import CONTRACTS

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from outbox.envelope import Envelope
+from kernel.envelope import Envelope
 
 ORDER, PAYMENT, SHIPMENT = "order", "payment", "shipment"  # aggregate types (topic suffixes)
 

@@ -27,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from inbox import BatchHandler
-from outbox.envelope import Envelope
+from kernel.envelope import Envelope
 from saga import rules
 from saga.common import migrations_of, publish_replies, settings_of, unnested, unnested_rows
 from saga.contracts import CONTRACTS

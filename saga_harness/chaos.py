@@ -36,7 +36,7 @@ from typing import Any
 from devstack import faults as nodes
 from devstack.stack import Stack
 from devstack.state import EMBEDDED, Component
-from outbox.errors import is_transient
+from kernel.errors import is_transient
 from saga import rules
 from saga_harness import load
 from saga_harness.faults import ROUTINE as ROUTINE  # the e2e tests strike these mid-run

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from devstack import faults as nodes
 from devstack.processes import StackError
-from outbox.wire.record import topic_for
+from kernel.wire.record import topic_for
 from saga import rules
 
 if TYPE_CHECKING:

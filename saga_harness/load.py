@@ -17,8 +17,8 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from outbox.tracing.context import TraceContext
-from outbox.wire import TRACEPARENT
+from kernel.tracing.context import TraceContext
+from kernel.wire import TRACEPARENT
 from saga import orders, rules
 
 

@@ -25,8 +25,8 @@ from sqlalchemy.engine import Engine
 
 from devstack.processes import alive, free_port, port_open, start, stop, tail, wait_until
 from devstack.stack import Stack
-from outbox.engines import engine_for
-from outbox.wire.record import topic_for
+from kernel.engines import engine_for
+from kernel.wire.record import topic_for
 from saga import rules, shipping
 from saga.common import SERVICES, migrations_of
 from saga.jobs import ALL as JOBS

@@ -14,9 +14,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
+from kernel import tracing
+from kernel.engines import engine_for
 from migrations.runner import FRAMEWORK, Migrations
-from outbox import tracing
-from outbox.engines import engine_for
 from outbox.publish import Outbox
 from service_template import errors, logs, openapi
 from service_template.limits import BodyLimit

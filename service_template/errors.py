@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from outbox.errors import OutboxError, is_transient
+from kernel.errors import OutboxError, is_transient
 
 PROBLEM = "application/problem+json"
 log = logging.getLogger(__name__)

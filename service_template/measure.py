@@ -13,9 +13,9 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
-from outbox.tracing import spans
-from outbox.tracing.context import TraceContext
-from outbox.wire import TRACEPARENT
+from kernel.tracing import spans
+from kernel.tracing.context import TraceContext
+from kernel.wire import TRACEPARENT
 from service_template import logs
 from service_template.metrics import Metrics
 

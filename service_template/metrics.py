@@ -11,9 +11,9 @@ from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
 
 from inbox.operations import parked_counts, watermark_rows
-from outbox.envelope import Envelope
-from outbox.kafka.offsets import PartitionOffsets
-from outbox.kafka.security import PLAINTEXT, KafkaSecurity
+from kernel.envelope import Envelope
+from kernel.kafka.offsets import PartitionOffsets
+from kernel.kafka.security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import URL
 
-from outbox.kafka.security import KafkaSecuritySettings
-from outbox.secrets import url_with_password
+from kernel.kafka.security import KafkaSecuritySettings
+from kernel.secrets import url_with_password
 from outbox.settings import OutboxSettings
 
 

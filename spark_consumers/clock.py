@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 
 from inbox.handlers import BatchHandler
-from outbox.envelope import Envelope
+from kernel.envelope import Envelope
 from outbox.unit import UnitOfWork
 
 

@@ -11,9 +11,9 @@ from sqlalchemy.engine import URL, Engine
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW, Inbox
 from inbox.handlers import Handlers
-from outbox.kafka.security import PLAINTEXT, KafkaSecurity
+from kernel.kafka.security import PLAINTEXT, KafkaSecurity
+from kernel.secrets import url_with_password
 from outbox.publish import Outbox
-from outbox.secrets import url_with_password
 from outbox.unit import PublishedObserver
 from spark_consumers.retry import BATCH_RETRY
 

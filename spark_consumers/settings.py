@@ -8,7 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW
-from outbox.wire.record import DEFAULT_TOPIC_PREFIX, topic_for
+from kernel.wire.record import DEFAULT_TOPIC_PREFIX, topic_for
 from spark_consumers.job import DEFAULT_MAX_OFFSETS_PER_TRIGGER
 from spark_consumers.retry import BATCH_RETRY
 

@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inbox.position import TopicIdentity
-from outbox import tracing
-from outbox.engines import engine_for
-from outbox.errors import is_transient
-from outbox.tracing import spans
-from outbox.tracing.context import TraceContext
-from outbox.wire.record import KafkaRecord
+from kernel import tracing
+from kernel.engines import engine_for
+from kernel.errors import is_transient
+from kernel.tracing import spans
+from kernel.tracing.context import TraceContext
+from kernel.wire.record import KafkaRecord
 from spark_consumers.clock import HandlerClock
 from spark_consumers.job import Job
 from spark_consumers.retry import BATCH_RETRY, retrying

@@ -9,7 +9,7 @@ import os
 
 from sqlalchemy import BigInteger, Column, Identity, Integer, MetaData, String, Table
 
-from outbox.envelope import Envelope
+from kernel.envelope import Envelope
 from outbox.unit import UnitOfWork
 from spark_consumers.job import Job
 

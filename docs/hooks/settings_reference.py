@@ -62,7 +62,7 @@ SETTINGS: tuple[Documented, ...] = (
         note="A model composed into a service's settings as its `outbox` field: set with the "
         "service's prefix and the nested delimiter (e.g. `ORDERS_OUTBOX__MODE=retain`).",
     ),
-    Documented("outbox.kafka.security.KafkaSecuritySettings"),
+    Documented("kernel.kafka.security.KafkaSecuritySettings"),
     Documented("cdc.endpoints.EndpointSettings"),
     Documented("outboxkit.settings.Settings"),
     Documented("devstack.settings.StackSettings"),

@@ -188,7 +188,7 @@ def measure_saga(stack: Stack, shape: Shape, workdir: Path, sizes: Sizes) -> dic
     partitions before the services' connectors write to them."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    from outbox.wire.record import topic_for
+    from kernel.wire.record import topic_for
     from outboxkit.bench.saga import fixed_rate
     from saga import rules
     from saga_harness.processes import Saga

@@ -42,10 +42,10 @@ from sqlalchemy.orm import Session
 
 from inbox import EXACTLY_ONCE_WINDOW, BatchHandler, Handlers, Inbox, as_batch
 from inbox.recorder import Recorder
-from outbox.envelope import Envelope
+from kernel.envelope import Envelope
+from kernel.wire import SOURCE, SOURCE_POSITION
+from kernel.wire.record import KafkaRecord, decode, encode
 from outbox.unit import UnitOfWork
-from outbox.wire import SOURCE, SOURCE_POSITION
-from outbox.wire.record import KafkaRecord, decode, encode
 from outboxkit.bench.report import (
     Progress,
     bar_plot,

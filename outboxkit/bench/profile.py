@@ -24,7 +24,7 @@ from outboxkit.bench.report import describe, machine, markdown_table
 GROUPS = (
     ("psycopg (driver; includes waiting for Postgres)", ("psycopg",)),
     ("SQLAlchemy (statements, ORM session)", ("sqlalchemy",)),
-    ("decoding records (JSON, UUID, envelope)", ("json", "uuid", "outbox/", "datetime")),
+    ("decoding records (JSON, UUID, envelope)", ("json", "uuid", "kernel/", "outbox/", "datetime")),
     ("inbox logic (decide, window, watermark)", ("inbox/",)),
     ("handler (the business INSERT's Python)", ("bench/inbox",)),
 )

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from devstack.stack import Stack
-from outbox.wire.record import topic_for
+from kernel.wire.record import topic_for
 from outboxkit.bench.arrivals import Arrivals
 from outboxkit.bench.hops import HOPS, batch_phases, first_hop_stages, hop_seconds
 from outboxkit.bench.report import (

@@ -53,11 +53,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
+from kernel.envelope import make_envelope
+from kernel.wire.jsonb import render, utf8_size
 from outbox import statements
-from outbox.envelope import make_envelope
 from outbox.publish import Outbox
 from outbox.table import outbox_table
-from outbox.wire.jsonb import render, utf8_size
 from outboxkit.bench.report import (
     Progress,
     bar_plot,

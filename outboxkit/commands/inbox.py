@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from outbox.engines import engine_for
+from kernel.engines import engine_for
 from outboxkit.endpoints import resolve
 from outboxkit.settings import Settings
 
@@ -111,7 +111,7 @@ def _parked_id(args: argparse.Namespace) -> int:
 def _inbox_redrive(args: argparse.Namespace) -> int:
 
     from inbox import admin
-    from outbox.wire.record import key_text
+    from kernel.wire.record import key_text
     from spark_consumers.job import load_job
 
     if not args.job:

@@ -16,8 +16,8 @@ from sqlalchemy.engine import Connection, Engine
 from cdc.preflight import SlotLag, database_slots
 from inbox.operations import partition_counts, stopped_partitions, watermark_rows
 from inbox.tables import ledger, parked, skipped
-from outbox.engines import engine_for
-from outbox.kafka.offsets import PartitionOffsets
+from kernel.engines import engine_for
+from kernel.kafka.offsets import PartitionOffsets
 from spark_consumers.job import Job
 from spark_consumers.runner import source_key
 

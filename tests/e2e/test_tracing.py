@@ -10,7 +10,7 @@ import uuid
 
 import httpx
 
-from outbox.tracing.context import TraceContext
+from kernel.tracing.context import TraceContext
 from saga import rules
 from saga_harness.load import Placed
 from saga_harness.processes import Saga

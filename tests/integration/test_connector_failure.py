@@ -23,7 +23,7 @@ from cdc.limits import BROKER_MESSAGE_MAX_BYTES
 from cdc.recovery import PRODUCER_OVERRIDE
 from devstack.settings import StackSettings
 from devstack.stack import Stack
-from outbox.wire.record import header_map
+from kernel.wire.record import header_map
 from tests.kafka import read_records
 
 BIG_HEADER = 1_200_000  # bytes of one header value: over max.request.size (1,048,576)

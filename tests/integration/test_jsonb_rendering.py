@@ -1,4 +1,4 @@
-"""`outbox.wire.jsonb.render` against the real Postgres, and record sizes against the connector."""
+"""`kernel.wire.jsonb.render` against the real Postgres, and record sizes against the connector."""
 
 from __future__ import annotations
 
@@ -16,23 +16,23 @@ from sqlalchemy.orm import Session
 
 from cdc.config import topic_for
 from devstack.stack import Stack
-from outbox import Outbox
-from outbox.envelope import (
+from kernel.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_HEADERS,
     MAX_HEADERS_BYTES,
     extra_headers,
     wire_size,
 )
-from outbox.table import outbox_table
-from outbox.wire import (
+from kernel.wire import (
     HEADER_OVERHEAD_BYTES,
     RECORD_OVERHEAD_BYTES,
     SOURCE,
     SOURCE_HEADERS_BYTES,
     SOURCE_POSITION,
 )
-from outbox.wire.jsonb import render, utf8_size
+from kernel.wire.jsonb import render, utf8_size
+from outbox import Outbox
+from outbox.table import outbox_table
 from tests.kafka import read_records
 from tests.unit.test_jsonb import EXAMPLES
 

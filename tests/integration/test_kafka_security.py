@@ -16,7 +16,7 @@ from confluent_kafka.admin import AdminClient
 from devstack import artifacts, broker
 from devstack.processes import free_port, stop
 from devstack.settings import StackSettings
-from outbox.kafka.security import (
+from kernel.kafka.security import (
     LOGIN_MODULES,
     KafkaSecurity,
     KafkaSecuritySettings,

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 import outbox
 from devstack.processes import free_port, start, stop, wait_until
 from inbox.recorder import Recorder
-from outbox.wire.record import header_map, topic_for
+from kernel.wire.record import header_map, topic_for
 from outboxkit.cli import main
 from tests.kafka import read_records
 

@@ -17,9 +17,9 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from kernel.errors import is_transient
 from migrations import runner
 from outbox import Outbox, OutboxError
-from outbox.errors import is_transient
 
 # Every row the outbox ever inserted, in order, though delete mode deletes it at once.
 SEEN = """

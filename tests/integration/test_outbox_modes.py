@@ -20,10 +20,10 @@ from sqlalchemy.orm import Session
 import outbox
 from cdc.config import topic_for
 from devstack.stack import Stack
+from kernel.wire import ID, SOURCE, SOURCE_POSITION
+from kernel.wire.jsonb import render
+from kernel.wire.record import KafkaRecord, decode, header_map
 from outbox.publish import MODES, NewEvent
-from outbox.wire import ID, SOURCE, SOURCE_POSITION
-from outbox.wire.jsonb import render
-from outbox.wire.record import KafkaRecord, decode, header_map
 from tests.kafka import read_records
 from tests.streaming import RESUME_RESENDS
 

@@ -29,8 +29,8 @@ from inbox import BatchHandler, Inbox, admin
 from inbox.decision import Action
 from inbox.operations import parked_record
 from inbox.tables import parked, skipped, watermarks
+from kernel.wire.record import KafkaRecord, read
 from migrations import runner
-from outbox.wire.record import KafkaRecord, read
 from outboxkit import cli
 
 TOPIC = "poison"

@@ -1,6 +1,6 @@
 """Every record the connector writes names its source and its position there: the headers
-`outbox.wire.SOURCE` (Debezium's ``source.name``, the connector's topic.prefix) and
-`outbox.wire.SOURCE_POSITION` (``source.sequence``, ``["<last commit LSN>","<change LSN>"]``),
+`kernel.wire.SOURCE` (Debezium's ``source.name``, the connector's topic.prefix) and
+`kernel.wire.SOURCE_POSITION` (``source.sequence``, ``["<last commit LSN>","<change LSN>"]``),
 copied by outboxkit's transform (devstack/java/smt) before the EventRouter drops the change
 event. On the real stack, in every outbox mode: the positions grow in the order the records stand
 in their partition, also when two transactions interleave and commit in the other order than
@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 
 import outbox
 from devstack.stack import Stack
+from kernel.wire import SOURCE, SOURCE_POSITION
+from kernel.wire.record import KafkaRecord
 from outbox.publish import MODES
-from outbox.wire import SOURCE, SOURCE_POSITION
-from outbox.wire.record import KafkaRecord
 from tests.integration.test_outbox_modes import read, unit
 
 AGGREGATE = "one"  # one key: every record in one partition, in the order the WAL committed

@@ -9,10 +9,10 @@ from sqlalchemy import create_engine, select
 
 import outbox.publish
 from inbox import Inbox
+from kernel.wire.record import encode
 from outbox import Envelope, OutboxSettings, TraceContext
 from outbox.contracts import VERSION_HEADER
 from outbox.table import outbox_table
-from outbox.wire.record import encode
 from saga import orders, payments, rules
 from saga.common import migrations_of
 from service_template import ServiceSettings, create_app

@@ -74,7 +74,7 @@ def test_percentile_by_rank() -> None:
 def test_profile_groups() -> None:
     assert group_of("/x/psycopg/cursor.py", "execute").startswith("psycopg")
     assert group_of("/x/sqlalchemy/orm/session.py", "execute").startswith("SQLAlchemy")
-    assert group_of("/x/outbox/wire/record.py", "decode").startswith("decoding")
+    assert group_of("/x/kernel/wire/record.py", "decode").startswith("decoding")
     assert group_of("/x/inbox/decision.py", "decide").startswith("inbox")
     assert group_of("/x/elsewhere.py", "f") == "other Python"
 

@@ -11,7 +11,7 @@ from cdc.config import (
     topic_for,
 )
 from cdc.connect import parse_status
-from outbox.wire import SOURCE, SOURCE_POSITION
+from kernel.wire import SOURCE, SOURCE_POSITION
 
 
 def settings(**overrides):

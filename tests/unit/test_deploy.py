@@ -395,9 +395,9 @@ def test_limits_are_kafkas_defaults_and_leave_room_above_the_publish_limit():
     assert limits.PRODUCER_MAX_REQUEST_SIZE == 1 << 20
     assert limits.BROKER_MESSAGE_MAX_BYTES == (1 << 20) + 12  # + the log's record overhead
     publish_limit = getattr(
-        importlib.import_module("outbox.envelope"), "DEFAULT_MAX_RECORD_BYTES", 0
+        importlib.import_module("kernel.envelope"), "DEFAULT_MAX_RECORD_BYTES", 0
     )
-    if publish_limit:  # the publish-side record limit (issue 14) once outbox.envelope has it
+    if publish_limit:  # the publish-side record limit (issue 14) once kernel.envelope has it
         assert publish_limit < limits.PRODUCER_MAX_REQUEST_SIZE <= limits.BROKER_MESSAGE_MAX_BYTES
 
 
@@ -511,7 +511,7 @@ def test_each_service_process_gets_its_settings(container: str, container_env: A
 def test_the_setup_job_gets_the_stack_settings(container_env: Any):
     from devstack import connect
     from devstack.settings import StackSettings
-    from outbox.kafka.security import KafkaSecuritySettings
+    from kernel.kafka.security import KafkaSecuritySettings
 
     env = container_env("setup")
     settings = StackSettings()
@@ -693,7 +693,7 @@ def allowed(principal: str, operation: str, resource: str, name: str) -> bool:
 
 
 def outbox_topics() -> set[str]:
-    from outbox.wire.record import topic_for
+    from kernel.wire.record import topic_for
     from saga import rules
 
     prefix = environment("kafka-init")["TOPIC_PREFIX"]
@@ -753,7 +753,7 @@ def test_every_client_principal_has_a_scram_user_and_its_password():
 
 # -- Connect: exactly-once source, secrets provider, SASL, authenticated REST ----------------
 def test_connect_runs_exactly_once_with_secrets_from_files_and_sasl():
-    from outbox.kafka.security import CONNECT_CLIENT_PREFIXES
+    from kernel.kafka.security import CONNECT_CLIENT_PREFIXES
 
     worker = connect_worker()
     assert worker["exactly.once.source.support"] == "enabled"
@@ -1015,7 +1015,7 @@ def test_prometheus_scrapes_every_service_and_consumer_on_the_port_it_listens_on
 
 
 def test_every_python_container_exports_traces_to_the_collector():
-    from outbox import tracing
+    from kernel import tracing
 
     names = {}
     for name in python_containers():

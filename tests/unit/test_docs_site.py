@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HOOKS = ROOT / "docs" / "hooks"
 # The repository's Python packages, where settings classes are looked for.
 PACKAGES = (
+    "kernel",
     "outbox",
     "inbox",
     "cdc",

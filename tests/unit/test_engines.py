@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import pool
 
-from outbox.engines import engine_for
+from kernel.engines import engine_for
 
 ROOT = Path(__file__).resolve().parents[2]
 URL = "postgresql+psycopg://app@db.internal/orders"
@@ -25,11 +25,19 @@ def test_each_role_gets_its_pool() -> None:
 
 
 def test_engines_are_made_in_one_place() -> None:
-    packages = ("outbox", "cdc", "inbox", "migrations", "spark_consumers", "service_template")
+    packages = (
+        "kernel",
+        "outbox",
+        "cdc",
+        "inbox",
+        "migrations",
+        "spark_consumers",
+        "service_template",
+    )
     makers = [
         path.relative_to(ROOT).as_posix()
         for package in (*packages, "devstack", "saga", "saga_harness", "outboxkit/commands")
         for path in sorted((ROOT / package).rglob("*.py"))
         if "create_engine(" in path.read_text()
     ]
-    assert makers == ["outbox/engines.py"]
+    assert makers == ["kernel/engines.py"]

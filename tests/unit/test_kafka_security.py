@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from devstack.connect import worker_properties
 from devstack.processes import java_properties
-from outbox.kafka.security import (
+from kernel.kafka.security import (
     PLAINTEXT,
     KafkaSecurity,
     KafkaSecurityError,

@@ -14,16 +14,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Each package and what it may import (the README's table says the same in words).
 MAY_IMPORT: dict[str, set[str]] = {
-    "outbox": set(),
-    "cdc": {"outbox"},
-    "inbox": {"outbox"},
-    "migrations": {"outbox", "inbox"},
-    "spark_consumers": {"outbox", "inbox", "cdc"},
-    "service_template": {"outbox", "inbox", "migrations"},
-    "devstack": {"outbox", "cdc", "migrations"},
-    "saga": {"outbox", "inbox", "migrations", "service_template", "spark_consumers"},
-    "saga_harness": {"outbox", "cdc", "inbox", "saga", "devstack"},
+    "kernel": set(),
+    "outbox": {"kernel"},
+    "cdc": {"kernel"},
+    "inbox": {"kernel", "outbox"},
+    "migrations": {"kernel", "outbox", "inbox"},
+    "spark_consumers": {"kernel", "outbox", "inbox", "cdc"},
+    "service_template": {"kernel", "outbox", "inbox", "migrations"},
+    "devstack": {"kernel", "outbox", "cdc", "migrations"},
+    "saga": {"kernel", "outbox", "inbox", "migrations", "service_template", "spark_consumers"},
+    "saga_harness": {"kernel", "outbox", "cdc", "inbox", "saga", "devstack"},
     "outboxkit": {
+        "kernel",
         "outbox",
         "cdc",
         "inbox",
@@ -35,7 +37,15 @@ MAY_IMPORT: dict[str, set[str]] = {
         "saga_harness",
     },
 }
-FRAMEWORK = ("outbox", "cdc", "inbox", "migrations", "spark_consumers", "service_template")
+FRAMEWORK = (
+    "kernel",
+    "outbox",
+    "cdc",
+    "inbox",
+    "migrations",
+    "spark_consumers",
+    "service_template",
+)
 # The operator commands reach the dev stack only through the endpoint resolver's fallback.
 OPERATOR = [
     "outboxkit/settings.py",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy.exc import IntegrityError, OperationalError, PendingRollbackError
 
-from outbox.errors import is_transient
+from kernel.errors import is_transient
 from spark_consumers.retry import Backoff, RestartBudget, retrying
 
 

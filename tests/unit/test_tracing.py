@@ -11,12 +11,12 @@ from opentelemetry.trace import SpanKind
 
 from inbox.decision import Action
 from inbox.tracing import RecordSpans, ended
-from outbox.envelope import make_envelope
+from kernel.envelope import make_envelope
+from kernel.tracing import exporters_wanted, spans
+from kernel.tracing.context import TraceContext
+from kernel.wire.record import encode, read
 from outbox.publish import Outbox
-from outbox.tracing import exporters_wanted, spans
-from outbox.tracing.context import TraceContext
 from outbox.unit import UnitOfWork
-from outbox.wire.record import encode, read
 
 
 @pytest.mark.parametrize(
