@@ -2,6 +2,7 @@
 # The project's one entry point for set-up. Usage:
 #   ./dev.sh demo   install everything missing, then run the main job on the embedded stack
 #   ./dev.sh test   install everything missing, then run the test suite (CI runs this)
+#   ./dev.sh check  install everything missing, then lint (ruff), check formatting and types (mypy)
 #   ./dev.sh bench  install everything missing, then run the benchmarks (bench-results/)
 #   ./dev.sh setup  install only
 # Extra arguments after the verb go to the command. Tests: ./dev.sh test runs everything but the
@@ -12,8 +13,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 verb="${1:-}"; shift || true
 case "$verb" in
-  demo|test|bench|setup) ;;
-  *) echo "usage: ./dev.sh demo|test|bench|setup [args...]" >&2; exit 2 ;;
+  demo|test|check|bench|setup) ;;
+  *) echo "usage: ./dev.sh demo|test|check|bench|setup [args...]" >&2; exit 2 ;;
 esac
 bash scripts/install-system.sh
 bash scripts/install-python.sh
@@ -21,6 +22,11 @@ bash scripts/install-python.sh
 case "$verb" in
   demo) exec .venv/bin/outboxkit demo "$@" ;;
   test) exec .venv/bin/python -m pytest "$@" ;;
+  check)
+    # The quality gate CI runs before the tests: any finding fails it.
+    .venv/bin/ruff check .
+    .venv/bin/ruff format --check .
+    exec .venv/bin/mypy ;;
   bench) exec .venv/bin/outboxkit bench "$@" ;;
   setup) echo "set-up complete: .venv/bin/outboxkit is ready" ;;
 esac
