@@ -30,7 +30,14 @@ _POOLS: dict[str, dict[str, Any]] = {
 
 def engine_for(url: str | URL, role: Role, **options: Any) -> Engine:
     """An engine on ``url`` pooled for ``role``; ``options`` override (e.g. a service's
-    ``pool_size``, ``isolation_level``)."""
+    ``pool_size``, ``isolation_level``).
+
+    Args:
+        url: The database URL (a SQLAlchemy URL or its text).
+        role: What the engine serves, which sets its pool: ``service``, ``consumer``,
+            ``metrics`` or ``once`` (as above).
+        **options: `sqlalchemy.create_engine` arguments, over the role's pool settings.
+    """
     if role not in _POOLS:
         raise ValueError(f"engine role {role!r}: one of {', '.join(_POOLS)}")
     return create_engine(url, **{**_POOLS[role], **options})

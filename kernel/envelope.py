@@ -50,7 +50,18 @@ _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 @dataclass(frozen=True)
 class Envelope:
-    """One event: identity, routing (aggregate type and id), type, JSON payload and headers."""
+    """One event: identity, routing (aggregate type and id), type, JSON payload and headers.
+
+    Attributes:
+        aggregate_type: What the event is about (``order``); it names the Kafka topic.
+        aggregate_id: Which one (``o-1``): the Kafka key, so one aggregate's events keep order.
+        event_type: What happened (``OrderPlaced``).
+        payload: The event's body, a JSON value.
+        headers: The event's other headers, text names and values (``traceparent`` among them).
+        event_id: The event's unique id, the inbox's deduplication key; a new one by default.
+        schema_version: The envelope format's version (not the payload's).
+        created_at: When the event was published (UTC); now by default.
+    """
 
     aggregate_type: str
     aggregate_id: str
@@ -246,7 +257,20 @@ def make_envelope(
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
 ) -> tuple[Envelope, str]:
     """Validate every field and the Kafka record's size; return the envelope with its payload
-    encoded as compact JSON text (Postgres renders it as jsonb)."""
+    encoded as compact JSON text (Postgres renders it as jsonb).
+
+    Args:
+        aggregate_type: What the event is about; a legal Kafka topic fragment.
+        aggregate_id: Which one: the Kafka key.
+        event_type: What happened.
+        payload: The event's body, any JSON-serializable value.
+        headers: Extra headers, text names and values, or None.
+        max_payload_bytes: The largest payload accepted, in bytes of its jsonb text.
+        max_record_bytes: The largest whole Kafka record accepted, framing included.
+
+    Raises:
+        InvalidEvent: A field that cannot travel, or a payload or record over its limit.
+    """
     envelope = Envelope(
         aggregate_type=_check_name("aggregate_type", aggregate_type, topic_safe=True),
         aggregate_id=_check_name("aggregate_id", aggregate_id),

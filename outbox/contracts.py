@@ -91,7 +91,13 @@ class Event(BaseModel):
     ) -> NewEvent:
         """This event ready for `UnitOfWork.publish_many`: validated again (a model built with
         ``model_construct`` or changed since), its payload as JSON values, its version in a
-        header."""
+        header.
+
+        Args:
+            aggregate_id: The aggregate id (the Kafka key); None takes the ``key`` field's value.
+            headers: Extra headers to carry; the version header is added to them.
+            caused_by: The consumed event this one follows from: its trace is continued.
+        """
         model = type(self)
         if not model.declared():
             raise ContractError(f"{model.__name__} does not set event_type and aggregate_type")
@@ -123,7 +129,12 @@ def version_of(envelope: Envelope) -> int | None:
 
 @dataclass(frozen=True)
 class Received(Generic[E]):
-    """A consumed event: its envelope (identity, headers, trace) and its decoded contract."""
+    """A consumed event: its envelope (identity, headers, trace) and its decoded contract.
+
+    Attributes:
+        envelope: The event as it came from Kafka: id, types, key, headers, trace context.
+        event: Its payload decoded into the type's current model (upcast if older).
+    """
 
     envelope: Envelope
     event: E
@@ -131,7 +142,11 @@ class Received(Generic[E]):
 
 class Contracts:
     """The event types a service knows, at their current versions, and the upcasters from
-    their older versions."""
+    their older versions.
+
+    Args:
+        models: The event models to register, each as its type's current version.
+    """
 
     def __init__(self, models: Iterable[type[Event]] = ()) -> None:
         self._models: dict[str, type[Event]] = {}
@@ -140,7 +155,11 @@ class Contracts:
             self.register(model)
 
     def register(self, model: type[Event]) -> type[Event]:
-        """Add ``model`` as its type's current version (usable as a class decorator)."""
+        """Add ``model`` as its type's current version (usable as a class decorator).
+
+        Args:
+            model: A declared `Event` subclass; one model per event type.
+        """
         if not model.declared():
             raise TypeError(f"{model.__name__} does not set event_type and aggregate_type")
         known = self._models.get(model.event_type)
@@ -165,7 +184,12 @@ class Contracts:
         self, model: type[Event] | str, *, from_version: int
     ) -> Callable[[Upcaster], Upcaster]:
         """Register the function that turns a payload of ``from_version`` into one of
-        ``from_version + 1`` (a decorator)."""
+        ``from_version + 1`` (a decorator).
+
+        Args:
+            model: The event's model, or its event type's name.
+            from_version: The payload version the function reads; it returns the next one's.
+        """
         event_type = model if isinstance(model, str) else model.event_type
 
         def register(function: Upcaster) -> Upcaster:
@@ -182,7 +206,11 @@ class Contracts:
 
     def decode(self, envelope: Envelope) -> Event:
         """``envelope``'s payload as its type's current model, upcast from the version it was
-        published at; ContractError with the reason when it cannot be."""
+        published at; ContractError with the reason when it cannot be.
+
+        Args:
+            envelope: The consumed event, its version in the ``eventVersion`` header.
+        """
         model = self._models.get(envelope.event_type)
         if model is None:
             raise ContractError(f"no contract for event type {envelope.event_type!r}")
@@ -236,7 +264,11 @@ class Contracts:
 
     def problem(self, envelope: Envelope) -> str | None:
         """Why ``envelope`` must not be applied (the inbox parks it with this), else None; a type
-        without a contract is no concern here (the inbox parks unknown types itself)."""
+        without a contract is no concern here (the inbox parks unknown types itself).
+
+        Args:
+            envelope: The consumed event to check against its contract.
+        """
         if envelope.event_type not in self._models:
             return None
         try:

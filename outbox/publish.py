@@ -28,14 +28,23 @@ MODES: tuple[str, ...] = get_args(OutboxMode)
 
 @dataclass(frozen=True)
 class NewEvent:
-    """An event to publish, before validation gives it an id and a time."""
+    """An event to publish, before validation gives it an id and a time.
+
+    Attributes:
+        aggregate_type: What the event is about (``order``); it names the Kafka topic.
+        aggregate_id: Which one (``o-1``): the Kafka key, so one aggregate's events keep order.
+        event_type: What happened (``OrderPlaced``).
+        payload: The event's body, any JSON-serializable value.
+        headers: Extra Kafka headers (text names and values), or None.
+        caused_by: The consumed event this one follows from: its trace is continued (see
+            `UnitOfWork`).
+    """
 
     aggregate_type: str
     aggregate_id: str
     event_type: str
     payload: Any
     headers: Mapping[str, str] | None = None
-    # The consumed event this one follows from: its trace is continued (see UnitOfWork).
     caused_by: Envelope | None = None
 
 
@@ -50,14 +59,23 @@ class Outbox:
     ``message`` writes no row: each event is a transactional logical decoding message
     (``pg_logical_emit_message``, prefix ``message_prefix``) that the connector turns into the
     same Kafka record; no table, index, delete or vacuum.
+
+    Attributes:
+        mode: ``delete``, ``retain`` or ``message``, as above.
+        max_payload_bytes: The largest payload accepted, as the connector writes it (jsonb text).
+        max_record_bytes: The largest whole Kafka record accepted (key, value, headers and
+            framing): at most the producer's ``max.request.size`` and the topic's
+            ``max.message.bytes``.
+        message_prefix: Message mode: the prefix of the logical decoding messages, the one the
+            connector captures.
+        at_commit: Delete mode: the row is written in the round trip of the transaction's
+            COMMIT (one round trip fewer per transaction); False writes it at publish.
     """
 
     mode: str = "delete"
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
     message_prefix: str = DEFAULT_MESSAGE_PREFIX
-    # Delete mode: the row is written in the round trip of the transaction's COMMIT (one round
-    # trip fewer per transaction, `outbox.at_commit`); False writes it at publish.
     at_commit: bool = True
 
     def __post_init__(self) -> None:
@@ -74,14 +92,28 @@ class Outbox:
         payload: Any,
         headers: Mapping[str, str] | None = None,
     ) -> Envelope:
-        """Validate the event and add it to ``session``'s transaction; the caller commits."""
+        """Validate the event and add it to ``session``'s transaction; the caller commits.
+
+        Args:
+            session: The caller's session; its transaction gets the event, uncommitted.
+            aggregate_type: What the event is about (``order``); it names the Kafka topic.
+            aggregate_id: Which one: the Kafka key.
+            event_type: What happened (``OrderPlaced``).
+            payload: The event's body, any JSON-serializable value.
+            headers: Extra Kafka headers, or None.
+        """
         event = NewEvent(aggregate_type, aggregate_id, event_type, payload, headers)
         return self.publish_many(session, [event])[0]
 
     def publish_many(self, session: Session, events: Sequence[NewEvent]) -> list[Envelope]:
         """Validate every event, then write them in one INSERT (and, in delete mode, one DELETE
         in the same round trip; in message mode, one statement of messages) in ``session``'s
-        transaction; nothing is written when one is invalid."""
+        transaction; nothing is written when one is invalid.
+
+        Args:
+            session: The caller's session; its transaction gets the events, uncommitted.
+            events: The events, written in this order.
+        """
         if not isinstance(session, Session):
             raise InvalidEvent(f"publish needs a SQLAlchemy Session, got {type(session).__name__}")
         rows, envelopes = [], []

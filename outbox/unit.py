@@ -28,7 +28,16 @@ class UnitOfWork:
     ``trace`` is the span of the unit (an HTTP request, the application of one event): every
     event published gets a publish span, a child of it, whose context its ``traceparent``
     carries, unless the caller passed one. ``event_spans``: the spans applying the consumed
-    events, by event id (set by the inbox); an event published ``caused_by`` one continues it."""
+    events, by event id (set by the inbox); an event published ``caused_by`` one continues it.
+
+    Args:
+        session: The transaction's session; the unit never commits it.
+        outbox: How events are written; `Outbox` defaults when None.
+        trace: The span of the unit, the parent of its publish spans; None: no spans.
+        published: The list the published envelopes are appended to (shared with the units
+            made by `for_event`); a new one when None.
+        event_spans: The spans applying the consumed events, by event id (set by the inbox).
+    """
 
     def __init__(
         self,
@@ -47,7 +56,11 @@ class UnitOfWork:
     def for_event(self, event: Envelope) -> UnitOfWork:
         """The unit of applying ``event`` inside this one: same transaction and ``published``
         list, its span the inbox's span of the event (else a child of the ``traceparent`` it
-        carried; a new trace when none)."""
+        carried; a new trace when none).
+
+        Args:
+            event: The consumed event being applied.
+        """
         trace = self._applying(event)
         return UnitOfWork(self.session, self.outbox, trace, self.published, self.event_spans)
 
@@ -63,7 +76,16 @@ class UnitOfWork:
     ) -> Envelope:
         """Validate the event and add it to this unit's transaction (InvalidEvent when it
         cannot travel). ``caused_by``: the consumed event it follows from (batch handlers), whose
-        trace it continues."""
+        trace it continues.
+
+        Args:
+            aggregate_type: What the event is about (``order``); it names the Kafka topic.
+            aggregate_id: Which one: the Kafka key.
+            event_type: What happened (``OrderPlaced``).
+            payload: The event's body, any JSON-serializable value.
+            headers: Extra Kafka headers, or None.
+            caused_by: The consumed event this one follows from, whose trace it continues.
+        """
         return self.publish_many(
             [NewEvent(aggregate_type, aggregate_id, event_type, payload, headers, caused_by)]
         )[0]
@@ -77,13 +99,24 @@ class UnitOfWork:
         caused_by: Envelope | None = None,
     ) -> Envelope:
         """Publish a typed event (`outbox.contracts.Event`): validated, its type, aggregate and
-        version from its model, its aggregate id from its key field unless given."""
+        version from its model, its aggregate id from its key field unless given.
+
+        Args:
+            event: The typed event.
+            aggregate_id: The aggregate id; None takes the model's key field's value.
+            headers: Extra Kafka headers, or None.
+            caused_by: The consumed event this one follows from, whose trace it continues.
+        """
         new = event.new_event(aggregate_id=aggregate_id, headers=headers, caused_by=caused_by)
         return self.publish_many([new])[0]
 
     def publish_many(self, events: Sequence[NewEvent]) -> list[Envelope]:
         """Validate every event, then add them all to this unit's transaction in one statement
-        (nothing is written when one is invalid)."""
+        (nothing is written when one is invalid).
+
+        Args:
+            events: The events, written in this order.
+        """
         started = [self._publish_span(e) for e in events]
         with_trace = [
             e

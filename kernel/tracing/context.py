@@ -11,7 +11,13 @@ _FORMAT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")  # fullm
 
 @dataclass(frozen=True)
 class TraceContext:
-    """One span's place in a trace: the trace id, the span id, the trace flags (01: sampled)."""
+    """One span's place in a trace: the trace id, the span id, the trace flags (01: sampled).
+
+    Attributes:
+        trace_id: The trace's id, 32 lower-case hex digits.
+        span_id: The span's id, 16 lower-case hex digits.
+        flags: The trace flags, 2 hex digits (``01``: sampled).
+    """
 
     trace_id: str
     span_id: str
@@ -19,7 +25,11 @@ class TraceContext:
 
     @classmethod
     def parse(cls, value: str | None) -> TraceContext | None:
-        """The context of a ``traceparent`` header, or None when absent or malformed."""
+        """The context of a ``traceparent`` header, or None when absent or malformed.
+
+        Args:
+            value: A ``traceparent`` header value (``00-<trace id>-<span id>-<flags>``), or None.
+        """
         match = _FORMAT.fullmatch(value or "")
         if not match or match.group(1) == "0" * 32 or match.group(2) == "0" * 16:
             return None
@@ -32,7 +42,11 @@ class TraceContext:
 
     @classmethod
     def continuing(cls, value: str | None) -> TraceContext:
-        """A span that is the child of ``value`` when it is a valid traceparent, else a new root."""
+        """A span that is the child of ``value`` when it is a valid traceparent, else a new root.
+
+        Args:
+            value: The parent's ``traceparent`` header value, or None.
+        """
         parent = cls.parse(value)
         return parent.child() if parent else cls.new()
 
