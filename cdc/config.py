@@ -40,7 +40,45 @@ class ConnectorConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ConnectorSettings:
-    """What the builder needs to know; every field maps to one or a few connector properties."""
+    """What the builder needs to know; every field maps to one or a few connector properties.
+
+    Attributes:
+        name: The connector's name in Kafka Connect.
+        database_host: The Postgres host the connector reads the WAL from (``database.hostname``).
+        database_port: Its port (``database.port``).
+        database_name: The database holding the outbox tables (``database.dbname``).
+        database_user: A user with the replication privilege (``database.user``).
+        database_password: Its password (``database.password``); empty when the worker
+            supplies it another way.
+        server_name: The connector's logical name, ``topic.prefix``: one per source database,
+            the name the inbox dedups source positions by.
+        slot_name: The replication slot (``slot.name``): lower-case letters, digits,
+            underscores, at most 63.
+        publication_name: The Postgres publication the slot reads (``publication.name``).
+        outbox_tables: The captured outbox tables, each written ``schema.table``.
+        heartbeat_table: The table the connector's heartbeat updates, so the slot moves on while
+            no event is written; None: no heartbeat query.
+        heartbeat_interval_ms: How often the heartbeat runs, in ms; 0 disables it.
+        poll_interval_ms: How long Debezium waits for more changes before handing a batch to
+            Connect (``poll.interval.ms``), in ms.
+        topic_prefix: The prefix of the Kafka topics events are routed to, before the aggregate
+            type (``outbox.event.order``).
+        snapshot_mode: Debezium's ``snapshot.mode``; ``no_data`` starts from the slot without
+            reading existing rows.
+        publication_autocreate: Debezium's ``publication.autocreate.mode``.
+        payload_encoding: ``text``: the value is the payload's JSON text as stored (any JSON,
+            nulls kept, no schema). ``expand``: EventRouter turns the payload into a Connect
+            struct (for schema-aware converters); it infers a schema per record and falls back
+            to a JSON *string* when it cannot, e.g. for an array mixing numbers and objects, so
+            consumers would see two shapes for one event type.
+        exactly_once: Records and source offsets commit in one Kafka transaction per poll
+            (KIP-618); registration fails on a worker without
+            ``exactly.once.source.support=enabled``.
+        message_prefix: Message mode: the connector also captures transactional logical
+            decoding messages with this prefix and turns each into the record an outbox row
+            gives; None: no messages.
+        extra: Connector properties set as given, over the built ones.
+    """
 
     name: str
     database_host: str
@@ -58,16 +96,8 @@ class ConnectorSettings:
     topic_prefix: str = DEFAULT_TOPIC_PREFIX
     snapshot_mode: str = "no_data"
     publication_autocreate: str = "filtered"
-    # "text": the value is the payload's JSON text as stored (any JSON, nulls kept, no schema).
-    # "expand": EventRouter turns the payload into a Connect struct (for schema-aware converters);
-    # it infers a schema per record and falls back to a JSON *string* when it cannot, e.g. for an
-    # array mixing numbers and objects, so consumers would see two shapes for one event type.
     payload_encoding: str = DEFAULT_PAYLOAD_ENCODING
-    # KIP-618 on a worker with exactly.once.source.support=enabled: records and source offsets
-    # commit in one Kafka transaction per poll. Registration fails on a worker without it.
     exactly_once: bool = True
-    # Message mode: the connector also captures transactional logical decoding messages with
-    # this prefix and turns each into the record an outbox row gives (None: no messages).
     message_prefix: str | None = DEFAULT_MESSAGE_PREFIX
     extra: dict[str, str] = field(default_factory=dict)
 
@@ -115,7 +145,14 @@ def message_topic(settings: ConnectorSettings) -> str:
 
 
 def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
-    """The Kafka Connect config of the outbox connector, every value a string."""
+    """The Kafka Connect config of the outbox connector, every value a string.
+
+    Args:
+        settings: The connector's settings.
+
+    Raises:
+        ConnectorConfigError: Settings that cannot give a valid config (the message says which).
+    """
     _check(settings)
     captured = list(settings.outbox_tables)
     if settings.heartbeat_table and settings.heartbeat_interval_ms:

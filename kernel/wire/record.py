@@ -47,7 +47,12 @@ _READ_HEADERS = _ENVELOPE_HEADERS | {SOURCE, SOURCE_POSITION}
 
 
 def topic_for(aggregate_type: str, *, topic_prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
-    """The Kafka topic the events of one aggregate type are routed to."""
+    """The Kafka topic the events of one aggregate type are routed to.
+
+    Args:
+        aggregate_type: The events' aggregate type (``order``).
+        topic_prefix: The connector's topic prefix, before the aggregate type.
+    """
     return topic_prefix + aggregate_type
 
 
