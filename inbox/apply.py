@@ -46,24 +46,37 @@ EXACTLY_ONCE_WINDOW = 10_000
 
 @dataclass(frozen=True)
 class Inbox:
-    """Applies records for one consumer through its handlers, exactly once per event."""
+    """Applies records for one consumer through its handlers, exactly once per event.
+
+    Attributes:
+        engine: The consumer's database: its inbox tables and the handlers' own.
+        consumer: The consumer's name; its watermarks, recent ids and parked records are kept
+            under it.
+        handlers: One ``handler(event, uow)`` for every type, a mapping of event type to
+            handler, or a `BatchHandler`.
+        window: Offsets of applied event ids kept per partition against re-sends; 0 keeps
+            none: the watermark alone, exact only for a producer that never writes an event
+            twice.
+        max_attempts: Runs of a failing handler before its record is parked.
+        optimistic: The slice through the batch handler at once; when a handler raises, the
+            transaction is rolled back and the slice redone record by record in a new one (a
+            savepoint per record). False: record by record from the start (two more round trips
+            per record).
+        outbox: How the handlers' events are written (the consuming service's outbox).
+        on_published: Told what the handlers published once the partition's transaction
+            committed.
+        ledger: Append every applied event to the ledger (`outboxkit audit`); grows with the
+            message count.
+    """
 
     engine: Engine
     consumer: str
     handlers: Handlers
-    # Offsets of applied event ids kept per partition against re-sends; 0 keeps none: the
-    # watermark alone, exact only for a producer that never writes an event twice.
     window: int = DEFAULT_WINDOW
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    # The slice through the batch handler at once; when a handler raises, the transaction is
-    # rolled back and the slice redone record by record in a new one (a savepoint per record).
-    # False: record by record from the start (two more round trips per record).
     optimistic: bool = True
-    # How the handlers' events are written (the consuming service's outbox).
     outbox: Outbox = field(default_factory=Outbox)
-    # Told what the handlers published once the partition's transaction committed.
     on_published: PublishedObserver | None = None
-    # Append every applied event to the ledger (`outboxkit audit`); grows with the message count.
     ledger: bool = False
 
     @property
@@ -82,7 +95,11 @@ class Inbox:
         return SliceApplier(self.consumer, self.batch, self.outbox, self.max_attempts)
 
     def handles(self, event_type: str) -> bool:
-        """True when a handler exists for ``event_type``."""
+        """True when a handler exists for ``event_type``.
+
+        Args:
+            event_type: An event's type.
+        """
         return self.batch.handles(event_type)
 
     def apply_partition(
@@ -92,10 +109,6 @@ class Inbox:
         epoch: int | None = None,
     ) -> BatchResult:
         """Decide and apply one partition's records, advance its watermark, commit.
-        ``identity``: what the records' offsets refer to (their cluster and topic), checked
-        against the watermark's (`inbox.position.judge_identity`); None skips the check.
-        ``epoch``: the partition's start-over count when the caller's reader started (None: not
-        checked); a partition started over since raises `Superseded`, and nothing is applied.
 
         When the offsets changed meaning, the partition stops, with the reason, and
         `OffsetsMoved` is raised: nothing of the slice is applied or skipped. A stopped partition
@@ -111,7 +124,19 @@ class Inbox:
         parked, and should the partition's transaction fail anyway on something in the data
         (not on an unreachable database, which is raised for the caller to retry), it is redone
         record by record, and as a last resort every new record of the slice is parked with its
-        raw bytes and the reason, so the records behind it move on."""
+        raw bytes and the reason, so the records behind it move on.
+
+        Args:
+            records: Records of ONE topic partition, in any order (sorted by offset here).
+            identity: What the records' offsets refer to (their cluster and topic), checked
+                against the watermark's (`inbox.position.judge_identity`); None skips the check.
+            epoch: The partition's start-over count when the caller's reader started (None: not
+                checked); a partition started over since raises `Superseded`, and nothing is
+                applied.
+
+        Raises:
+            OffsetsMoved: The records' offsets changed meaning; the partition is stopped.
+        """
         if not records:
             raise ValueError("apply_partition needs at least one record")
         topic, partition = records[0].topic, records[0].partition

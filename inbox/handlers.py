@@ -27,21 +27,35 @@ class BatchHandler:
     carries each consumed event's trace on). It must keep per-key order itself: events of one
     key arrive in the order they were published. When it raises, the inbox rolls the slice back
     and applies the events one by one (``apply([event], uow)``), so the failing event is retried,
-    then parked, and only its key waits."""
+    then parked, and only its key waits.
+
+    Attributes:
+        apply: ``apply(events, uow)``, as above.
+        event_types: The event types it applies (others are parked as unknown); None: every
+            type.
+        validate: Why an event's payload must not be applied, None when it may (pure: no I/O).
+            An event it rejects is parked with that reason before ``apply`` sees it, not
+            retried. None: no check.
+    """
 
     apply: Callable[[Sequence[Envelope], UnitOfWork], None]
-    # The event types it applies (others are parked as unknown); None: every type.
     event_types: frozenset[str] | None = None
-    # Why an event's payload must not be applied, None when it may (pure: no I/O). An event it
-    # rejects is parked with that reason before ``apply`` sees it, not retried. None: no check.
     validate: Callable[[Envelope], str | None] | None = None
 
     def handles(self, event_type: str) -> bool:
-        """True when ``event_type`` is applied by this handler."""
+        """True when ``event_type`` is applied by this handler.
+
+        Args:
+            event_type: An event's type.
+        """
         return self.event_types is None or event_type in self.event_types
 
     def invalid(self, event: Envelope) -> str | None:
-        """Why ``event`` must not be applied (``validate`` rejected it), else None."""
+        """Why ``event`` must not be applied (``validate`` rejected it), else None.
+
+        Args:
+            event: A consumed event of a type this handler applies.
+        """
         if self.validate is None or not self.handles(event.event_type):
             return None
         try:
@@ -56,7 +70,12 @@ Handlers = Mapping[str, Handler] | Handler | BatchHandler
 
 def as_batch(handlers: Handlers) -> BatchHandler:
     """The one-event API as a batch handler: each event through its handler, in offset order,
-    with a unit of work whose span continues the event's trace."""
+    with a unit of work whose span continues the event's trace.
+
+    Args:
+        handlers: One ``handler(event, uow)`` for every type, a mapping of event type to
+            handler (other types are parked as unknown), or a `BatchHandler` (returned as is).
+    """
     if isinstance(handlers, BatchHandler):
         return handlers
     if callable(handlers):

@@ -31,17 +31,30 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class BatchResult:
-    """What one partition batch did."""
+    """What one partition batch did.
+
+    Attributes:
+        topic: The records' topic.
+        partition: Their partition.
+        watermark: The partition's highest offset done (applied, skipped or parked) after the
+            batch.
+        counts: How many records got each action (applied, skipped as a replay or a
+            duplicate, parked, held behind a parked key).
+        published: The events the handlers published, committed with the batch.
+    """
 
     topic: str
     partition: int
     watermark: int
     counts: dict[Action, int] = field(default_factory=dict)
-    # Events the handlers published, committed with the batch.
     published: list[Envelope] = field(default_factory=list)
 
     def count(self, action: Action) -> int:
-        """How many records got ``action``."""
+        """How many records got ``action``.
+
+        Args:
+            action: What the apply loop did with a record.
+        """
         return self.counts.get(action, 0)
 
     def published_by_type(self) -> Counter[tuple[str, str]]:
@@ -51,7 +64,13 @@ class BatchResult:
 
 @dataclass(frozen=True)
 class HandlerOutcome:
-    """How running a handler ended: ``error`` is None when it applied."""
+    """How running a handler ended: ``error`` is None when it applied.
+
+    Attributes:
+        attempts: How many times the handler ran (0: the event was not handed to it).
+        error: Why it did not apply (the last failure, or why it was not run); None: applied.
+        published: The events it published in the attempt that applied.
+    """
 
     attempts: int
     error: str | None = None

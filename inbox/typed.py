@@ -19,7 +19,14 @@ def typed_batch(
 ) -> BatchHandler:
     """A `BatchHandler` of the contracts' event types (or ``event_types``): ``apply(received,
     uow)`` gets each event with its payload decoded (upcast to the current version); an event
-    that does not decode is parked with the reason before ``apply`` runs, not retried."""
+    that does not decode is parked with the reason before ``apply`` runs, not retried.
+
+    Args:
+        contracts: The event types' models and upcasters.
+        apply: ``apply(received, uow)``: the slice's decoded events, in offset order, and the
+            unit of work of the partition's transaction.
+        event_types: The event types it applies; None: every type of ``contracts``.
+    """
 
     def decoded(events: Sequence[Envelope], uow: UnitOfWork) -> None:
         apply([Received(e, contracts.decode(e)) for e in events], uow)
@@ -32,7 +39,12 @@ def typed_handler(
     contracts: Contracts, apply: Callable[[Received[Any], UnitOfWork], None]
 ) -> BatchHandler:
     """The one-event form: ``apply(received, uow)`` once per event, in offset order, each in the
-    unit of work of its own event (its span continues the event's trace)."""
+    unit of work of its own event (its span continues the event's trace).
+
+    Args:
+        contracts: The event types' models and upcasters; it applies their types.
+        apply: ``apply(received, uow)`` for one decoded event.
+    """
 
     def each(events: Sequence[Envelope], uow: UnitOfWork) -> None:
         for event in events:
