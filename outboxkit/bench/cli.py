@@ -43,6 +43,10 @@ def run(args: argparse.Namespace, settings: StackSettings) -> int:
 
     from devstack.stack import Stack
 
+    if args.scenarios[:1] == ["publish"]:
+        from outboxkit.bench import publish
+
+        return publish.run(args)
     console = Console()
     scenarios = args.scenarios or list(DEFAULT)
     unknown = [s for s in scenarios if s not in SCENARIOS]
@@ -152,9 +156,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "service alone: POSTs/s and CPU per POST, a flame graph with py-spy), profile (where "
         "the inbox sink's time goes), cluster (the pipeline and the saga on stacks of several "
         "shapes, each started and stopped in turn: 1 vs 3 brokers, Spark local[2] vs 1 and 2 "
-        "workers, 4 vs 8 partitions; about 20 min). Default: all but cluster.",
+        "workers, 4 vs 8 partitions; about 20 min). Default: all but cluster. "
+        "`outboxkit bench publish` renders the figure tables of README.md, docs/index.md and "
+        "docs/benchmarks.md from the results in docs/benchmarks/.",
     )
-    bench.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=", ".join(SCENARIOS))
+    bench.add_argument(
+        "scenarios", nargs="*", metavar="SCENARIO", help=", ".join(SCENARIOS) + "; or publish"
+    )
     bench.add_argument(
         "--url", help="a Postgres server for outbox and inbox (default: settings, local stack)"
     )
@@ -216,5 +224,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--cluster-dir",
         type=Path,
         help="where the shapes' stacks go (default: the system's temporary directory)",
+    )
+    published = bench.add_argument_group("publish")
+    published.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        help="copy a run's results and plots from this folder into docs/benchmarks/ first",
+    )
+    published.add_argument(
+        "--check", action="store_true", help="only say which pages' figures are stale (exit 1)"
     )
     bench.set_defaults(run=run, settings=StackSettings)

@@ -44,8 +44,12 @@ def machine(database_url: str | None = None) -> dict[str, Any]:
 
     found: dict[str, Any] = {
         "python": platform.python_version(),
-        "platform": platform.platform(),
+        # The kernel release's local version can name the machine: the version numbers only.
+        "platform": "-".join(
+            (platform.system(), platform.release().split("-")[0], platform.machine())
+        ),
         "cpus": os.cpu_count(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "sqlalchemy": sqlalchemy.__version__,
         "confluent_kafka": confluent_kafka.version()[0],
         "librdkafka": confluent_kafka.libversion()[0],
@@ -232,6 +236,8 @@ class Progress:
 def describe(found: Mapping[str, Any]) -> str:
     """One markdown line saying what the figures were measured on."""
     parts = [f"{found['cpus']} CPUs", found["platform"], f"Python {found['python']}"]
+    if found.get("memory_gib"):
+        parts.insert(1, f"{found['memory_gib']:g} GiB RAM")
     for key, label in (
         ("postgres", "Postgres"),
         ("debezium", "Debezium"),
