@@ -63,15 +63,29 @@ class PartitionAudit:
 
 @dataclass
 class ConsumerAudit:
-    """One consumer's audit: per partition, and whether its ledger could tell applied from lost."""
+    """One consumer's audit: per partition, and whether its ledger could tell applied from lost.
+
+    Attributes:
+        consumer: The consumer's name.
+        topics: The topics its job reads.
+        exact: A ledger exists: lost and duplicate are counted.
+        partitions: Each partition's events, sorted into the categories above.
+        ledger_only: Ledger ids not found on the topics (e.g. past retention).
+    """
 
     consumer: str
     topics: tuple[str, ...]
-    exact: bool  # a ledger exists: lost and duplicate are counted
+    exact: bool
     partitions: list[PartitionAudit]
-    ledger_only: int = 0  # ledger ids not found on the topics (e.g. past retention)
+    ledger_only: int = 0
 
     def total(self, category: str) -> int:
+        """How many events of every partition are in ``category``.
+
+        Args:
+            category: One of ``applied``, ``duplicate``, ``parked``, ``skipped``, ``pending``,
+                ``lost``.
+        """
         return sum(p.counts[category] for p in self.partitions)
 
     @property

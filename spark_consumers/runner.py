@@ -176,7 +176,17 @@ def start_job(
     trigger_seconds: float = DEFAULT_TRIGGER_SECONDS,
     on_batch: BatchCallback | None = None,
 ) -> Any:
-    """Start one job's own streaming query."""
+    """Start one job's own streaming query.
+
+    Args:
+        session: The SparkSession.
+        job: The job to run.
+        checkpoint: The folder of the queries' checkpoints; this one's is ``checkpoint``/<job
+            name>.
+        trigger_seconds: Seconds between micro-batches.
+        on_batch: Told ``on_batch(job_name, batch_id, summaries)`` what each micro-batch did
+            (a `SliceSummary` per Kafka partition), after its transactions committed.
+    """
     return start_query(
         session, [job], checkpoint=checkpoint, trigger_seconds=trigger_seconds, on_batch=on_batch
     )
@@ -225,13 +235,28 @@ def run_jobs(
     listeners: Sequence[Any] = (),
 ) -> None:
     """Run jobs in one SparkSession until SIGTERM/SIGINT, or (``once``) until input is applied.
-    ``listeners``: more StreamingQueryListeners (e.g. the driver's metrics), besides the log.
 
-    ``shared``: jobs reading the same Kafka cluster run in ONE query that reads each topic once
-    and applies each partition's slice for every job reading it (each in its own inbox
-    transaction). A micro-batch's fixed cost (planning, offset log, commit log, one Spark job) is
-    paid once per trigger instead of once per job: on a small driver that cost, not the inbox,
-    bounds latency. False: one query per job (isolated checkpoints and failures)."""
+    A failed query is started again from its checkpoint (the inbox skips what its batch had
+    applied), a bounded number of times within a time window; then it raises RuntimeError.
+
+    Args:
+        jobs: The jobs to run.
+        checkpoint: The folder of the queries' checkpoints, one per query (``checkpoint``/<its
+            job names joined by '+'>).
+        trigger_seconds: Seconds between micro-batches.
+        once: Apply what the topics hold now, then return.
+        on_batch: Told ``on_batch(job_name, batch_id, summaries)`` what each micro-batch did
+            (a `SliceSummary` per Kafka partition), after its transactions committed.
+        session: The SparkSession; None builds one (`build_session`).
+        jars: Spark's Kafka connector and its dependencies, for the session built here.
+        shared: Jobs reading the same Kafka cluster run in ONE query that reads each topic once
+            and applies each partition's slice for every job reading it (each in its own inbox
+            transaction). A micro-batch's fixed cost (planning, offset log, commit log, one
+            Spark job) is paid once per trigger instead of once per job: on a small driver that
+            cost, not the inbox, bounds latency. False: one query per job (isolated checkpoints
+            and failures).
+        listeners: More StreamingQueryListeners (e.g. the driver's metrics), besides the log.
+    """
     from spark_consumers.session import build_session
 
     session = session or build_session("outboxkit-consumers", jars=jars)

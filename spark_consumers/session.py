@@ -56,9 +56,17 @@ def build_session(
 ) -> Any:
     """A SparkSession (local[2] unless ``master`` or OUTBOXKIT_SPARK_MASTER says otherwise).
 
-    ``jars``: Spark's Kafka connector and its dependencies (the local stack's cache has them);
-    on a cluster they come from spark-submit's ``--packages`` or the cluster's own classpath.
-    ``cores_max`` and ``executor_memory`` apply to a standalone master on loopback only."""
+    Args:
+        app_name: The Spark application's name.
+        master: The Spark master URL; None: OUTBOXKIT_SPARK_MASTER, else ``local[2]``.
+        jars: Spark's Kafka connector and its dependencies (the local stack's cache has them);
+            on a cluster they come from spark-submit's ``--packages`` or the cluster's own
+            classpath.
+        cores_max: The most cores the application takes (``spark.cores.max``); a standalone
+            master on loopback only.
+        executor_memory: Each executor's memory (``spark.executor.memory``); a standalone
+            master on loopback only.
+    """
     # Workers must run this interpreter (the project's venv), or they cannot import our modules.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

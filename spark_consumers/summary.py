@@ -16,20 +16,35 @@ from inbox.slice import BatchResult
 
 @dataclass(frozen=True)
 class SliceSummary:
-    """One (job, Kafka partition) of a micro-batch."""
+    """One (job, Kafka partition) of a micro-batch.
+
+    Attributes:
+        job: The job's name.
+        topic: The partition's topic.
+        partition: The partition.
+        watermark: The partition's watermark after the slice.
+        applied: Records applied.
+        skipped: Replays (at or below the watermark) and re-sends.
+        parked: Parked, or held behind a parked record of their key.
+        published: Events the handlers published, committed with the slice.
+        retries: Retries of the slice while the database was unreachable.
+        resent: Of the skipped: re-sends (a known event id at a new offset).
+        seconds: Applying the slice, inbox transaction and retries included.
+        handler_seconds: Of which in the handlers.
+    """
 
     job: str
     topic: str
     partition: int
-    watermark: int  # the partition's watermark after the slice
+    watermark: int
     applied: int
-    skipped: int  # replays (at or below the watermark) and re-sends
-    parked: int  # parked, or held behind a parked record of their key
-    published: int  # events the handlers published, committed with the slice
-    retries: int  # retries of the slice while the database was unreachable
-    resent: int  # of the skipped: re-sends (a known event id at a new offset)
-    seconds: float  # applying the slice, inbox transaction and retries included
-    handler_seconds: float  # of which in the handlers
+    skipped: int
+    parked: int
+    published: int
+    retries: int
+    resent: int
+    seconds: float
+    handler_seconds: float
 
     @classmethod
     def of(
@@ -41,7 +56,15 @@ class SliceSummary:
         seconds: float,
         handler_seconds: float,
     ) -> SliceSummary:
-        """The summary of the inbox's ``result`` for ``job``."""
+        """The summary of the inbox's ``result`` for ``job``.
+
+        Args:
+            job: The job's name.
+            result: What the inbox did with the partition's slice.
+            retries: Retries of the slice while the database was unreachable.
+            seconds: Applying the slice, inbox transaction and retries included.
+            handler_seconds: Of which in the handlers.
+        """
         return cls(
             job=job,
             topic=result.topic,
@@ -59,7 +82,11 @@ class SliceSummary:
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> SliceSummary:
-        """A summary from a result row (a Spark ``Row.asDict()``, an Arrow ``to_pylist`` item)."""
+        """A summary from a result row (a Spark ``Row.asDict()``, an Arrow ``to_pylist`` item).
+
+        Args:
+            row: The row's values by column name, one per field.
+        """
         return cls(**{f.name: _TYPES[f.name](row[f.name]) for f in fields(cls)})
 
 
