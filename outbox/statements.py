@@ -170,7 +170,7 @@ def _cursor(pooled: Any, driver: psycopg.Connection[Any], *, keep: bool) -> Iter
     connection (which lives and dies with it), else a new one closed after use.
 
     A new cursor sets up its parameter adapters again on its first execute, ~25 us of a
-    publish's ~150-230 us of client CPU (`docs/bench/outbox-cursor`). A kept cursor holds its
+    publish's ~150-230 us of client CPU. A kept cursor holds its
     last statement's parameters until the next: one event's, at most the payload limit per
     pooled connection, which is why a write of several events takes a new one."""
     if not keep:

@@ -32,8 +32,7 @@ def unnested(name: str, **columns: TypeEngine[Any]) -> TableValuedAlias:
     alias's name in each parameter's: an UPDATE may not bind the name of one of its table's
     columns). The statement is the same for any number of rows, so SQLAlchemy compiles it once;
     a VALUES list is a new statement for each number of rows, compiled on every call (with the
-    multi-row INSERTs, a fifth of the CPU of the consumers' Python workers in the saga:
-    docs/bench/saga-statements/)."""
+    multi-row INSERTs, a fifth of the CPU of the consumers' Python workers in the saga)."""
     arrays = (bindparam(_array(name, c), type_=ARRAY(kind)) for c, kind in columns.items())
     shape = (column(c, kind) for c, kind in columns.items())
     return func.unnest(*arrays).table_valued(*shape).render_derived(name=name)

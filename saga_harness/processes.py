@@ -39,7 +39,7 @@ from saga_harness.load import Placed
 # the last one ends while orders flow, and an event arriving at an idle query waits 0.125 s on
 # average instead of 0.25 s: hop p50 at 10 orders/s 0.38-0.46 s against 0.52-0.56 s at 0.5 s,
 # for 2-4% more of a core of idle driver CPU; 0.1 s was no faster (its idle checks compete for
-# the cores) (docs/bench/saga-trigger/).
+# the cores).
 SAGA_TRIGGER_SECONDS = 0.25
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -157,8 +157,8 @@ class UnitOfWorkRoute(APIRoute):
     A synchronous endpoint that returns a `Response` (built, as `idempotent`'s is) with a status
     below 400 commits in the thread it ran in: one hop from the event loop to the thread pool per
     request instead of two (one for the endpoint, one for the commit; the two were ~11% of a
-    POST's CPU, docs/bench/post-path/). Other endpoints commit after FastAPI has serialised what
-    they returned."""
+    POST's CPU in a profile of the orders service). Other endpoints commit after FastAPI has
+    serialised what they returned."""
 
     def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
         if not inspect.iscoroutinefunction(inspect.unwrap(endpoint)):

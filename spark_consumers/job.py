@@ -20,8 +20,9 @@ from spark_consumers.retry import BATCH_RETRY
 # Seconds between micro-batches. A hop waits for the next trigger, then one batch. One job alone
 # on a quiet machine: event -> inbox p50 0.45-0.58 s at 0.5 s, 0.26-0.30 s at 0.1 s or 0; but an
 # idle query then costs its driver ~3-8% of a core at 0.1 s and 12-24% (and 10% of a broker) at
-# 0, and the saga on 2 cores, its batches back to back, was not faster at 0.1 s than at 0.5 s
-# (docs/benchmarks.md). A deployment with cores to spare can lower it with --trigger.
+# 0, and the saga on 2 cores, its batches back to back, was not faster at 0.1 s than at 0.5 s:
+# the idle checks compete with the batches for the cores. A deployment with cores to spare can
+# lower it with --trigger.
 DEFAULT_TRIGGER_SECONDS = 1.0
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 

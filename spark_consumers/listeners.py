@@ -4,8 +4,8 @@ PySpark's own bridge (``session.streams.addListener``) rebuilds every event from
 object field by field: a micro-batch's progress is hundreds of py4j round trips, each one run
 by the JVM's listener thread (with a Java exception for every map iterated to its end), and
 again for every listener. In the saga's driver at 10 orders/s, with two listeners, that thread
-took 0.34-0.36 of a core, more than three times the query's own stream execution thread
-(docs/bench/query-listener/). Here an event crosses as its JSON, in one call, and is rebuilt by
+took 0.34-0.36 of a core, more than three times the query's own stream execution thread.
+Here an event crosses as its JSON, in one call, and is rebuilt by
 PySpark's ``fromJson`` once for all the listeners."""
 
 from __future__ import annotations

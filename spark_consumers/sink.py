@@ -45,7 +45,7 @@ def records_from_arrow(batch: pa.RecordBatch) -> list[KafkaRecord]:
 
     The headers (a list of key/value structs per record) are read as two flat columns and cut
     per record by the lists' lengths: as Python lists of dicts (``to_pylist``) they took ~60% of
-    the conversion (measured: docs/bench/sink-arrow-headers/)."""
+    the conversion, which took 19-31% of the workers' task body in a backlog's drain."""
     columns = [
         batch.column(name).to_pylist() for name in ("topic", "partition", "offset", "key", "value")
     ]
@@ -139,7 +139,7 @@ def _settle() -> None:
     PySpark's daemon runs a full ``gc.collect()`` in a reused worker after every task. Over the
     ~140,000 objects the framework's imports hold, that was ~125 ms of the workers' CPU per
     one-record micro-batch, 93% of what they spent on such batches (py-spy, `bench pipeline`;
-    9-11 ms per batch after: docs/bench/worker-gc-freeze/). Frozen objects are still freed by
+    9-11 ms per batch frozen). Frozen objects are still freed by
     reference counting; later collections look only at younger objects."""
     if not _SETTLED:
         gc.collect()

@@ -2,7 +2,7 @@
 16 kB uuid[] and an 8 kB bigint[], both past the TOAST threshold, and Postgres ran pglz over them
 on every INSERT. Random UUIDs do not compress and the offsets little, yet compressing was most
 of the INSERT: medians 4.2-5.8 ms against 2.4-3.4 ms per 1,000-id slice in three interleaved
-runs, for ~25% more bytes in a table that holds one window (`docs/bench/inbox-recent-storage`).
+runs, for ~25% more bytes in a table that holds one window.
 Rows written before keep their compression; new rows are stored as they are.
 
 Numbered 0010: 0009 was the reverted BRIN index of the outbox table.

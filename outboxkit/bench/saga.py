@@ -43,8 +43,8 @@ from saga_harness.processes import SAGA_TRIGGER_SECONDS, SKUS, Saga
 from spark_consumers.progress import PHASES
 
 GRACE_SECONDS = 5.0  # a step's orders may finish this long after its last POST
-# A step counts toward the capacity target only when held with its p99 at most this (issue 27:
-# "step load held 60 s with p99 <= 5 s in the step"); the bench's own rule (held) only asks
+# A step counts toward the capacity target only when held with its p99 at most this (the
+# target: a step load held 60 s with p99 <= 5 s in the step); the bench's own rule (held) only asks
 # that latency did not grow through the step.
 TARGET_P99_SECONDS = 5.0
 
@@ -300,7 +300,7 @@ def _report(
             _cpu_rows(runs),
         )
         + f"\nStep load: capacity (highest rate held) **{capacity:g} orders/s**; held with the "
-        f"step's p99 <= {TARGET_P99_SECONDS:g} s (issue 27's capacity target): "
+        f"step's p99 <= {TARGET_P99_SECONDS:g} s (the capacity target): "
         f"**{capacity_target:g} orders/s**; the orders service alone answered "
         f"**{post_rate:,.0f} POST /orders per second** (32 clients, closed loop, before the "
         "consumers started).\n\n"
