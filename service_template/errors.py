@@ -18,7 +18,16 @@ log = logging.getLogger(__name__)
 
 
 class Problem(Exception):
-    """Raise from a route for a client error with a message: ``Problem(404, "order not found")``."""
+    """Raise from a route for a client error with a message: ``Problem(404, "order not found")``.
+
+    The response is an ``application/problem+json`` body (RFC 9457).
+
+    Args:
+        status: The HTTP status.
+        detail: What went wrong, for the client.
+        title: The problem's title; None: the status's standard phrase.
+        **extra: More members of the problem's body.
+    """
 
     def __init__(self, status: int, detail: str, *, title: str | None = None, **extra: Any):
         super().__init__(detail)
