@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
-_FORMAT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")  # fullmatch
+from opentelemetry import trace
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+_W3C = TraceContextTextMapPropagator()
+_TRACEPARENT = "traceparent"
+_LENGTH = len("00-") + 32 + len("-") + 16 + len("-") + 2
 
 
 @dataclass(frozen=True)
@@ -30,10 +34,21 @@ class TraceContext:
         Args:
             value: A ``traceparent`` header value (``00-<trace id>-<span id>-<flags>``), or None.
         """
-        match = _FORMAT.fullmatch(value or "")
-        if not match or match.group(1) == "0" * 32 or match.group(2) == "0" * 16:
+        if not value:
             return None
-        return cls(match.group(1), match.group(2), match.group(3))
+        span = trace.get_current_span(_W3C.extract({_TRACEPARENT: value})).get_span_context()
+        if not span.is_valid:
+            return None
+        # The propagator forgives what a reader may (blanks around the value, a final newline,
+        # a later version and its extra fields); a header that travels on is exactly version 00.
+        if len(value) != _LENGTH or not value.startswith("00-"):
+            return None
+        return cls.of(span)
+
+    @classmethod
+    def of(cls, span: trace.SpanContext) -> TraceContext:
+        """An OpenTelemetry span context as a W3C trace context."""
+        return cls(f"{span.trace_id:032x}", f"{span.span_id:016x}", f"{span.trace_flags:02x}")
 
     @classmethod
     def new(cls) -> TraceContext:
@@ -56,4 +71,11 @@ class TraceContext:
 
     def header(self) -> str:
         """This context as a ``traceparent`` header value."""
-        return f"00-{self.trace_id}-{self.span_id}-{self.flags}"
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier, trace.set_span_in_context(trace.NonRecordingSpan(self.span_context())))
+        return carrier[_TRACEPARENT]
+
+    def span_context(self) -> trace.SpanContext:
+        """This context as an OpenTelemetry span context (of a span in another process)."""
+        flags = trace.TraceFlags(int(self.flags, 16))
+        return trace.SpanContext(int(self.trace_id, 16), int(self.span_id, 16), True, flags)

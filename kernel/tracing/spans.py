@@ -18,7 +18,6 @@ from opentelemetry.trace import (
     Span,
     SpanContext,
     SpanKind,
-    TraceFlags,
 )
 from opentelemetry.util.types import AttributeValue
 
@@ -61,15 +60,12 @@ def _tracer() -> trace.Tracer:
 
 def span_context(value: TraceContext) -> SpanContext:
     """``value`` as an OpenTelemetry span context (of a span in another process)."""
-    flags = TraceFlags(int(value.flags, 16))
-    return SpanContext(int(value.trace_id, 16), int(value.span_id, 16), True, flags)
+    return value.span_context()
 
 
 def trace_context(value: SpanContext) -> TraceContext:
     """An OpenTelemetry span context as a W3C trace context."""
-    return TraceContext(
-        f"{value.trace_id:032x}", f"{value.span_id:016x}", f"{value.trace_flags:02x}"
-    )
+    return TraceContext.of(value)
 
 
 def current() -> TraceContext | None:
