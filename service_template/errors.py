@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -48,16 +49,17 @@ def problem(
 RETRY_AFTER_SECONDS = 2
 
 
-TITLES = {
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    409: "Conflict",
-    413: "Content Too Large",
-    415: "Unsupported Media Type",
-    422: "Unprocessable Content",
-    503: "Service Unavailable",
-}
+# RFC 9110's names of two statuses Python names after RFC 7231 before 3.13.
+_RFC_9110 = {413: "Content Too Large", 422: "Unprocessable Content"}
+
+
+def title(status: int) -> str:
+    """A problem's title: the status's reason phrase (RFC 9110), "Error" for an unknown status."""
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+    return _RFC_9110.get(status, phrase)
 
 
 def install(app: FastAPI) -> None:
@@ -65,9 +67,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Problem)
     async def _problem(request: Request, exc: Problem) -> JSONResponse:
-        return problem(
-            exc.status, exc.title or TITLES.get(exc.status, "Error"), exc.detail, **exc.extra
-        )
+        return problem(exc.status, exc.title or title(exc.status), exc.detail, **exc.extra)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -77,18 +77,17 @@ def install(app: FastAPI) -> None:
         ]
         first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
         where = ".".join(str(p) for p in first["loc"])
-        return problem(422, "Unprocessable Content", f"{where}: {first['msg']}", errors=errors)
+        return problem(422, title(422), f"{where}: {first['msg']}", errors=errors)
 
     @app.exception_handler(HTTPException)
     async def _http(request: Request, exc: HTTPException) -> JSONResponse:
         # Starlette's own headers stay (a 405 names the allowed methods in Allow).
         headers = dict(exc.headers) if exc.headers else None
-        title = TITLES.get(exc.status_code, "Error")
-        return problem(exc.status_code, title, str(exc.detail), headers=headers)
+        return problem(exc.status_code, title(exc.status_code), str(exc.detail), headers=headers)
 
     @app.exception_handler(OutboxError)
     async def _event(request: Request, exc: OutboxError) -> JSONResponse:
-        return problem(422, "Unprocessable Content", str(exc))
+        return problem(422, title(422), str(exc))
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
@@ -101,9 +100,9 @@ def install(app: FastAPI) -> None:
             )
             return problem(
                 503,
-                "Service Unavailable",
+                title(503),
                 "the service's database is unreachable; retry later with the same Idempotency-Key",
                 headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
             )
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return problem(500, "Internal Server Error", "the service failed; see its logs")
+        return problem(500, title(500), "the service failed; see its logs")

@@ -50,7 +50,7 @@ class BodyLimit:
     async def _refuse(self, send: Send, what: str) -> None:
         response = errors.problem(
             413,
-            "Content Too Large",
+            errors.title(413),
             f"{what}; the limit is {self.max_bytes} bytes (setting max_request_bytes)",
             # The rest of the body is never read: the connection is not reused for another
             # request, so the unread bytes cannot be taken for one.

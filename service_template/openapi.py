@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from service_template.errors import PROBLEM, TITLES
+from service_template.errors import PROBLEM, title
 
 PROBLEM_SCHEMA: dict[str, Any] = {
     "title": "Problem",
@@ -35,10 +35,7 @@ _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"ty
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """The ``responses=`` of a route that answers these statuses as problem+json."""
-    return {
-        s: {"description": TITLES.get(s, "Error"), "content": {PROBLEM: {"schema": _REF}}}
-        for s in statuses
-    }
+    return {s: {"description": title(s), "content": {PROBLEM: {"schema": _REF}}} for s in statuses}
 
 
 def install(app: FastAPI) -> None:
