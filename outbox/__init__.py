@@ -4,6 +4,7 @@ from kernel.engines import engine_for
 from kernel.envelope import Envelope, make_envelope
 from kernel.errors import InvalidEvent, OutboxError
 from kernel.tracing.context import TraceContext
+from outbox.at_commit import attach as attach_at_commit
 from outbox.contracts import ContractError, Contracts, Event, Received
 from outbox.publish import NewEvent, Outbox
 from outbox.settings import OutboxSettings
@@ -24,6 +25,7 @@ __all__ = [
     "Received",
     "TraceContext",
     "UnitOfWork",
+    "attach_at_commit",
     "engine_for",
     "make_envelope",
     "metadata",

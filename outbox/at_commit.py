@@ -12,7 +12,7 @@ parameter adaptation, no round trip.
 
 The calls (built at publish: an encoding error is the publish's) wait in the pooled
 connection's ``info``, tied to the SQLAlchemy transaction they were published in (weakly), and
-SQLAlchemy's connection events (on every Engine) move them:
+SQLAlchemy's connection events, listened to on each engine given to `attach`, move them:
 - at the transaction's commit they are sent ahead of COMMIT; before PREPARE TRANSACTION, or
   before a two-phase transaction's plain COMMIT, they are written at once;
 - at a savepoint's start they are written at once, so that a savepoint rolled back takes with it
@@ -25,12 +25,20 @@ deferred constraint), the commit raises the error and the transaction is rolled 
 business rows are not kept either. A transaction committed behind SQLAlchemy's back (the DBAPI
 connection's own ``commit()``, or a pool whose ``reset_on_return`` commits) would not write them:
 its rows are dropped with an error in the log when the connection is next used for publishing.
+
+Only the engines given to `attach` get the listeners (the framework attaches the engines it
+publishes through); another engine of the process is left as it was. A session on an engine
+not attached writes its rows at publish, as ``at_commit=False`` does, and the first such publish
+logs a warning naming the engine: the event is never held for a commit no listener would see.
+Attaching on a first publish instead would add listeners to an engine other threads may be
+committing on, which SQLAlchemy does not allow (a listener collection changed while it runs).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +47,7 @@ from typing import Any, cast
 import psycopg
 from psycopg import generators, pq
 from sqlalchemy import Connection, Engine, event
+from sqlalchemy.engine.base import OptionEngine
 from sqlalchemy.orm import Session
 
 from outbox.statements import WRITE_DELETED_ONE, Row, as_sqlalchemy_errors
@@ -48,6 +57,10 @@ log = logging.getLogger(__name__)
 _PENDING = "outboxkit.outbox_at_commit"  # the key of the waiting calls in the pool's info
 _CALL = b"SELECT outbox_write_deleted(%s::uuid, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s, %s)"
 _DONE = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
+
+_ATTACHED: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines whose events write the rows
+_WARNED: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines not attached, already logged
+_ATTACHING = threading.Lock()
 
 
 @dataclass
@@ -74,6 +87,10 @@ def defer(session: Session, rows: Sequence[Row]) -> bool:
     driver = pooled.driver_connection
     if not isinstance(driver, psycopg.Connection) or driver.autocommit:
         return False
+    engine = _root(conn.engine)
+    if engine not in _ATTACHED:
+        _not_attached(engine)
+        return False
     calls = _calls(driver, rows)
     root = conn.get_transaction()
     pending: _Pending | None = pooled.info.get(_PENDING)
@@ -82,6 +99,47 @@ def defer(session: Session, rows: Sequence[Row]) -> bool:
         pending = pooled.info[_PENDING] = _Pending(weakref.ref(root), rows[0])
     pending.calls.extend(calls)
     return True
+
+
+def attach(engine: Engine) -> Engine:
+    """Listen on ``engine`` for delete mode's write at commit; returns it. Idempotent. Call it
+    where the engine is made, before it is used: SQLAlchemy does not allow adding a listener
+    while another thread runs that event.
+
+    Args:
+        engine: An engine sessions publish through; the engines its ``execution_options`` make
+            share its listeners.
+    """
+    root = _root(engine)
+    with _ATTACHING:
+        if root not in _ATTACHED:
+            for name, listener in _LISTENERS:
+                event.listen(root, name, listener)
+            _ATTACHED.add(root)
+    return engine
+
+
+def is_attached(engine: Engine) -> bool:
+    """Whether sessions on ``engine`` write delete mode's rows at commit."""
+    return _root(engine) in _ATTACHED
+
+
+def _root(engine: Engine) -> Engine:
+    """The engine ``engine.execution_options(...)`` was made from: it shares its listeners."""
+    while isinstance(engine, OptionEngine):
+        engine = engine._proxied
+    return engine
+
+
+def _not_attached(engine: Engine) -> None:
+    if engine not in _WARNED:
+        _WARNED.add(engine)
+        log.warning(
+            "outbox events published through %r are written at publish, one round trip of "
+            "their own: call outbox.attach_at_commit(engine) where the engine is made to write "
+            "them with COMMIT",
+            engine,
+        )
 
 
 def flush(session: Session) -> None:
@@ -184,38 +242,42 @@ def _calls(driver: psycopg.Connection[Any], rows: Sequence[Row]) -> list[bytes]:
     ]
 
 
-# SQLAlchemy's connection events, on every Engine: where the waiting rows go.
-@event.listens_for(Engine, "commit")
+# SQLAlchemy's connection events, on each engine given to `attach`: where the waiting rows go.
 def _on_commit(conn: Connection) -> None:
     _write_waiting(conn, commit=True)
 
 
-@event.listens_for(Engine, "prepare_twophase")
 def _on_prepare(conn: Connection, xid: Any) -> None:
     _write_waiting(conn, commit=False)
 
 
-@event.listens_for(Engine, "commit_twophase")
 def _on_commit_twophase(conn: Connection, xid: Any, is_prepared: bool) -> None:
     if not is_prepared:  # committed without PREPARE: a plain COMMIT follows
         _write_waiting(conn, commit=False)
 
 
-@event.listens_for(Engine, "savepoint")
 def _on_savepoint(conn: Connection, name: str) -> None:
     _write_waiting(conn, commit=False)
 
 
-@event.listens_for(Engine, "rollback_savepoint")
 def _on_rollback_savepoint(conn: Connection, name: str, context: Any) -> None:
     _drop(conn)
 
 
-@event.listens_for(Engine, "rollback")
 def _on_rollback(conn: Connection) -> None:
     _drop(conn)
 
 
-@event.listens_for(Engine, "rollback_twophase")
 def _on_rollback_twophase(conn: Connection, xid: Any, is_prepared: bool) -> None:
     _drop(conn)
+
+
+_LISTENERS: tuple[tuple[str, Any], ...] = (
+    ("commit", _on_commit),
+    ("prepare_twophase", _on_prepare),
+    ("commit_twophase", _on_commit_twophase),
+    ("savepoint", _on_savepoint),
+    ("rollback_savepoint", _on_rollback_savepoint),
+    ("rollback", _on_rollback),
+    ("rollback_twophase", _on_rollback_twophase),
+)

@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from kernel import tracing
 from kernel.engines import engine_for
 from migrations.runner import FRAMEWORK, Migrations
+from outbox import at_commit
 from outbox.publish import Outbox
 from service_template import errors, logs, openapi
 from service_template.limits import BodyLimit
@@ -74,6 +75,7 @@ def create_app(
     logs.configure(settings.name, settings.log_level, settings.log_json)
     tracing.configure(settings.name)  # when OTEL_* ask for it (OTEL_SERVICE_NAME wins)
     engine = engine or engine_for(settings.engine_url(), "service", pool_size=settings.pool_size)
+    at_commit.attach(engine)  # its routes publish through it
     metrics = Metrics(
         engine,
         settings.consumers,

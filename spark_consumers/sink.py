@@ -20,6 +20,7 @@ from kernel.errors import is_transient
 from kernel.tracing import spans
 from kernel.tracing.context import TraceContext
 from kernel.wire.record import KafkaRecord
+from outbox import at_commit
 from spark_consumers.clock import HandlerClock
 from spark_consumers.job import Job
 from spark_consumers.retry import BATCH_RETRY, retrying
@@ -36,7 +37,7 @@ def _engine(job: Job) -> Any:
     """One engine per executor process and database, reused across batches."""
     key = f"{job.database_url} {job.database_password_file}"
     if key not in _ENGINES:
-        _ENGINES[key] = engine_for(job.engine_url(), "consumer")
+        _ENGINES[key] = at_commit.attach(engine_for(job.engine_url(), "consumer"))
     return _ENGINES[key]
 
 

@@ -41,6 +41,7 @@ from sqlalchemy.orm import Session
 from cdc.config import topic_for
 from devstack.artifacts import profiler_jar
 from devstack.stack import Stack
+from outbox import at_commit
 from outbox.publish import MODES, Outbox
 from outboxkit.bench.flame import jvm_recording, recording
 from outboxkit.bench.report import (
@@ -138,7 +139,7 @@ class Bench:
     def __enter__(self) -> Bench:
         self.url = self.stack.add_service(DATABASE)
         self.connector = f"{self.stack.settings.connector_name}-{DATABASE}"
-        self.engine = create_engine(self.url, pool_size=4, max_overflow=0)
+        self.engine = at_commit.attach(create_engine(self.url, pool_size=4, max_overflow=0))
         return self
 
     def __exit__(self, *exc: object) -> None:

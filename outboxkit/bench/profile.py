@@ -81,11 +81,12 @@ def profile_writes(url: str, transactions: int = 2000) -> dict[str, float]:
     from sqlalchemy import create_engine
 
     from migrations.runner import upgrade
+    from outbox import at_commit
     from outbox.publish import Outbox
     from outboxkit.bench import writes
 
     upgrade(url)
-    engine = create_engine(url, pool_size=1)
+    engine = at_commit.attach(create_engine(url, pool_size=1))
     writes.metadata.create_all(engine)
     publish = writes.publisher(Outbox("delete"))
 

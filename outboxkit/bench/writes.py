@@ -55,7 +55,7 @@ from sqlalchemy.orm import Session
 
 from kernel.envelope import make_envelope
 from kernel.wire.jsonb import render, utf8_size
-from outbox import statements
+from outbox import at_commit, statements
 from outbox.publish import Outbox
 from outbox.table import outbox_table
 from outboxkit.bench.report import (
@@ -310,7 +310,7 @@ def run(
     from migrations.runner import upgrade
 
     upgrade(url)
-    engine = create_engine(url, pool_size=max(writers), max_overflow=0)
+    engine = at_commit.attach(create_engine(url, pool_size=max(writers), max_overflow=0))
     metadata.create_all(engine)
     runs: dict[str, list[Measured]] = {f"{w} / {v}": [] for w in writers for v in VARIANTS}
     per_rep = sum(transactions // w * w for w in writers) * len(VARIANTS)

@@ -112,12 +112,13 @@ def _inbox_redrive(args: argparse.Namespace) -> int:
 
     from inbox import admin
     from kernel.wire.record import key_text
+    from outbox import at_commit
     from spark_consumers.job import load_job
 
     if not args.job:
         raise ValueError("redrive needs --job module:attr (its handlers apply the records)")
     job = load_job(args.job)
-    inbox = job.inbox(engine_for(job.engine_url(), "once"))
+    inbox = job.inbox(at_commit.attach(engine_for(job.engine_url(), "once")))
     topic, partition, key = args.topic, args.partition, args.key
     if args.id is not None:  # the parked record's partition and exact key
         found = admin.show(inbox.engine, int(args.id))

@@ -1,25 +1,28 @@
 """Delete mode's write at commit (`outbox.at_commit`), on the stack's Postgres: the row travels
 with COMMIT, a savepoint or transaction rolled back takes exactly what it published, events keep
-their order across modes, and what fails at commit fails the whole transaction."""
+their order across modes, what fails at commit fails the whole transaction, and an engine not
+attached writes at publish with no listener of ours."""
 
 from __future__ import annotations
 
 import gc
 import json
+import logging
 import tempfile
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from psycopg import pq
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from kernel.engines import engine_for
 from kernel.errors import is_transient
 from migrations import runner
-from outbox import Outbox, OutboxError
+from outbox import Outbox, OutboxError, at_commit, attach_at_commit
 
 # Every row the outbox ever inserted, in order, though delete mode deletes it at once.
 SEEN = """
@@ -39,11 +42,12 @@ CREATE TABLE business (id text PRIMARY KEY);
 
 @pytest.fixture
 def db(empty_database: str) -> Iterator[Engine]:
-    """The engine under test: ONE pooled connection, so that what a transaction leaves on it
-    (a failed transaction, waiting rows) meets the next one, and a connection never given back
-    shows as a timeout."""
+    """The engine under test, a service's engine attached as the service template attaches it:
+    ONE pooled connection, so that what a transaction leaves on it (a failed transaction,
+    waiting rows) meets the next one, and a connection never given back shows as a timeout."""
     runner.upgrade(empty_database)
-    engine = create_engine(empty_database, pool_size=1, max_overflow=0, pool_timeout=5)
+    engine = engine_for(empty_database, "service", pool_size=1, max_overflow=0, pool_timeout=5)
+    attach_at_commit(engine)
     with engine.begin() as conn:
         conn.exec_driver_sql(SEEN)
     yield engine
@@ -229,3 +233,25 @@ def test_a_sql_ascii_client_encoding_gets_utf8(db):
         session.execute(text("SET LOCAL client_encoding TO 'SQL_ASCII'"))
         publish(session, "Grüße 🚀")
     assert seen(db) == ["Grüße 🚀"]
+
+
+def test_an_engine_not_attached_writes_at_publish_and_keeps_no_listener(db, caplog):
+    """The user's own engine, never attached: no listener of ours on it, its events written at
+    publish (visible to the transaction, as with ``at_commit=False``), none lost, and one
+    warning that says how to attach it; the attached engine beside it still writes at commit."""
+    users = create_engine(db.url, poolclass=NullPool)
+    assert not at_commit.is_attached(users)
+    assert [n for n, fn in at_commit._LISTENERS if event.contains(users, n, fn)] == []
+    with caplog.at_level(logging.WARNING, logger=at_commit.__name__):
+        for name in ("own-1", "own-2"):
+            with Session(users) as session, session.begin():
+                publish(session, name)
+                mine = session.execute(text("SELECT count(*) FROM outbox_seen")).scalar_one()
+                assert mine == len(seen(db)) + 1  # written already, not yet committed
+        with Session(db) as session, session.begin():
+            publish(session, "attached")
+            assert session.execute(text("SELECT count(*) FROM outbox_seen")).scalar_one() == 2
+    assert seen(db) == ["own-1", "own-2", "attached"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == at_commit.__name__]
+    assert len(warnings) == 1 and "attach_at_commit(engine)" in warnings[0], warnings
+    users.dispose()
