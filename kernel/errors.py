@@ -14,7 +14,11 @@ def is_transient(exc: BaseException) -> bool:
     lost, pool exhausted, serialisation failure): retrying later can succeed, so a consumer
     retries the batch (nothing is parked for it) and a service answers 503, not 500. Looks
     through the exception's causes: an invalidated connection often surfaces as another error
-    (e.g. a session that cannot roll back a transaction whose connection is gone)."""
+    (e.g. a session that cannot roll back a transaction whose connection is gone).
+
+    Args:
+        exc: The error raised, with its causes.
+    """
     from sqlalchemy.exc import (
         DBAPIError,
         DisconnectionError,

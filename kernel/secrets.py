@@ -13,7 +13,14 @@ class SecretError(RuntimeError):
 
 
 def read_secret(path: Path | str) -> str:
-    """The secret in ``path``, without its trailing line break."""
+    """The secret in ``path``, without its trailing line break.
+
+    Args:
+        path: The secret's file (e.g. a mounted container secret).
+
+    Raises:
+        SecretError: The file is missing, unreadable or empty.
+    """
     try:
         value = Path(path).read_text().rstrip("\r\n")
     except OSError as exc:
@@ -27,7 +34,12 @@ def url_with_password(url: str | URL, password_file: Path | str | None) -> URL:
     """``url`` with the password from ``password_file`` (unchanged without one).
 
     The result is a URL object: ``str()`` and ``repr()`` mask the password, so it never reaches a
-    log or an error message by accident."""
+    log or an error message by accident.
+
+    Args:
+        url: The database URL, without its password.
+        password_file: The file holding the password; None leaves ``url`` as it is.
+    """
     parsed = make_url(url)
     if password_file is None:
         return parsed

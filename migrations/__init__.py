@@ -1,0 +1,27 @@
+"""The framework's database migrations (Alembic): its tables brought to head from code, the
+``outboxkit db`` CLI or plain ``alembic``; a service's own chain runs through the same
+`Migrations` and ``env.py`` body (`run`), with a version table of its own."""
+
+from migrations.environment import run
+from migrations.runner import (
+    FRAMEWORK,
+    VERSION_TABLE,
+    MigrationError,
+    Migrations,
+    current,
+    downgrade,
+    head,
+    upgrade,
+)
+
+__all__ = [
+    "FRAMEWORK",
+    "VERSION_TABLE",
+    "MigrationError",
+    "Migrations",
+    "current",
+    "downgrade",
+    "head",
+    "run",
+    "upgrade",
+]

@@ -51,8 +51,16 @@ def run(
     version_table: str = VERSION_TABLE,
     target_metadata: MetaData | Sequence[MetaData] | None = None,
 ) -> None:
-    """Run the pending migrations of the current script directory; ``target_metadata`` (one
-    MetaData or several) is what autogenerate compares the database with."""
+    """The body of a chain's Alembic ``env.py``: run the pending migrations of the current script
+    directory, online or offline (``alembic upgrade --sql``).
+
+    A service's ``env.py``: ``run("orders_alembic_version", target_metadata=metadata)``.
+
+    Args:
+        version_table: The chain's version table, unless the caller (`Migrations`) set one.
+        target_metadata: The tables the chain owns (one MetaData or several): what
+            autogenerate (``alembic check``, `Migrations.check`) compares the database with.
+    """
     config = context.config
     url = resolve_url(
         config.attributes.get("url") or context.get_x_argument(as_dictionary=True).get("url")

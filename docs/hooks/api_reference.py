@@ -7,8 +7,17 @@ import importlib
 import importlib.util
 import inspect
 
-# The framework's packages, in the order of an event's way: written, relayed, consumed, served.
-PACKAGES = ("outbox", "cdc", "inbox", "spark_consumers", "service_template")
+# The framework's packages, in the order of an event's way: written, relayed, consumed, served;
+# then the migrations every database takes, and the shared kernel's names a service uses itself.
+PACKAGES = (
+    "outbox",
+    "cdc",
+    "inbox",
+    "spark_consumers",
+    "service_template",
+    "migrations",
+    "kernel",
+)
 
 
 def public_names(package: str) -> list[str]:
