@@ -36,13 +36,22 @@ def service_router(**kwargs: Any) -> APIRouter:
 
 @dataclass
 class ServiceApp:
-    """What the routes and the framework share: settings, engine, outbox, metrics, migrations."""
+    """What the routes and the framework share: settings, engine, outbox, metrics, migrations.
+
+    Attributes:
+        settings: The service's settings, read once at start.
+        engine: The service's database engine, pooled for serving requests.
+        metrics: The app's Prometheus metrics.
+        migrations: The service's own Alembic chains, checked at head by /ready besides the
+            framework's.
+        outbox: How the routes' events are written: the one the settings describe.
+    """
 
     settings: ServiceSettings
     engine: Engine
     metrics: Metrics
     migrations: Sequence[Migrations] = field(default_factory=tuple)
-    outbox: Outbox = field(init=False)  # the one the settings describe
+    outbox: Outbox = field(init=False)
 
     def __post_init__(self) -> None:
         self.outbox = self.settings.outbox.build()
@@ -71,7 +80,17 @@ def create_app(
     description: str = "",
     engine: Engine | None = None,
 ) -> FastAPI:
-    """A FastAPI app with the service's routers plus /health, /ready, /metrics and /docs."""
+    """A FastAPI app with the service's routers plus /health, /ready, /metrics and /docs.
+
+    Args:
+        settings: The service's settings, read once at the composition root.
+        routers: The service's routers (`service_router`), included in this order.
+        migrations: The service's own Alembic chains, which /ready checks at head besides the
+            framework's.
+        title: The OpenAPI title; None: the service's name.
+        description: The OpenAPI description.
+        engine: The database engine; None makes one from the settings, pooled for serving.
+    """
     logs.configure(settings.name, settings.log_level, settings.log_json)
     tracing.configure(settings.name)  # when OTEL_* ask for it (OTEL_SERVICE_NAME wins)
     engine = engine or engine_for(settings.engine_url(), "service", pool_size=settings.pool_size)

@@ -29,40 +29,60 @@ DEFAULT_MAX_OFFSETS_PER_TRIGGER = 200_000
 
 @dataclass(frozen=True)
 class Job:
-    """Everything `outboxkit consume` needs to run one consumer."""
+    """Everything `outboxkit consume` needs to run one consumer.
+
+    Attributes:
+        name: The job's name: its streaming query's and its checkpoint folder's.
+        topics: The Kafka topics it reads.
+        consumer: The consumer's name, under which the inbox keeps its watermarks, recent ids
+            and parked records.
+        handlers: Per event type, one callable, or a `inbox.BatchHandler`.
+        database_url: The consumer's database, without its password (see
+            ``database_password_file``).
+        bootstrap_servers: The Kafka cluster's bootstrap servers.
+        max_attempts: Runs of a failing handler before its record is parked.
+        exactly_once_source: True when every topic is written with exactly-once delivery
+            (Debezium on a Connect worker with KIP-618 exactly-once source): Connect re-sends
+            nothing, and the only re-sends left are Debezium's own when it resumes, close
+            behind their originals: a small window.
+        window: Offsets of recent event ids kept per partition against re-sends; None follows
+            the source (`inbox.EXACTLY_ONCE_WINDOW` for exactly-once topics, else
+            `inbox.DEFAULT_WINDOW`); 0 keeps none, for a producer that never writes an event
+            twice (one whose Kafka transaction holds the event and its own source position, and
+            that never looks for that position again).
+        max_offsets_per_trigger: The most records a micro-batch reads, all partitions together
+            (Spark's ``maxOffsetsPerTrigger``).
+        kafka_options: Kafka client properties for Spark's source (given as ``kafka.<name>``)
+            and the confluent-kafka clients.
+        kafka_security: SASL/TLS of every Kafka client of the job, rendered for Spark's Java
+            source and for the confluent-kafka clients (librdkafka rejects Java's JAAS and
+            truststore properties, so ``kafka_options``, given to both, cannot carry it).
+        outbox: How the handlers' events are written: the consuming service's outbox.
+        batch_retry_seconds: Seconds a micro-batch's inbox transactions are retried while the
+            database is unreachable (then the query fails and the runner restarts it from its
+            checkpoint).
+        ledger: Append every applied event to the inbox ledger, for `outboxkit audit` (off by
+            default: it grows with the message count).
+        database_password_file: The file holding the database password (a mounted secret),
+            read where the engine is made: on each executor, so the password never travels in
+            a task.
+    """
 
     name: str
     topics: tuple[str, ...]
     consumer: str
-    handlers: Handlers  # per event type, one callable, or a BatchHandler
-    database_url: str  # without its password (see database_password_file)
+    handlers: Handlers
+    database_url: str
     bootstrap_servers: str
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    # True when every topic is written with exactly-once delivery (Debezium on a Connect worker
-    # with KIP-618 exactly-once source): Connect re-sends nothing, and the only re-sends left
-    # are Debezium's own when it resumes, close behind their originals: a small window.
     exactly_once_source: bool = False
-    # Offsets of recent event ids kept per partition against re-sends; None follows the source
-    # (EXACTLY_ONCE_WINDOW for exactly-once topics, else DEFAULT_WINDOW); 0 keeps none, for a
-    # producer that never writes an event twice (one whose Kafka transaction holds the event
-    # and its own source position, and that never looks for that position again).
     window: int | None = None
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
     kafka_options: Mapping[str, str] = field(default_factory=dict)
-    # SASL/TLS of every Kafka client of the job, rendered for Spark's Java source and for the
-    # confluent-kafka clients (librdkafka rejects Java's JAAS and truststore properties, so
-    # kafka_options, given to both, cannot carry it).
     kafka_security: KafkaSecurity = PLAINTEXT
-    # How the handlers' events are written: the consuming service's outbox.
     outbox: Outbox = field(default_factory=Outbox)
-    # Seconds a micro-batch's inbox transactions are retried while the database is unreachable
-    # (then the query fails and the runner restarts it from its checkpoint).
     batch_retry_seconds: float = BATCH_RETRY.budget
-    # Append every applied event to the inbox ledger, for `outboxkit audit` (off by default: it
-    # grows with the message count).
     ledger: bool = False
-    # The file holding the database password (a mounted secret), read where the engine is made:
-    # on each executor, so the password never travels in a task.
     database_password_file: str | None = None
 
     def engine_url(self) -> URL:
@@ -76,7 +96,13 @@ class Job:
         return EXACTLY_ONCE_WINDOW if self.exactly_once_source else DEFAULT_WINDOW
 
     def inbox(self, engine: Engine, on_published: PublishedObserver | None = None) -> Inbox:
-        """The one way to build this job's inbox."""
+        """The one way to build this job's inbox.
+
+        Args:
+            engine: The consumer's database engine.
+            on_published: Told what the handlers published once a partition's transaction
+                committed.
+        """
         return Inbox(
             engine,
             self.consumer,
@@ -90,7 +116,14 @@ class Job:
 
 
 def load_job(spec: str) -> Job:
-    """Resolve ``module:attr`` to a Job (attr may be a Job or a zero-argument factory)."""
+    """Resolve ``module:attr`` to a Job (attr may be a Job or a zero-argument factory).
+
+    Args:
+        spec: ``module:attribute``, e.g. ``myservice.jobs:payments``.
+
+    Raises:
+        ValueError: The spec is malformed, or does not give a Job (the message says why).
+    """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise ValueError(
