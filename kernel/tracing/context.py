@@ -47,7 +47,11 @@ class TraceContext:
 
     @classmethod
     def of(cls, span: trace.SpanContext) -> TraceContext:
-        """An OpenTelemetry span context as a W3C trace context."""
+        """An OpenTelemetry span context as a W3C trace context.
+
+        Args:
+            span: The span's OpenTelemetry context (its ids and trace flags).
+        """
         return cls(f"{span.trace_id:032x}", f"{span.span_id:016x}", f"{span.trace_flags:02x}")
 
     @classmethod
