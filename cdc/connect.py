@@ -18,16 +18,28 @@ class ConnectError(RuntimeError):
 
 @dataclass(frozen=True)
 class ConnectorStatus:
-    """The state of a connector and of each of its tasks (with the trace of a FAILED one)."""
+    """The state of a connector and of each of its tasks (with the trace of a FAILED one).
+
+    Attributes:
+        name: The connector's name.
+        state: The connector's state as Connect reports it (``RUNNING``, ``PAUSED``,
+            ``FAILED``, ``UNASSIGNED``...).
+        tasks: Each task's id, state and trace (a FAILED task's, else None); a FAILED
+            connector's own trace is task -1.
+        workers: The worker (its REST host:port) each task is assigned to, by task id.
+    """
 
     name: str
     state: str
-    tasks: tuple[tuple[int, str, str | None], ...]  # (task id, state, trace)
-    # The worker (its REST host:port) each task is assigned to, by task id.
+    tasks: tuple[tuple[int, str, str | None], ...]
     workers: tuple[tuple[int, str], ...] = ()
 
     def worker_of(self, task: int) -> str | None:
-        """The worker ``task`` runs on, when Connect says."""
+        """The worker ``task`` runs on, when Connect says.
+
+        Args:
+            task: The task's id.
+        """
         return next((worker for tid, worker in self.workers if tid == task), None)
 
     @property
@@ -69,7 +81,14 @@ def parse_status(body: dict[str, Any]) -> ConnectorStatus:
 
 
 class ConnectClient:
-    """A thin client for one Kafka Connect cluster's REST API."""
+    """A thin client for one Kafka Connect cluster's REST API.
+
+    Args:
+        url: The REST API's base URL (``http://connect:8083``).
+        timeout: Seconds each HTTP request may take.
+        auth: A user name and password for HTTP basic authentication (Connect's
+            BasicAuthSecurityRestExtension); None: none.
+    """
 
     def __init__(
         self, url: str, *, timeout: float = 30.0, auth: tuple[str, str] | None = None
@@ -148,12 +167,21 @@ class ConnectClient:
         return list(self._expect("GET", "/connectors", ok=(200,)))
 
     def put_config(self, name: str, config: dict[str, str]) -> None:
-        """Create the connector or update its config (idempotent PUT)."""
+        """Create the connector or update its config (idempotent PUT).
+
+        Args:
+            name: The connector's name.
+            config: Its whole config, every value a string (`build_connector_config`).
+        """
         quoted = urllib.parse.quote(name, safe="")
         self._expect("PUT", f"/connectors/{quoted}/config", config, ok=(200, 201))
 
     def get_config(self, name: str) -> dict[str, str] | None:
-        """The connector's config, or None when it does not exist."""
+        """The connector's config, or None when it does not exist.
+
+        Args:
+            name: The connector's name.
+        """
         status, payload = self._request(
             "GET", f"/connectors/{urllib.parse.quote(name, safe='')}/config"
         )
@@ -164,7 +192,11 @@ class ConnectClient:
         return dict(payload)
 
     def status(self, name: str) -> ConnectorStatus | None:
-        """The connector's status, or None when it does not exist (yet)."""
+        """The connector's status, or None when it does not exist (yet).
+
+        Args:
+            name: The connector's name.
+        """
         status, payload = self._request(
             "GET", f"/connectors/{urllib.parse.quote(name, safe='')}/status"
         )
@@ -177,7 +209,13 @@ class ConnectClient:
     def wait_running(
         self, name: str, *, timeout: float = 120.0, poll: float = 0.5
     ) -> ConnectorStatus:
-        """Wait until the connector and all its tasks are RUNNING; a FAILED task raises at once."""
+        """Wait until the connector and all its tasks are RUNNING; a FAILED task raises at once.
+
+        Args:
+            name: The connector's name.
+            timeout: Seconds to wait before raising `ConnectError`.
+            poll: Seconds between two status reads.
+        """
         deadline = time.monotonic() + timeout
         last: ConnectorStatus | None = None
         while time.monotonic() < deadline:
@@ -193,12 +231,22 @@ class ConnectClient:
 
     def pause(self, name: str, *, timeout: float = 60.0) -> None:
         """Pause the connector and wait until it and its tasks report PAUSED (the slot keeps
-        the WAL; nothing is lost, events wait)."""
+        the WAL; nothing is lost, events wait).
+
+        Args:
+            name: The connector's name.
+            timeout: Seconds to wait for PAUSED before raising `ConnectError`.
+        """
         self._expect("PUT", f"/connectors/{urllib.parse.quote(name, safe='')}/pause", ok=(202,))
         self._wait_state(name, "PAUSED", timeout)
 
     def resume(self, name: str, *, timeout: float = 60.0) -> None:
-        """Resume a paused connector and wait until it and its tasks are RUNNING."""
+        """Resume a paused connector and wait until it and its tasks are RUNNING.
+
+        Args:
+            name: The connector's name.
+            timeout: Seconds to wait for RUNNING before raising `ConnectError`.
+        """
         self._expect("PUT", f"/connectors/{urllib.parse.quote(name, safe='')}/resume", ok=(202,))
         self._wait_state(name, "RUNNING", timeout)
 
@@ -227,7 +275,14 @@ class ConnectClient:
         only_failed: bool = False,
         wait: float = 30.0,
     ) -> None:
-        """Restart the connector (and its tasks; ``only_failed``: only the FAILED ones)."""
+        """Restart the connector (and its tasks; ``only_failed``: only the FAILED ones).
+
+        Args:
+            name: The connector's name.
+            include_tasks: Restart its tasks too, not only the connector instance.
+            only_failed: Restart only what is FAILED.
+            wait: Seconds to retry while the cluster is rebalancing (HTTP 409).
+        """
         query = f"?includeTasks=true&onlyFailed={str(only_failed).lower()}" if include_tasks else ""
         path = f"/connectors/{urllib.parse.quote(name, safe='')}/restart{query}"
         deadline = time.monotonic() + wait
@@ -238,7 +293,13 @@ class ConnectClient:
             raise ConnectError(f"POST {path} -> HTTP {status[0]}: {status[1]}")
 
     def delete(self, name: str, *, wait: float = 30.0) -> bool:
-        """Delete the connector and wait until the cluster no longer lists it; False if absent."""
+        """Delete the connector and wait until the cluster no longer lists it; False if absent.
+
+        Args:
+            name: The connector's name.
+            wait: Seconds to wait for the cluster to apply the delete before raising
+                `ConnectError`.
+        """
         status, payload = self._request(
             "DELETE", f"/connectors/{urllib.parse.quote(name, safe='')}"
         )

@@ -37,15 +37,27 @@ __all__ = ["RestartPolicy", "Supervisor", "wait_running"]
 class RestartPolicy:
     """When to restart a FAILED task: at once, then after ``first_delay`` seconds doubling to
     ``max_delay``; ``max_restarts`` in a row at most; the count starts again once the
-    connector has run ``stable_after`` seconds."""
+    connector has run ``stable_after`` seconds.
 
-    first_delay: float = 15.0  # Connect's status topic may say FAILED a moment after a restart
+    Attributes:
+        first_delay: Seconds before the second restart in a row, doubling after (Connect's
+            status topic may still say FAILED a moment after a restart).
+        max_delay: The longest wait between two restarts, in seconds.
+        max_restarts: Restarts in a row before the task is left FAILED for an operator.
+        stable_after: Seconds of RUNNING after which the count starts again.
+    """
+
+    first_delay: float = 15.0
     max_delay: float = 300.0
     max_restarts: int = 10
     stable_after: float = 600.0
 
     def delay(self, restarts: int) -> float:
-        """Seconds to wait before restart number ``restarts + 1``."""
+        """Seconds to wait before restart number ``restarts + 1``.
+
+        Args:
+            restarts: The restarts in a row so far.
+        """
         if restarts == 0:
             return 0.0
         return float(min(self.first_delay * 2.0 ** (restarts - 1), self.max_delay))
@@ -60,7 +72,14 @@ class _Track:
 
 @dataclass
 class Supervisor:
-    """Watch connectors' statuses and restart their FAILED tasks by ``policy``."""
+    """Watch connectors' statuses and restart their FAILED tasks by ``policy``.
+
+    Attributes:
+        client: The Kafka Connect cluster's REST client.
+        policy: When to restart, and when to give up.
+        echo: Told each restart and each error reaching Connect, as a line of text.
+        clock: Seconds of a monotonic clock (a test's fake clock).
+    """
 
     client: ConnectClient
     policy: RestartPolicy = field(default_factory=RestartPolicy)
@@ -70,7 +89,11 @@ class Supervisor:
 
     def observe(self, status: ConnectorStatus) -> str | None:
         """Act on one status of a connector; returns what was done ("restarted", "gave up",
-        "left: record too large") or None when there is nothing to do or not yet."""
+        "left: record too large") or None when there is nothing to do or not yet.
+
+        Args:
+            status: The connector's status just read.
+        """
         now = self.clock()
         track = self._tracks.setdefault(status.name, _Track())
         if status.running:
@@ -101,7 +124,11 @@ class Supervisor:
 
     def check(self, names: Sequence[str] | None = None) -> dict[str, str | None]:
         """One pass over ``names`` (None: every connector of the Connect cluster): each one's
-        status read and acted on."""
+        status read and acted on.
+
+        Args:
+            names: The connectors to check; None: every connector of the cluster.
+        """
         actions: dict[str, str | None] = {}
         try:
             names = self.client.connectors() if names is None else names
@@ -126,7 +153,16 @@ class Supervisor:
         alive_file: Path | None = None,
     ) -> None:
         """Check ``names`` every ``interval`` seconds until ``stop`` is set; ``alive_file``
-        is touched after every pass (a container's health check reads its age)."""
+        is touched after every pass (a container's health check reads its age).
+
+        Args:
+            names: The connectors to watch; None: every connector of the cluster, read at each
+                pass.
+            interval: Seconds between two passes.
+            stop: Set to end the loop; None: run until the process ends.
+            alive_file: Touched after every pass (a container's health check reads its age);
+                None: none.
+        """
         stop = stop or threading.Event()
         while not stop.is_set():
             self.check(names)
