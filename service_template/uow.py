@@ -73,7 +73,17 @@ def idempotent(
     a retry with the same key and body gets the first response and creates nothing; the same
     key with another body is a 409 (the key is taken: a conflict with state, which the
     document can declare; the body alone is valid). A concurrent retry waits on the key's row
-    lock."""
+    lock.
+
+    Args:
+        uow: The request's unit of work (`unit_of_work`): the key is stored in its transaction.
+        request: The request; its method and path scope the key.
+        key: The request's Idempotency-Key header (`IdempotencyKey`); None runs ``produce``
+            without storing anything.
+        body: The request's body, fingerprinted to tell a retry from another request.
+        produce: Does the route's work and returns the response's status and body; run once
+            per key.
+    """
     if key is None:
         status, payload = produce()
         return JSONResponse(_jsonable(payload), status_code=status)
@@ -124,7 +134,11 @@ async def unit_of_work(request: Request) -> UnitOfWork:
     """FastAPI dependency: the request's unit of work (routes of a `ServiceApp` router).
 
     Asynchronous because it does no I/O: FastAPI runs a synchronous dependency in its thread
-    pool, a hop per request for a lookup."""
+    pool, a hop per request for a lookup.
+
+    Args:
+        request: The request being served, whose unit of work the route opened.
+    """
     uow = getattr(request.state, "uow", None)
     if uow is None:
         raise RuntimeError("unit_of_work needs a route of ServiceApp.router (UnitOfWorkRoute)")
