@@ -3,9 +3,9 @@ partition slice, deduplicated by (partition, max offset) and a window of recent 
 to the source's re-sends; a record that cannot be applied is parked with its reason, never
 skipped."""
 
-from inbox.admin import RedriveResult, redrive
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW, Inbox
 from inbox.handlers import BatchHandler, Handler, Handlers, as_batch
+from inbox.operations import RedriveResult, redrive
 from inbox.slice import BatchResult, HandlerOutcome
 from inbox.tables import metadata
 from inbox.typed import typed_batch, typed_handler

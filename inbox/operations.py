@@ -1,10 +1,11 @@
-"""Reading and moving every consumer's inbox rows, for operators and metrics: status, parked
-records, watermarks, explicit rewind."""
+"""Operating an inbox, for operators and metrics: status, watermarks, parked records (list,
+show, skip), redrive (in key order) and explicit rewind."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -22,8 +23,13 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from inbox.recorder import Recorder
+from inbox.slice import HandlerOutcome
 from inbox.tables import parked, recent_ids, skipped, watermarks
-from kernel.wire.record import KafkaRecord
+from kernel.envelope import Envelope
+from kernel.wire.record import KafkaRecord, read
+
+if TYPE_CHECKING:
+    from inbox.apply import Inbox
 
 
 def status(engine: Engine, consumer: str | None = None) -> list[dict[str, Any]]:
@@ -223,6 +229,82 @@ def skip(engine: Engine, parked_id: int, *, by: str, reason: str) -> dict[str, A
         session.execute(delete(parked).where(where))
         recorder.recheck_parked(session, row.topic, row.partition)
     return {k: v for k, v in row._mapping.items() if k not in RAW}
+
+
+@dataclass(frozen=True)
+class RedriveResult:
+    """What a redrive did: applied, skipped as already applied, still parked.
+
+    Attributes:
+        applied: Parked records the handlers applied this time (now unparked).
+        skipped: Parked records already applied (their event id in the window), unparked.
+        still_parked: Records that failed again, or wait behind a failing record of their key.
+    """
+
+    applied: int
+    skipped: int
+    still_parked: int
+
+
+def redrive(inbox: Inbox, topic: str, partition: int, key: str | None = None) -> RedriveResult:
+    """Apply a partition's parked records again, per key in offset order.
+
+    A record that still fails stays parked (attempts and error updated) and keeps the later
+    records of its key parked behind it. Runs under the partition's watermark lock, so it never
+    interleaves with the apply loop.
+
+    Args:
+        inbox: The consumer's inbox, with the handlers that apply the records now.
+        topic: The topic of the partition whose parked records are redriven.
+        partition: The partition whose parked records are redriven.
+        key: Redrive only this record key's parked records (all keys when None).
+    """
+    applied = skipped = still = 0
+    recorder = inbox.recorder
+    published: list[Envelope] = []
+    with Session(inbox.engine) as session, session.begin():
+        recorder.lock(session, topic, partition)
+        rows = recorder.parked_rows(session, topic, partition, key)
+        seen = set(recorder.recent(session, topic, partition, (r.event_id for r in rows)))
+        blocked: set[bytes | None] = set()  # raw keys
+        for row in rows:
+            if row.raw_key in blocked:
+                still += 1
+                continue
+            if row.event_id in seen:
+                recorder.unpark(session, row.id)
+                skipped += 1
+                continue
+            outcome = _redrive_one(inbox, session, topic, row)
+            if outcome.ok:
+                recorder.unpark(session, row.id)
+                if row.event_id:
+                    applied_now = [(row.event_id, row.offset)]
+                    recorder.remember(session, topic, partition, applied_now)
+                    recorder.append_ledger(session, topic, partition, applied_now)
+                    seen.add(row.event_id)
+                published.extend(outcome.published)
+                applied += 1
+            else:
+                recorder.still_failing(session, row.id, str(outcome.error))
+                blocked.add(row.raw_key)
+                still += 1
+        recorder.recheck_parked(session, topic, partition)
+    if published and inbox.on_published is not None:
+        inbox.on_published(published)
+    return RedriveResult(applied=applied, skipped=skipped, still_parked=still)
+
+
+def _redrive_one(inbox: Inbox, session: Session, topic: str, row: Any) -> HandlerOutcome:
+    decoded = read(parked_record(row))
+    if decoded.envelope is None:
+        return HandlerOutcome(0, f"undecodable: {decoded.problem}")
+    if not inbox.handles(decoded.envelope.event_type):
+        return HandlerOutcome(0, f"unknown event type {decoded.envelope.event_type!r}")
+    invalid = inbox.batch.invalid(decoded.envelope)
+    if invalid is not None:
+        return HandlerOutcome(0, f"invalid payload: {invalid}")
+    return inbox.slices.apply_one(session, decoded.envelope)
 
 
 # The raw-bytes columns of a parked row (shown by `show`, left out of listings).

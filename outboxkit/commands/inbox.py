@@ -18,13 +18,13 @@ def _inbox(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from inbox import admin
+    from inbox import operations
 
     if args.action == "redrive":
         return _inbox_redrive(args)
     engine = resolve(settings).engine(args.url)
     if args.action == "rewind":
-        previous = admin.rewind(engine, args.consumer, args.topic, args.partition, args.offset)
+        previous = operations.rewind(engine, args.consumer, args.topic, args.partition, args.offset)
         print(
             f"rewound {args.consumer} {args.topic}[{args.partition}]: {previous} -> {args.offset}"
         )
@@ -36,7 +36,7 @@ def _inbox(args: argparse.Namespace, settings: Settings) -> int:
     if args.action == "skip":
         if not args.reason:
             raise ValueError("skip needs --reason (recorded with the skipped record)")
-        row = admin.skip(
+        row = operations.skip(
             engine, _parked_id(args), by=args.by or getpass.getuser(), reason=args.reason
         )
         print(
@@ -46,9 +46,9 @@ def _inbox(args: argparse.Namespace, settings: Settings) -> int:
         )
         return 0
     rows = (
-        admin.status(engine, args.consumer)
+        operations.status(engine, args.consumer)
         if args.action == "status"
-        else admin.list_parked(engine, args.consumer, limit=args.limit)
+        else operations.list_parked(engine, args.consumer, limit=args.limit)
     )
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
@@ -94,9 +94,9 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
         if not args.dry_run:
             moves.start_over(engine, move, current)
             if offset != -1:
-                from inbox import admin
+                from inbox import operations
 
-                admin.rewind(engine, move.consumer, move.topic, move.partition, offset)
+                operations.rewind(engine, move.consumer, move.topic, move.partition, offset)
     if not args.dry_run:
         print("restart the consumer job: it reads these partitions from the inbox's positions")
     return 0
@@ -110,7 +110,7 @@ def _parked_id(args: argparse.Namespace) -> int:
 
 def _inbox_redrive(args: argparse.Namespace) -> int:
 
-    from inbox import admin
+    from inbox import operations
     from kernel.wire.record import key_text
     from outbox import at_commit
     from spark_consumers.job import load_job
@@ -121,13 +121,13 @@ def _inbox_redrive(args: argparse.Namespace) -> int:
     inbox = job.inbox(at_commit.attach(engine_for(job.engine_url(), "once")))
     topic, partition, key = args.topic, args.partition, args.key
     if args.id is not None:  # the parked record's partition and exact key
-        found = admin.show(inbox.engine, int(args.id))
+        found = operations.show(inbox.engine, int(args.id))
         if found is None or found["state"] != "parked" or found["consumer"] != inbox.consumer:
             raise ValueError(f"no parked record {args.id} of consumer {inbox.consumer}")
         topic, partition, key = found["topic"], found["partition"], key_text(found["raw_key"])
     if not topic:
         raise ValueError("redrive needs --topic (and --partition), or --id")
-    result = admin.redrive(inbox, topic, partition, key=key)
+    result = operations.redrive(inbox, topic, partition, key=key)
     print(
         f"redrive: {result.applied} applied, {result.skipped} already applied, "
         f"{result.still_parked} still parked"
@@ -137,9 +137,9 @@ def _inbox_redrive(args: argparse.Namespace) -> int:
 
 def _inbox_show(engine: Any, parked_id: int, *, as_json: bool, full: bool) -> int:
     """One parked (or skipped) record: readable fields, then the raw bytes (base64 in JSON)."""
-    from inbox import admin
+    from inbox import operations
 
-    found = admin.show(engine, parked_id)
+    found = operations.show(engine, parked_id)
     if found is None:
         print(f"no parked or skipped record with id {parked_id}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ from sqlalchemy import Column, Integer, MetaData, String, Table, select
 from sqlalchemy.orm import Session
 
 from cdc.config import topic_for
-from inbox import Inbox, admin
+from inbox import Inbox, operations
 from inbox.decision import Action
 from inbox.typed import typed_batch
 from kernel.wire.record import decode
@@ -156,13 +156,13 @@ def test_a_v1_event_is_upcast_live_and_through_redrive_once_the_upcaster_is_depl
     # same key) with the reason, nothing applied.
     late = f"c-{uuid.uuid4().hex[:8]}"
     consumer_at_v2(late, upcaster=False).apply_partition(records)
-    parked = admin.list_parked(engine, late)
+    parked = operations.list_parked(engine, late)
     assert len(parked) == 2 and applied(late) == []
     assert "no upcaster for Placed v1 -> v2" in parked[0]["error"]
     # The upcaster is deployed; redrive goes through the same decoding and applies them once.
     fixed = consumer_at_v2(late, upcaster=True)
-    done = admin.redrive(fixed, records[0].topic, records[0].partition)
+    done = operations.redrive(fixed, records[0].topic, records[0].partition)
     assert (done.applied, done.still_parked) == (2, 0)
-    assert applied(late) == [7, 8] and admin.list_parked(engine, late) == []
+    assert applied(late) == [7, 8] and operations.list_parked(engine, late) == []
     assert fixed.apply_partition(records).count(Action.SKIP_REPLAY) == 2
     assert applied(late) == [7, 8]

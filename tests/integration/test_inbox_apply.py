@@ -21,7 +21,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DataError
 from sqlalchemy.orm import Session
 
-from inbox import BatchHandler, Inbox, admin
+from inbox import BatchHandler, Inbox, operations
 from inbox.decision import Action
 from inbox.recorder import Recorder
 from inbox.tables import parked, recent_ids, watermarks
@@ -248,7 +248,7 @@ def test_ids_below_the_window_are_forgotten_and_its_rows_stay_bounded(engine, co
         assert len(window_rows(engine, consumer, "t8")) <= 4  # 10 offsets: 4 slices at most
     # Watermark 59, floor 50: the slice 48-50 straddles the floor and stays whole.
     assert [r[0] for r in window_rows(engine, consumer, "t8")] == [48, 51, 54, 57]
-    assert admin.status(engine, consumer)[0]["window"] == 12
+    assert operations.status(engine, consumer)[0]["window"] == 12
     resent = inbox.apply_partition(
         [
             record("t8", 60, "k0", 0, event_id=ids[40]),  # below the window: forgotten
@@ -266,12 +266,12 @@ def test_rewind_into_a_slice_forgets_exactly_the_ids_above_it(engine, consumer):
     ids = ids_of(batch)
     for start in (0, 5, 10):
         inbox.apply_partition(batch[start : start + 5])
-    assert admin.rewind(engine, consumer, "t9", 0, 6) == 14
+    assert operations.rewind(engine, consumer, "t9", 0, 6) == 14
     assert window_rows(engine, consumer, "t9") == [
         (0, 4, ids[0:5], [0, 1, 2, 3, 4]),
         (5, 6, ids[5:7], [5, 6]),  # trimmed; the slice 10-14 is gone
     ]
-    assert admin.status(engine, consumer)[0]["window"] == 7
+    assert operations.status(engine, consumer)[0]["window"] == 7
     # The replay applies the events above the offset once more, and only those.
     again = inbox.apply_partition(batch)
     assert again.count(Action.SKIP_REPLAY) == 7 and again.count(Action.APPLY) == 8
@@ -296,12 +296,12 @@ def test_redrive_applies_parked_records_in_key_order_once_the_handler_is_fixed(e
     ]
     inbox.apply_partition(batch)
     assert parked_flag(engine, consumer, "t6") is True  # the next slices look their keys up
-    still = admin.redrive(inbox, "t6", 0)  # handler still failing: nothing moves, order kept
+    still = operations.redrive(inbox, "t6", 0)  # handler still failing: nothing moves, order kept
     assert (still.applied, still.still_parked) == (0, 3)
     assert parked_flag(engine, consumer, "t6") is True
-    assert admin.list_parked(engine, consumer)[0]["attempts"] == 2
+    assert operations.list_parked(engine, consumer)[0]["attempts"] == 2
     failing.clear()  # the fix is deployed
-    done = admin.redrive(inbox, "t6", 0, key="bad")
+    done = operations.redrive(inbox, "t6", 0, key="bad")
     assert (done.applied, done.still_parked) == (3, 0)
     with engine.connect() as conn:
         order = (
@@ -312,12 +312,12 @@ def test_redrive_applies_parked_records_in_key_order_once_the_handler_is_fixed(e
             .all()
         )
     assert order == [0, 2, 3]
-    assert admin.list_parked(engine, consumer) == []
+    assert operations.list_parked(engine, consumer) == []
     assert parked_flag(engine, consumer, "t6") is False  # nothing parked: no key lookup
     # A re-send of a redriven event is now skipped by the window.
     resend = record("t6", 4, "bad", 9, event_id=dict(batch[0].headers)["id"].decode())
     assert inbox.apply_partition([resend]).count(Action.SKIP_DUPLICATE) == 1
-    rows = admin.status(engine, consumer)
+    rows = operations.status(engine, consumer)
     assert rows[0]["offset"] == 4 and rows[0]["parked"] == 0 and rows[0]["window"] == 4
 
 
@@ -355,11 +355,11 @@ def test_rewind_replays_explicitly(engine, consumer):
     inbox = Inbox(engine, consumer, recorder(consumer))
     batch = [record("t7", o, "k", o) for o in range(10)]
     inbox.apply_partition(batch)
-    assert admin.rewind(engine, consumer, "t7", 0, 4) == 9
+    assert operations.rewind(engine, consumer, "t7", 0, 4) == 9
     again = inbox.apply_partition(batch)
     assert again.count(Action.SKIP_REPLAY) == 5 and again.count(Action.APPLY) == 5
     with pytest.raises(ValueError, match="no watermark"):
-        admin.rewind(engine, consumer, "nope", 0, 1)
+        operations.rewind(engine, consumer, "nope", 0, 1)
 
 
 def reloptions(conn, toast=False):

@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Engine
 
-from inbox import BatchHandler, Inbox, admin
+from inbox import BatchHandler, Inbox, operations
 from inbox.decision import Action
 from inbox.operations import parked_record
 from inbox.tables import parked, skipped, watermarks
@@ -162,7 +162,7 @@ def test_every_kind_of_poison_is_parked_and_the_good_records_behind_it_are_appli
     rows = parked_rows(engine, consumer)
     assert [r.offset for r in rows] == [2 * n for n in range(len(POISON))]
     for row, (name, (key, value, headers)) in zip(rows, POISON.items(), strict=True):
-        shown = admin.show(engine, row.id)
+        shown = operations.show(engine, row.id)
         assert shown is not None, name
         # The raw bytes are kept whole, the readable copies bounded and NUL-free.
         assert (shown["raw_key"], shown["raw_value"], shown["raw_headers"]) == (
@@ -201,7 +201,9 @@ def test_skip_records_who_and_why_releases_the_key_and_replays_do_not_park_it_ag
     first, held = parked_rows(engine, consumer)
     assert held.error.startswith("held behind")
 
-    moved = admin.skip(engine, first.id, by="ops@example", reason="truncated by a bad producer")
+    moved = operations.skip(
+        engine, first.id, by="ops@example", reason="truncated by a bad producer"
+    )
     assert moved["offset"] == 0
     with engine.connect() as conn:  # the record held behind it is still parked
         flag = conn.execute(
@@ -215,15 +217,15 @@ def test_skip_records_who_and_why_releases_the_key_and_replays_do_not_park_it_ag
         "truncated by a bad producer",
         b"{",
     )
-    assert admin.show(engine, first.id)["state"] == "skipped"
+    assert operations.show(engine, first.id)["state"] == "skipped"
     with pytest.raises(LookupError):
-        admin.skip(engine, first.id, by="ops", reason="twice")
+        operations.skip(engine, first.id, by="ops", reason="twice")
     # The whole batch again (a replay): below the watermark, nothing is decoded or parked again.
     again = inbox.apply_partition(batch)
     assert again.count(Action.SKIP_REPLAY) == 3
     assert [r.offset for r in parked_rows(engine, consumer)] == [1]
     # The key is free: redrive applies the record held behind the skipped one.
-    done = admin.redrive(inbox, TOPIC, 0, key="k")
+    done = operations.redrive(inbox, TOPIC, 0, key="k")
     assert (done.applied, done.still_parked) == (1, 0)
     assert sorted(applied_keys(engine, consumer)) == ["k", "other"]
     with engine.connect() as conn:  # nothing parked is left: the slices skip the key lookup
@@ -241,7 +243,7 @@ def test_skipping_the_last_parked_record_clears_the_partitions_parked_flag(engin
     query = select(watermarks.c.any_parked).where(watermarks.c.consumer == consumer)
     with engine.connect() as conn:
         assert conn.execute(query).scalar_one() is True
-    admin.skip(engine, only.id, by="ops@example", reason="a bad producer")
+    operations.skip(engine, only.id, by="ops@example", reason="a bad producer")
     with engine.connect() as conn:
         assert conn.execute(query).scalar_one() is False
     # A later record of the key is applied (the key is no longer looked up, nor held).
@@ -255,7 +257,7 @@ def test_redrive_applies_the_raw_record_after_the_handler_is_fixed(engine):
     Inbox(engine, consumer, {"Tick": handler(consumer)}).apply_partition([record])
     assert "unknown event type" in parked_rows(engine, consumer)[0].error
     fixed = Inbox(engine, consumer, {"Tick": handler(consumer), "New": handler(consumer)})
-    done = admin.redrive(fixed, TOPIC, 0, key=weird_key.decode())
+    done = operations.redrive(fixed, TOPIC, 0, key=weird_key.decode())
     assert done.applied == 1
     assert applied_keys(engine, consumer) == [weird_key.decode()]
 
@@ -287,7 +289,7 @@ def test_a_payload_the_handler_rejects_is_parked_unapplied_and_stays_parked_on_r
         (1, "invalid payload: n must be a positive int, got True", 1),
         (2, "held behind a parked record of key k", 1),
     ]
-    done = admin.redrive(inbox, TOPIC, 0)
+    done = operations.redrive(inbox, TOPIC, 0)
     assert (done.applied, done.still_parked) == (0, 3)
     assert seen == applied_keys(engine, consumer) == ["other"]
 
@@ -326,7 +328,7 @@ def test_when_the_transaction_keeps_failing_the_slice_is_parked_and_the_partitio
     # The next slice goes through; the parked keys wait for redrive, which applies them.
     fixed = Inbox(engine, consumer, {"Tick": handler(consumer)})
     assert fixed.apply_partition([good(2, "c")]).count(Action.APPLY) == 1
-    assert admin.redrive(fixed, TOPIC, 0).applied == 2
+    assert operations.redrive(fixed, TOPIC, 0).applied == 2
     assert sorted(applied_keys(engine, consumer)) == ["a", "b", "c"]
 
 

@@ -9,7 +9,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
-from inbox import Inbox, admin
+from inbox import Inbox, operations
 from tests.jobs import record_effect
 from tests.spark_helpers import (
     effect_stats,
@@ -207,7 +207,7 @@ def test_poison_is_parked_same_key_held_others_applied_then_redriven(
     job = new_job(stack, aggregate_type)
     rows = run_once(spark, job, tmp_path / "cp")
     assert total(rows, "applied") == 70 and total(rows, "parked") == 10
-    parked = admin.list_parked(engine, job.consumer)
+    parked = operations.list_parked(engine, job.consumer)
     assert len(parked) == 10 and {p["key"] for p in parked} == {"k0"}
     poison = min(parked, key=lambda p: p["offset"])
     assert "ValueError: poison event for k0" in poison["error"] and poison["attempts"] == 2
@@ -218,7 +218,7 @@ def test_poison_is_parked_same_key_held_others_applied_then_redriven(
         job.consumer,
         lambda env, uow: record_effect(job.consumer, env, uow, allow_poison=True),
     )
-    result = admin.redrive(fixed, poison["topic"], poison["partition"])
+    result = operations.redrive(fixed, poison["topic"], poison["partition"])
     assert (result.applied, result.still_parked) == (10, 0)
     assert effect_stats(engine, job.consumer) == (80, 80)
     from sqlalchemy import select
