@@ -10,6 +10,7 @@ from outbox.publish import NewEvent, Outbox
 from outbox.settings import OutboxSettings
 from outbox.table import metadata, outbox_heartbeat_table, outbox_table
 from outbox.unit import PublishedObserver, UnitOfWork
+from outbox.unnest import unnested, unnested_rows
 
 __all__ = [
     "ContractError",
@@ -31,4 +32,6 @@ __all__ = [
     "metadata",
     "outbox_heartbeat_table",
     "outbox_table",
+    "unnested",
+    "unnested_rows",
 ]

@@ -3,15 +3,11 @@ the replies their handlers publish."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
-from sqlalchemy import TableValuedAlias, bindparam, column, func
-from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.types import TypeEngine
 
 from inbox import BatchHandler
 from migrations.runner import Migrations
@@ -24,30 +20,6 @@ from spark_consumers.settings import ConsumerSettings
 
 HERE = Path(__file__).resolve().parent
 SERVICES = ("orders", "payments", "shipping")
-
-
-def unnested(name: str, **columns: TypeEngine[Any]) -> TableValuedAlias:
-    """Rows bound as one array per column: ``unnest(:name_a, :name_b) AS name(a, b)``,
-    executed with ``{"name_a": [...], "name_b": [...]}``, as `unnested_rows` builds them (the
-    alias's name in each parameter's: an UPDATE may not bind the name of one of its table's
-    columns). The statement is the same for any number of rows, so SQLAlchemy compiles it once;
-    a VALUES list is a new statement for each number of rows, compiled on every call (with the
-    multi-row INSERTs, a fifth of the CPU of the consumers' Python workers in the saga)."""
-    arrays = (bindparam(_array(name, c), type_=ARRAY(kind)) for c, kind in columns.items())
-    shape = (column(c, kind) for c, kind in columns.items())
-    return func.unnest(*arrays).table_valued(*shape).render_derived(name=name)
-
-
-def unnested_rows(rows: TableValuedAlias, values: Iterable[Sequence[Any]]) -> dict[str, list[Any]]:
-    """The parameters of `unnested` ``rows`` for ``values``, one tuple per row in the order of
-    its columns: each column's array under its parameter's name."""
-    by_column = list(zip(*values, strict=True)) or [()] * len(rows.c)
-    return {_array(rows.name, c.key): list(v) for c, v in zip(rows.c, by_column, strict=True)}
-
-
-def _array(name: str, column_name: str) -> str:
-    """The name of the parameter that carries one column of `unnested` ``name``."""
-    return f"{name}_{column_name}"
 
 
 class SagaServiceSettings(ServiceSettings, ConsumerSettings):

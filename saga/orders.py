@@ -29,8 +29,9 @@ from sqlalchemy.orm import Session
 
 from inbox import BatchHandler
 from kernel.envelope import Envelope
+from outbox import unnested, unnested_rows
 from saga import rules
-from saga.common import migrations_of, settings_of, unnested, unnested_rows
+from saga.common import migrations_of, settings_of
 from saga.contracts import (
     CONTRACTS,
     MAX_ITEMS,

@@ -28,8 +28,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from inbox import BatchHandler
 from kernel.envelope import Envelope
+from outbox import unnested, unnested_rows
 from saga import rules
-from saga.common import migrations_of, publish_replies, settings_of, unnested, unnested_rows
+from saga.common import migrations_of, publish_replies, settings_of
 from saga.contracts import CONTRACTS
 from saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
