@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import json
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
+
+import httpx
+
+from kernel.retry import wait_until
 
 
 class ConnectError(RuntimeError):
@@ -42,14 +41,23 @@ class ConnectorStatus:
         """
         return next((worker for tid, worker in self.workers if tid == task), None)
 
+    def __str__(self) -> str:
+        return f"{self.state}, tasks {[state for _, state, _ in self.tasks]}"
+
+    def all_in(self, state: str) -> bool:
+        """True when the connector and at least one task, and every task, are in ``state``.
+
+        Args:
+            state: A state as Connect reports it (``RUNNING``, ``PAUSED``...).
+        """
+        return (
+            self.state == state and bool(self.tasks) and all(s == state for _, s, _ in self.tasks)
+        )
+
     @property
     def running(self) -> bool:
         """True when the connector and at least one task, and every task, are RUNNING."""
-        return (
-            self.state == "RUNNING"
-            and bool(self.tasks)
-            and all(state == "RUNNING" for _, state, _ in self.tasks)
-        )
+        return self.all_in("RUNNING")
 
     @property
     def failure(self) -> str | None:
@@ -95,37 +103,34 @@ class ConnectClient:
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
-        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if auth is not None:  # HTTP basic authentication (Connect's BasicAuthSecurityRestExtension)
-            token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-            self._headers["Authorization"] = f"Basic {token}"
+        self._http = httpx.Client(
+            timeout=timeout,
+            auth=None if auth is None else httpx.BasicAuth(*auth),
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
 
     def __repr__(self) -> str:
         return f"ConnectClient({self.url!r})"
 
+    def close(self) -> None:
+        """Close the client's connections."""
+        self._http.close()
+
     def _request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        data = None if body is None else json.dumps(body).encode()
+        """The answer's status and JSON body; an error's body is ``{"message": ...}``."""
         if not self.url.startswith(("http://", "https://")):
             raise ConnectError(f"no Kafka Connect REST URL (got {self.url!r})")
-        request = urllib.request.Request(
-            self.url + path,
-            data=data,
-            method=method,
-            headers=self._headers,
-        )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                raw = response.read()
-                return response.status, json.loads(raw) if raw else None
-        except urllib.error.HTTPError as exc:
-            raw = exc.read()
-            try:
-                detail = json.loads(raw).get("message", raw.decode(errors="replace"))
-            except (ValueError, AttributeError):
-                detail = raw.decode(errors="replace")
-            return exc.code, {"message": detail}
-        except (urllib.error.URLError, OSError) as exc:
+            response = self._http.request(method, self.url + path, json=body)
+        except httpx.TransportError as exc:
             raise ConnectError(f"Kafka Connect at {self.url} is unreachable: {exc}") from exc
+        if response.is_success:
+            return response.status_code, response.json() if response.content else None
+        try:
+            detail = response.json().get("message", response.text)
+        except (ValueError, AttributeError):
+            detail = response.text
+        return response.status_code, {"message": detail}
 
     def _expect(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = ()) -> Any:
         status, payload = self._request(method, path, body)
@@ -216,18 +221,7 @@ class ConnectClient:
             timeout: Seconds to wait before raising `ConnectError`.
             poll: Seconds between two status reads.
         """
-        deadline = time.monotonic() + timeout
-        last: ConnectorStatus | None = None
-        while time.monotonic() < deadline:
-            last = self.status(name)
-            if last is not None:
-                if last.failure:
-                    raise ConnectError(f"connector {name} failed:\n{last.failure}")
-                if last.running:
-                    return last
-            time.sleep(poll)
-        state = "absent" if last is None else f"{last.state}, tasks {[t[1] for t in last.tasks]}"
-        raise ConnectError(f"connector {name} not RUNNING after {timeout:.0f}s (last: {state})")
+        return self._wait_state(name, "RUNNING", timeout, poll)
 
     def pause(self, name: str, *, timeout: float = 60.0) -> None:
         """Pause the connector and wait until it and its tasks report PAUSED (the slot keeps
@@ -250,22 +244,27 @@ class ConnectClient:
         self._expect("PUT", f"/connectors/{urllib.parse.quote(name, safe='')}/resume", ok=(202,))
         self._wait_state(name, "RUNNING", timeout)
 
-    def _wait_state(self, name: str, wanted: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            last = self.status(name)
-            if last is not None and last.failure:
-                raise ConnectError(f"connector {name} failed:\n{last.failure}")
-            if (
-                last is not None
-                and last.state == wanted
-                and last.tasks
-                and all(state == wanted for _, state, _ in last.tasks)
-            ):
-                return
-            if time.monotonic() > deadline:
-                raise ConnectError(f"connector {name} not {wanted} after {timeout:.0f}s: {last}")
-            time.sleep(0.1)
+    def _wait_state(
+        self, name: str, wanted: str, timeout: float, poll: float = 0.1
+    ) -> ConnectorStatus:
+        """The connector's status once it and its tasks are ``wanted``; FAILED raises at once."""
+
+        def unfailed() -> ConnectorStatus | None:
+            status = self.status(name)
+            if status is not None and status.failure:
+                raise ConnectError(f"connector {name} failed:\n{status.failure}")
+            return status
+
+        status = wait_until(
+            unfailed,
+            until=lambda status: status is not None and status.all_in(wanted),
+            timeout=timeout,
+            poll=poll,
+            what=f"connector {name} to be {wanted}",
+            error=ConnectError,
+        )
+        assert status is not None  # what `until` holds for
+        return status
 
     def restart(
         self,
@@ -285,10 +284,14 @@ class ConnectClient:
         """
         query = f"?includeTasks=true&onlyFailed={str(only_failed).lower()}" if include_tasks else ""
         path = f"/connectors/{urllib.parse.quote(name, safe='')}/restart{query}"
-        deadline = time.monotonic() + wait
         # 409: the cluster is rebalancing (e.g. after a config update); the request may be retried.
-        while (status := self._request("POST", path))[0] == 409 and time.monotonic() < deadline:
-            time.sleep(0.5)
+        status = wait_until(
+            lambda: self._request("POST", path),
+            until=lambda answer: answer[0] != 409,
+            timeout=wait,
+            what=f"POST {path} to be taken (HTTP 409: the cluster is rebalancing)",
+            error=ConnectError,
+        )
         if status[0] not in (200, 202, 204):
             raise ConnectError(f"POST {path} -> HTTP {status[0]}: {status[1]}")
 
@@ -308,9 +311,11 @@ class ConnectClient:
         if status not in (200, 204):
             raise ConnectError(f"DELETE {name} -> HTTP {status}: {payload}")
         # In a distributed cluster the delete is applied through the config topic, asynchronously.
-        deadline = time.monotonic() + wait
-        while self.status(name) is not None:
-            if time.monotonic() > deadline:
-                raise ConnectError(f"connector {name} still present {wait:.0f}s after DELETE")
-            time.sleep(0.2)
+        wait_until(
+            lambda: self.status(name) is None,
+            timeout=wait,
+            poll=0.2,
+            what=f"connector {name} to be gone after DELETE",
+            error=ConnectError,
+        )
         return True

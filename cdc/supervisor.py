@@ -29,6 +29,7 @@ from typing import Any
 
 from cdc.connect import ConnectClient, ConnectError, ConnectorStatus
 from cdc.health import is_record_too_large
+from kernel.retry import Backoff, wait_until
 
 __all__ = ["RestartPolicy", "Supervisor", "wait_running"]
 
@@ -60,7 +61,7 @@ class RestartPolicy:
         """
         if restarts == 0:
             return 0.0
-        return float(min(self.first_delay * 2.0 ** (restarts - 1), self.max_delay))
+        return Backoff(first=self.first_delay, factor=2.0, cap=self.max_delay).delay(restarts)
 
 
 @dataclass
@@ -193,15 +194,22 @@ def wait_running(
     supervisor = Supervisor(
         client, policy or RestartPolicy(first_delay=10.0, max_restarts=3), echo=echo
     )
-    deadline = time.monotonic() + timeout
-    last: ConnectorStatus | None = None
-    while time.monotonic() < deadline:
-        last = client.status(name)
-        if last is not None:
-            if last.running:
-                return last
-            action = supervisor.observe(last)
+
+    def observed() -> ConnectorStatus | None:
+        status = client.status(name)
+        if status is not None and not status.running:
+            action = supervisor.observe(status)
             if action is not None and action != "restarted":
-                raise ConnectError(f"connector {name} failed ({action}):\n{last.failure}")
-        time.sleep(poll)
-    raise ConnectError(f"connector {name} not RUNNING after {timeout:.0f}s: {last}")
+                raise ConnectError(f"connector {name} failed ({action}):\n{status.failure}")
+        return status
+
+    status = wait_until(
+        observed,
+        until=lambda status: status is not None and status.running,
+        timeout=timeout,
+        poll=poll,
+        what=f"connector {name} to be RUNNING",
+        error=ConnectError,
+    )
+    assert status is not None  # what `until` holds for
+    return status
