@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +87,28 @@ def parse_status(body: dict[str, Any]) -> ConnectorStatus:
     return ConnectorStatus(
         name=str(body.get("name", "")), state=state, tasks=tasks, workers=workers
     )
+
+
+def wait_for_state(
+    read: Callable[[], ConnectorStatus | None],
+    name: str,
+    wanted: str,
+    *,
+    timeout: float,
+    poll: float = 0.5,
+) -> ConnectorStatus:
+    """The status ``read`` returns once connector ``name`` and its tasks are ``wanted``
+    (``read`` raises to stop early); `ConnectError` after ``timeout`` seconds."""
+    status = wait_until(
+        read,
+        until=lambda status: status is not None and status.all_in(wanted),
+        timeout=timeout,
+        poll=poll,
+        what=f"connector {name} to be {wanted}",
+        error=ConnectError,
+    )
+    assert status is not None  # what `until` holds for
+    return status
 
 
 class ConnectClient:
@@ -255,16 +278,7 @@ class ConnectClient:
                 raise ConnectError(f"connector {name} failed:\n{status.failure}")
             return status
 
-        status = wait_until(
-            unfailed,
-            until=lambda status: status is not None and status.all_in(wanted),
-            timeout=timeout,
-            poll=poll,
-            what=f"connector {name} to be {wanted}",
-            error=ConnectError,
-        )
-        assert status is not None  # what `until` holds for
-        return status
+        return wait_for_state(unfailed, name, wanted, timeout=timeout, poll=poll)
 
     def restart(
         self,

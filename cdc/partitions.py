@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc.connect import ConnectClient
+from kernel.retry import wait_until
 
 
 @dataclass(frozen=True)
@@ -98,14 +99,19 @@ def _settled(kafka: Mapping[str, Any], topic: str, partitions: int, timeout: flo
                 for p in range(partitions)
             ]
 
-        before, deadline = ends(), time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            time.sleep(1.0)
-            now = ends()
-            if now == before:
-                return
-            before = now
-        raise PartitionsNotAdded(f"{topic}'s end offsets still move {timeout:.0f}s after pausing")
+        reads: list[list[int]] = []
+
+        def agree() -> bool:
+            reads.append(ends())
+            return len(reads) > 1 and reads[-1] == reads[-2]
+
+        wait_until(
+            agree,
+            timeout=timeout,
+            poll=1.0,
+            what=f"{topic}'s end offsets to stop moving after pausing",
+            error=PartitionsNotAdded,
+        )
     finally:
         consumer.close()
 
@@ -149,18 +155,18 @@ def add_partitions(
     try:
         _settled(kafka, chosen.topic, chosen.before)
         wanted = last_records(kafka, chosen.topic, chosen.before)
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def behind() -> dict[int, int]:
             marks = applied()
-            behind = {p: o for p, o in wanted.items() if marks.get(p, -1) < o}
-            if not behind:
-                break
-            if time.monotonic() > deadline:
-                raise PartitionsNotAdded(
-                    f"consumers still behind after {timeout:.0f}s on partitions "
-                    f"{sorted(behind)}: nothing added"
-                )
-            time.sleep(0.5)
+            return {p: o for p, o in wanted.items() if marks.get(p, -1) < o}
+
+        wait_until(
+            behind,
+            until=lambda partitions: not partitions,
+            timeout=timeout,
+            what="every consumer to apply the records before the pause (nothing added)",
+            error=PartitionsNotAdded,
+        )
         echo(f"every consumer applied {chosen.topic} up to {wanted}")
         drained()
         admin = AdminClient(dict(kafka))

@@ -19,7 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import URL, Connection, make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from cdc.connect import ConnectClient, ConnectError, ConnectorStatus
+from cdc.connect import ConnectClient, ConnectError, ConnectorStatus, wait_for_state
 from cdc.health import Diagnosis, OversizedEvent, Site, diagnose, is_record_too_large, record_bytes
 from cdc.limits import PRODUCER_MAX_REQUEST_SIZE
 from cdc.pgoutput import inserted_rows
@@ -130,16 +130,15 @@ def _wait_recovered(client: ConnectClient, name: str, timeout: float) -> Connect
     """Wait until every task RUNS. A FAILED status is trusted after a grace period only: the
     restart reaches the status topic a moment after Connect accepted it."""
     start = time.monotonic()
-    while True:
+
+    def trusted() -> ConnectorStatus | None:
         status = client.status(name)
-        if status is not None and status.running:
-            return status
-        elapsed = time.monotonic() - start
-        if status is not None and status.failure and elapsed > min(15.0, timeout):
+        late = time.monotonic() - start > min(15.0, timeout)
+        if status is not None and status.failure and late:
             raise ConnectError(f"connector {name} still failed:\n{status.failure}")
-        if elapsed > timeout:
-            raise ConnectError(f"connector {name} not RUNNING after {timeout:.0f}s: {status}")
-        time.sleep(0.5)
+        return status
+
+    return wait_for_state(trusted, name, "RUNNING", timeout=timeout)
 
 
 def _config(client: ConnectClient, name: str) -> dict[str, str]:

@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdc.connect import ConnectClient, ConnectError, ConnectorStatus
+from cdc.connect import ConnectClient, ConnectError, ConnectorStatus, wait_for_state
 from cdc.health import is_record_too_large
-from kernel.retry import Backoff, wait_until
+from kernel.retry import Backoff
 
 __all__ = ["RestartPolicy", "Supervisor", "wait_running"]
 
@@ -203,13 +203,4 @@ def wait_running(
                 raise ConnectError(f"connector {name} failed ({action}):\n{status.failure}")
         return status
 
-    status = wait_until(
-        observed,
-        until=lambda status: status is not None and status.running,
-        timeout=timeout,
-        poll=poll,
-        what=f"connector {name} to be RUNNING",
-        error=ConnectError,
-    )
-    assert status is not None  # what `until` holds for
-    return status
+    return wait_for_state(observed, name, "RUNNING", timeout=timeout, poll=poll)

@@ -138,7 +138,8 @@ def wait_until(
         outcome = state.outcome  # set: this runs after an attempt
         failed = outcome.exception() if outcome is not None and outcome.failed else None
         last = failed or (outcome.result() if outcome is not None else None)
-        message = f"gave up waiting for {what} after {timeout:.0f}s (last: {last})"
+        seen = "" if last is None or isinstance(last, bool) else f" (last: {last})"
+        message = f"gave up waiting for {what} after {timeout:.0f}s{seen}"
         raise error(message) from failed
 
     return tenacity.Retrying(
