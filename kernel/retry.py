@@ -33,13 +33,14 @@ class WaitTimeout(TimeoutError):
 class Backoff:
     """Delays of ``first``, ``first * factor``, ... capped at ``cap``, each lengthened by up to
     ``jitter`` seconds at random; retrying stops once ``budget`` seconds have passed since the
-    first failure (0: never retry)."""
+    first failure (0: never retry), or after ``attempts`` calls in all when set."""
 
     first: float = 0.5
     factor: float = 2.0
     cap: float = 15.0
     budget: float = 300.0
     jitter: float = 0.0
+    attempts: int | None = None
 
     def wait(self) -> tenacity.wait.wait_base:
         """These delays as a tenacity wait strategy (by attempt number)."""
@@ -74,7 +75,8 @@ class _Budget:
         return self.backoff.budget - (now - self.started)
 
     def spent(self, state: tenacity.RetryCallState) -> bool:
-        return self.left() <= 0
+        attempts = self.backoff.attempts
+        return self.left() <= 0 or (attempts is not None and state.attempt_number >= attempts)
 
     def wait(self, state: tenacity.RetryCallState) -> float:
         """The next delay, cut to what is left of the budget."""

@@ -12,6 +12,7 @@ from kernel.retry import Backoff, retrying
 
 __all__ = [
     "BATCH_RETRY",
+    "IDENTITY_RETRY",
     "QUERY_RESTART",
     "QUERY_RESTARTS",
     "QUERY_RESTART_WINDOW",
@@ -23,6 +24,9 @@ __all__ = [
 # A database restart or failover takes seconds; five minutes covers a slow one without hiding a
 # database that is gone (the query then fails, and the runner's own restarts take over).
 BATCH_RETRY = Backoff(first=0.5, factor=2.0, cap=15.0, budget=300.0)
+# Reading the topics' identities for a micro-batch (a broker or the controller moving): three
+# reads in all, 2 s apart, each bounded by the admin client's 10 s timeout.
+IDENTITY_RETRY = Backoff(first=2.0, factor=1.0, cap=2.0, budget=60.0, attempts=3)
 # Restarting a failed query from its checkpoint: up to QUERY_RESTARTS times within a window.
 QUERY_RESTART = Backoff(first=1.0, factor=2.0, cap=60.0)  # bounded by RestartBudget
 QUERY_RESTARTS = 10

@@ -23,7 +23,7 @@ from kernel.wire.record import KafkaRecord
 from outbox import at_commit
 from spark_consumers.clock import HandlerClock
 from spark_consumers.job import Job
-from spark_consumers.retry import BATCH_RETRY, retrying
+from spark_consumers.retry import BATCH_RETRY, IDENTITY_RETRY, retrying
 from spark_consumers.summary import SPARK_SCHEMA, SliceSummary, to_arrow
 
 log = logging.getLogger(__name__)
@@ -176,18 +176,14 @@ def _identities(identities: Any, topics: Sequence[str]) -> Mapping[str, TopicIde
     new topic, and its start skipped once the partition is started over."""
     if identities is None:
         return None
-    for attempt in range(IDENTITY_ATTEMPTS):
-        try:
-            return dict(identities.read(topics))
-        except Exception as exc:  # a broker or the controller moving: ask again, then fail
-            if attempt + 1 == IDENTITY_ATTEMPTS:
-                raise
-            log.warning("topic ids not read (%s): again", str(exc).splitlines()[0])
-            time.sleep(2.0)
-    raise AssertionError("unreachable")
-
-
-IDENTITY_ATTEMPTS = 3  # each bounded by the admin client's 10 s timeout
+    # A broker or the controller moving: ask again, then fail.
+    read, _ = retrying(
+        lambda: dict(identities.read(topics)),
+        retryable=lambda exc: isinstance(exc, Exception),
+        backoff=IDENTITY_RETRY,
+        what="topic ids",
+    )
+    return read
 
 
 def inbox_sink(

@@ -1,4 +1,4 @@
-"""The consumers' retry policy (pure: a fake clock and sleep)."""
+"""The retry and wait policy (kernel.retry) and the consumers' use of it (a fake clock, sleep)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 from sqlalchemy.exc import IntegrityError, OperationalError, PendingRollbackError
 
 from kernel.errors import is_transient
+from kernel.retry import WaitTimeout, wait_until
 from spark_consumers.retry import Backoff, RestartBudget, retrying
 
 
@@ -98,3 +99,46 @@ def test_query_restarts_back_off_and_stop_after_the_limit_within_the_window():
     assert budget.next_delay() is None  # a fourth failure within 100 s: give up
     clock.now += 101  # failures far apart: a fresh budget, from the first delay
     assert budget.next_delay() == 1
+
+
+def test_a_backoff_with_attempts_stops_after_that_many_calls():
+    clock = Clock()
+    backoff = Backoff(first=2, factor=1, cap=2, budget=60, attempts=3)
+    with pytest.raises(OperationalError):
+        retrying(down(5), retryable=is_transient, backoff=backoff, clock=clock, sleep=clock.sleep)
+    assert clock.slept == [2, 2]
+
+
+def test_jitter_lengthens_each_delay_by_at_most_its_bound():
+    delays = Backoff(first=1, factor=2, cap=4, jitter=0.5).delays()
+    for plain, jittered in zip([1, 2, 4, 4], delays, strict=False):
+        assert plain <= jittered <= plain + 0.5
+
+
+def test_wait_until_returns_what_held_and_names_what_it_gave_up_on():
+    answers = iter([None, None, "RUNNING"])
+    assert wait_until(lambda: next(answers), timeout=5, what="x", poll=0) == "RUNNING"
+    with pytest.raises(WaitTimeout, match=r"gave up waiting for connector c after 0s \(last: 3\)"):
+        wait_until(lambda: 3, until=lambda n: n > 3, timeout=0, what="connector c", poll=0)
+
+
+def test_wait_until_raises_the_callers_error_and_counts_ignored_errors_as_not_yet():
+    calls = {"n": 0}
+
+    def flaky() -> bool:
+        calls["n"] += 1
+        if calls["n"] < 3:
+            raise ConnectionRefusedError("not yet")
+        return True
+
+    def refused() -> bool:
+        raise ConnectionRefusedError("not yet")
+
+    def bug() -> bool:
+        raise ValueError("bad")
+
+    assert wait_until(flaky, timeout=5, what="x", poll=0, ignore=(OSError,))
+    with pytest.raises(LookupError, match=r"gave up waiting for y after 0s \(last: not yet\)"):
+        wait_until(refused, timeout=0, what="y", poll=0, ignore=(OSError,), error=LookupError)
+    with pytest.raises(ValueError, match="bad"):  # any other error at once
+        wait_until(bug, timeout=5, what="z", poll=0, ignore=(OSError,))
