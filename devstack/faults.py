@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 from confluent_kafka.admin import AdminClient
 
 from devstack import broker, spark
-from devstack.processes import StackError, alive, stop
+from devstack.processes import StackError, alive, gone, stop
 from devstack.spark import ExecutorProcess
 from devstack.state import EMBEDDED, Component, Node
+from kernel.retry import wait_until
 
 if TYPE_CHECKING:  # kept out of the import: `outboxkit chaos --help` lists the fault kinds
     from devstack.stack import Stack
@@ -73,15 +74,15 @@ def partitions(stack: Stack, topic: str) -> int:
 
 def partition_leader(stack: Stack, topic: str, partition: int, timeout: float = 30) -> Node:
     """The node leading ``topic``'s ``partition`` now."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def leader() -> Node | None:
         meta = _admin(stack).list_topics(topic, timeout=10).topics.get(topic)
         part = meta.partitions.get(partition) if meta is not None and not meta.error else None
-        if part is not None and part.leader >= 0:
-            return broker_node(stack, part.leader)
-        if time.monotonic() > deadline:
-            raise StackError(f"{topic}[{partition}] has no leader after {timeout:.0f}s")
-        time.sleep(0.5)
+        return broker_node(stack, part.leader) if part is not None and part.leader >= 0 else None
+
+    return wait_until(
+        leader, timeout=timeout, what=f"a leader of {topic}[{partition}]", error=StackError
+    )
 
 
 def transaction_coordinator(stack: Stack, transactional_id: str) -> Node:
@@ -138,17 +139,22 @@ def wait_task_moved(
     )
     if via is None:
         raise StackError(f"no Connect worker but {away_from.name} runs: the task cannot move")
+    client = stack.connect_client(via, timeout=5)
     began = time.monotonic()
-    while time.monotonic() - began < timeout:
-        try:
-            status = stack.connect_client(via, timeout=5).status(connector)
-            node = _worker_node(stack, connector, task, status.worker_of(task)) if status else None
-        except (StackError, OSError, RuntimeError):  # the group rebalancing
-            status, node = None, None
-        if status and status.running and node and node.name != away_from.name:
-            return node, time.monotonic() - began
-        time.sleep(0.5)
-    raise StackError(f"task {connector}-{task} did not leave {away_from.name} in {timeout:.0f}s")
+
+    def moved() -> Node | None:
+        status = client.status(connector)
+        node = _worker_node(stack, connector, task, status.worker_of(task)) if status else None
+        return node if status and status.running and node and node.name != away_from.name else None
+
+    node = wait_until(
+        moved,
+        timeout=timeout,
+        what=f"task {connector}-{task} to leave {away_from.name}",
+        ignore=(StackError, OSError, RuntimeError),  # the group rebalancing
+        error=StackError,
+    )
+    return node, time.monotonic() - began
 
 
 def move_task(stack: Stack, connector: str, timeout: float = 300) -> tuple[Node, Node, float]:
@@ -185,7 +191,7 @@ def kill_spark_worker(node: Node, timeout: float = 10) -> list[ExecutorProcess]:
     for pid in pids:
         _signal(pid, signal.SIGKILL)
     for pid in pids:
-        _wait_gone(pid, timeout)
+        gone(pid, timeout)
     return executors
 
 
@@ -194,17 +200,18 @@ def kill_executor(executor: ExecutorProcess, timeout: float = 10) -> None:
     if not alive(executor.pid):
         raise StackError(f"executor {executor.executor_id} (pid {executor.pid}) does not run")
     _signal(executor.pid, signal.SIGKILL)
-    _wait_gone(executor.pid, timeout)
+    gone(executor.pid, timeout)
 
 
 def wait_executors(stack: Stack, timeout: float = 180) -> list[tuple[Node, ExecutorProcess]]:
     """The executors of `spark_executors` once there is one (a driver just started has none)."""
-    deadline = time.monotonic() + timeout
-    while not (running := spark_executors(stack)):
-        if time.monotonic() > deadline:
-            raise StackError(f"no executor runs on the Spark workers after {timeout:.0f}s")
-        time.sleep(1)
-    return running
+    return wait_until(
+        lambda: spark_executors(stack),
+        timeout=timeout,
+        poll=1.0,
+        what="an executor on the Spark workers",
+        error=StackError,
+    )
 
 
 def restart(stack: Stack, node: Node, pause: float, sig: int = signal.SIGKILL) -> str:
@@ -225,18 +232,12 @@ def kill(node: Node, sig: int = signal.SIGKILL, timeout: float = 10) -> None:
     if node.pid is None or not alive(node.pid):
         raise StackError(f"{node.name} does not run")
     os.kill(node.pid, sig)
-    _wait_gone(node.pid, timeout)
+    gone(node.pid, timeout)
 
 
 def _signal(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # gone already (it exited with its worker)
         os.kill(pid, sig)
-
-
-def _wait_gone(pid: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
 
 
 def pause(node: Node) -> None:

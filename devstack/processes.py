@@ -7,9 +7,10 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+
+from kernel import retry
 
 
 class StackError(RuntimeError):
@@ -124,18 +125,27 @@ def wait_until(
     poll: float = 0.25,
 ) -> None:
     """Poll ``ready`` until true; fail early if ``pid`` dies, with the log's tail in the message."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    lines = f"; last log lines:\n{tail(log) if log else ''}"
+
+    def up() -> bool:
         if ready():
-            return
+            return True
         if pid is not None and not alive(pid):
-            raise StackError(
-                f"{what} exited during start-up; last log lines:\n{tail(log) if log else ''}"
-            )
-        time.sleep(poll)
-    raise StackError(
-        f"{what} not ready after {timeout:.0f}s; last log lines:\n{tail(log) if log else ''}"
+            raise StackError(f"{what} exited during start-up{lines}")
+        return False
+
+    retry.wait_until(
+        up, timeout=timeout, poll=poll, what=what, error=lambda gave_up: StackError(gave_up + lines)
     )
+
+
+def gone(pid: int | None, timeout: float, poll: float = 0.05) -> bool:
+    """Wait up to ``timeout`` seconds for process ``pid`` to end; True if it did."""
+    try:
+        retry.wait_until(lambda: not alive(pid), timeout=timeout, poll=poll, what=f"pid {pid}")
+    except retry.WaitTimeout:
+        return False
+    return True
 
 
 def stop(pid: int | None, *, sig: int = signal.SIGTERM, timeout: float = 20.0) -> bool:
@@ -147,16 +157,11 @@ def stop(pid: int | None, *, sig: int = signal.SIGTERM, timeout: float = 20.0) -
         os.kill(pid, sig)
     except ProcessLookupError:
         return False
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.1)
+    if gone(pid, timeout, poll=0.1):
+        return True
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         return True
-    deadline = time.monotonic() + 5
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    gone(pid, 5)
     return True

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import tenacity
 from tenacity import nap
@@ -120,17 +120,44 @@ def _warn(what: str, state: tenacity.RetryCallState) -> None:
     )
 
 
+@overload
+def wait_until(
+    probe: Callable[[], T | None],
+    *,
+    timeout: float,
+    what: str,
+    poll: float = ...,
+    ignore: tuple[type[Exception], ...] = ...,
+    error: Callable[[str], Exception] = ...,
+    sleep: Sleep | None = ...,
+) -> T: ...
+
+
+@overload
 def wait_until(
     probe: Callable[[], T],
     *,
     timeout: float,
     what: str,
-    until: Callable[[T], bool] = bool,
+    until: Callable[[T], bool],
+    poll: float = ...,
+    ignore: tuple[type[Exception], ...] = ...,
+    error: Callable[[str], Exception] = ...,
+    sleep: Sleep | None = ...,
+) -> T: ...
+
+
+def wait_until(
+    probe: Callable[[], Any],
+    *,
+    timeout: float,
+    what: str,
+    until: Callable[[Any], bool] = bool,
     poll: float = 0.5,
     ignore: tuple[type[Exception], ...] = (),
     error: Callable[[str], Exception] = WaitTimeout,
     sleep: Sleep | None = None,
-) -> T:
+) -> Any:
     """Call ``probe`` every ``poll`` seconds until ``until`` holds for what it returned, and
     return that; ``ignore``: errors that count as not yet, any other is raised at once. After
     ``timeout`` seconds, ``error`` is raised with a message naming ``what`` was awaited and the
