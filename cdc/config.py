@@ -7,9 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from kernel.envelope import MAX_AGGREGATE_TYPE_LENGTH
 from kernel.wire import DEFAULT_MESSAGE_PREFIX, HEADER_COLUMNS, SOURCE, SOURCE_POSITION
-from kernel.wire.record import DEFAULT_TOPIC_PREFIX, topic_for
+from kernel.wire.record import DEFAULT_TOPIC_PREFIX, topic_for, topic_prefix_problem
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"
@@ -30,8 +29,6 @@ DEFAULT_HEARTBEAT_INTERVAL_MS = 10_000
 # 0.05 s at 50 ms); a busy stream fills max.batch.size before the wait ends either way.
 DEFAULT_POLL_INTERVAL_MS = 50
 DEFAULT_PAYLOAD_ENCODING: Final = "text"
-# Kafka topic names: at most 249 characters, the aggregate type's included.
-MAX_TOPIC_PREFIX_LENGTH = 249 - MAX_AGGREGATE_TYPE_LENGTH
 
 
 class ConnectorConfigError(ValueError):
@@ -120,14 +117,9 @@ def _check(settings: ConnectorSettings) -> None:
         raise ConnectorConfigError("heartbeat_interval_ms must be >= 0 (0 disables heartbeats)")
     if settings.poll_interval_ms < 1:
         raise ConnectorConfigError("poll_interval_ms must be >= 1")
-    if not re.fullmatch(r"[A-Za-z0-9._-]*", settings.topic_prefix):
-        raise ConnectorConfigError(f"topic prefix {settings.topic_prefix!r} is not a legal topic")
-    if len(settings.topic_prefix) > MAX_TOPIC_PREFIX_LENGTH:
-        raise ConnectorConfigError(
-            f"topic prefix {settings.topic_prefix!r} is longer than {MAX_TOPIC_PREFIX_LENGTH} "
-            f"characters: with an aggregate type of {MAX_AGGREGATE_TYPE_LENGTH} (the most publish "
-            "accepts) the topic name would pass Kafka's 249"
-        )
+    problem = topic_prefix_problem(settings.topic_prefix)
+    if problem is not None:
+        raise ConnectorConfigError(problem)
 
 
 def outbox_topic_pattern(settings: ConnectorSettings) -> str:

@@ -15,7 +15,7 @@ from cdc.config import (
 )
 from cdc.endpoints import EndpointSettings, postgres_identifier
 from kernel.wire import DEFAULT_MESSAGE_PREFIX
-from kernel.wire.record import DEFAULT_TOPIC_PREFIX
+from kernel.wire.record import TopicPrefixSettings
 from outbox.publish import OutboxMode
 
 
@@ -24,7 +24,7 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "outboxkit"
 
 
-class StackSettings(EndpointSettings):
+class StackSettings(TopicPrefixSettings, EndpointSettings):
     """The local dev stack: which components it starts (those whose endpoint is unset), their
     shape, and how the outbox is relayed."""
 
@@ -60,10 +60,6 @@ class StackSettings(EndpointSettings):
         default="outboxkit", description="the outbox's database, when database_url names none"
     )
 
-    topic_prefix: str = Field(
-        default=DEFAULT_TOPIC_PREFIX,
-        description="the connectors' topic prefix: events of aggregate type T go to prefix+T",
-    )
     server_name: str = Field(
         default=DEFAULT_SERVER_NAME, description="Debezium's topic.prefix (the logical server)"
     )

@@ -21,7 +21,7 @@ from kernel.wire.jsonb import check_storable, render, size_bound, utf8_size
 
 MAX_NAME_LENGTH = 255
 # Kafka topic names have at most 249 characters; the rest is the topic prefix's (see
-# cdc.config.MAX_TOPIC_PREFIX_LENGTH).
+# kernel.wire.record.MAX_TOPIC_PREFIX_LENGTH).
 MAX_AGGREGATE_TYPE_LENGTH = 200
 # The largest payload publish accepts, in bytes of its jsonb text (the Kafka record value, see
 # kernel.wire.jsonb), not of the JSON we insert: the rendering adds a space after every ',' and ':'

@@ -8,18 +8,14 @@ from pydantic import Field
 from pydantic_settings import BaseSettings
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW
-from kernel.wire.record import DEFAULT_TOPIC_PREFIX, topic_for
+from kernel.wire.record import TopicPrefixSettings, topic_for
 from spark_consumers.job import DEFAULT_MAX_OFFSETS_PER_TRIGGER
 from spark_consumers.retry import BATCH_RETRY
 
 
-class ConsumerSettings(BaseSettings):
+class ConsumerSettings(TopicPrefixSettings, BaseSettings):
     """Consumer settings of a service (mix into its settings class, which sets the env prefix)."""
 
-    topic_prefix: str = Field(
-        default=DEFAULT_TOPIC_PREFIX,
-        description="the connector's topic prefix: events of aggregate type T are on prefix+T",
-    )
     exactly_once_source: bool = Field(
         default=False,
         description="true when the topics are written by an exactly-once Connect worker "

@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
-from kernel.envelope import Envelope, extra_headers
+from pydantic import BaseModel, Field, field_validator
+
+from kernel.envelope import MAX_AGGREGATE_TYPE_LENGTH, Envelope, extra_headers
 from kernel.errors import OutboxError
 from kernel.wire import (
     AGGREGATE_TYPE,
@@ -40,6 +42,8 @@ from kernel.wire.position import Position, parse_position, source_position
 Headers = Sequence[tuple[str, bytes | None]]
 
 DEFAULT_TOPIC_PREFIX = "outbox.event."
+# Kafka topic names: at most 249 characters, the aggregate type's included.
+MAX_TOPIC_PREFIX_LENGTH = 249 - MAX_AGGREGATE_TYPE_LENGTH
 
 _ENVELOPE_HEADERS = frozenset((ID, *(header for _, header in HEADER_COLUMNS)))
 # Read with the envelope's headers, in the same pass: where the event stands in its source.
@@ -54,6 +58,39 @@ def topic_for(aggregate_type: str, *, topic_prefix: str = DEFAULT_TOPIC_PREFIX) 
         topic_prefix: The connector's topic prefix, before the aggregate type.
     """
     return topic_prefix + aggregate_type
+
+
+def topic_prefix_problem(prefix: str) -> str | None:
+    """Why ``prefix`` cannot start the outbox's topic names, or None when it can."""
+    if not re.fullmatch(r"[A-Za-z0-9._-]*", prefix):
+        return f"topic prefix {prefix!r} is not a legal topic"
+    if len(prefix) > MAX_TOPIC_PREFIX_LENGTH:
+        return (
+            f"topic prefix {prefix!r} is longer than {MAX_TOPIC_PREFIX_LENGTH} characters: with "
+            f"an aggregate type of {MAX_AGGREGATE_TYPE_LENGTH} (the most publish accepts) the "
+            "topic name would pass Kafka's 249"
+        )
+    return None
+
+
+class TopicPrefixSettings(BaseModel):
+    """The topic prefix as a setting, declared once: mixed into every settings class that names
+    the outbox's topics, whose env prefix applies (``OUTBOXKIT_TOPIC_PREFIX`` for the stack's
+    connectors, ``<PREFIX>TOPIC_PREFIX`` for a service's consumers)."""
+
+    topic_prefix: str = Field(
+        default=DEFAULT_TOPIC_PREFIX,
+        description="the connector's topic prefix: events of aggregate type T are on prefix+T "
+        "(the connector and its consumers must agree)",
+    )
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _legal_topic_prefix(cls, value: str) -> str:
+        problem = topic_prefix_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 class KafkaRecord(NamedTuple):

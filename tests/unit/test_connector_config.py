@@ -168,7 +168,7 @@ def test_failed_task_trace_surfaces_in_status():
 
 
 def test_a_topic_prefix_that_leaves_no_room_for_aggregate_types_is_refused():
-    from cdc.config import MAX_TOPIC_PREFIX_LENGTH
+    from kernel.wire.record import MAX_TOPIC_PREFIX_LENGTH
 
     with pytest.raises(ConnectorConfigError, match="Kafka's 249"):
         build_connector_config(settings(topic_prefix="p" * (MAX_TOPIC_PREFIX_LENGTH + 1)))

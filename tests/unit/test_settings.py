@@ -43,3 +43,32 @@ def test_an_empty_message_prefix_captures_no_messages(monkeypatch):
     assert StackSettings().message_prefix == "events"
     monkeypatch.delenv("OUTBOXKIT_MESSAGE_PREFIX")
     assert StackSettings().message_prefix == "outbox"
+
+
+def test_the_topic_prefix_is_one_field_read_under_each_class_prefix(monkeypatch):
+    from pydantic_settings import SettingsConfigDict
+
+    from devstack.settings import StackSettings
+    from kernel.wire.record import TopicPrefixSettings
+    from spark_consumers.settings import ConsumerSettings
+
+    class Orders(ConsumerSettings):
+        model_config = SettingsConfigDict(env_prefix="ORDERS_")
+
+    monkeypatch.setenv("OUTBOXKIT_TOPIC_PREFIX", "events.")
+    monkeypatch.setenv("ORDERS_TOPIC_PREFIX", "orders.")
+    assert StackSettings(_env_file=None).topic_prefix == "events."
+    assert Orders().topics("order") == ("orders.order",)
+    field = TopicPrefixSettings.model_fields["topic_prefix"]
+    for settings in (StackSettings, ConsumerSettings):
+        inherited = settings.model_fields["topic_prefix"]
+        assert (inherited.default, inherited.description) == (field.default, field.description)
+
+
+@pytest.mark.parametrize("prefix", ["a b.", "p" * 50])
+def test_a_topic_prefix_kafka_would_refuse_fails_at_start(monkeypatch, prefix):
+    from devstack.settings import StackSettings
+
+    monkeypatch.setenv("OUTBOXKIT_TOPIC_PREFIX", prefix)
+    with pytest.raises(ValidationError, match="topic prefix"):
+        StackSettings(_env_file=None)
