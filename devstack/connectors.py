@@ -4,7 +4,6 @@ at `down` the replication slots and publications they leave."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,6 +21,7 @@ from devstack.processes import alive, wait_until
 from devstack.secrets import SecretStore
 from devstack.settings import StackSettings
 from devstack.state import EMBEDDED, StackState
+from kernel import retry
 from kernel.engines import engine_for
 
 
@@ -130,18 +130,17 @@ def drop_replication(state: StackState, echo: Callable[[str], Any]) -> None:
     engine = engine_for(state.postgres.endpoint, "once")
     try:
         for slot in state.slots:
-            deadline = time.monotonic() + 15
-            while True:
-                try:
-                    with engine.begin() as conn:
-                        if drop_slot(conn, slot):
-                            echo(f"slot       {slot} dropped")
-                    break
-                except Exception as exc:  # the walsender may take a moment to exit
-                    if time.monotonic() > deadline:
-                        echo(f"warning: could not drop slot {slot}: {exc}")
-                        break
-                    time.sleep(0.5)
+
+            def dropped(slot: str = slot) -> bool:
+                with engine.begin() as conn:
+                    if drop_slot(conn, slot):
+                        echo(f"slot       {slot} dropped")
+                return True
+
+            try:  # the walsender may take a moment to exit
+                retry.wait_until(dropped, timeout=15, ignore=(Exception,), what=f"slot {slot}")
+            except retry.WaitTimeout as exc:
+                echo(f"warning: could not drop slot {slot}: {exc.__cause__}")
         for entry in state.publications:
             database, _, publication = entry.rpartition(":")
             url = make_url(state.postgres.endpoint)

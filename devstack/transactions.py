@@ -26,6 +26,8 @@ from pathlib import Path
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from kernel.retry import wait_until
+
 TOOL = "org.apache.kafka.tools.TransactionsCommand"
 # Connect's and Debezium's producers use Kafka's default transaction timeout (60 s): a
 # transaction open longer than a minute has outlived any producer that could still end it.
@@ -126,19 +128,6 @@ def open_transactions(bootstrap: str) -> dict[tuple[str, int], int]:
     return {tp: stable[tp] for tp in stable if stable[tp] < end[tp]}
 
 
-def _retrying(
-    read: Callable[[], dict[tuple[str, int], int]], deadline: float
-) -> dict[tuple[str, int], int]:
-    """``read()``, retried while a broker that has just started answers with errors."""
-    while True:
-        try:
-            return read()
-        except KafkaException:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
-
-
 def heal(
     tool: TransactionTool,
     echo: Callable[[str], None] = print,
@@ -151,21 +140,43 @@ def heal(
     open either ends (its coordinator aborts it after its timeout, or a new producer with its
     transactional id fences it) or hangs, and is aborted once it is a minute old. Returns what
     was aborted; raises ``TimeoutError`` if a partition is still held after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    held = _retrying(lambda: open_transactions(tool.bootstrap), deadline)
+    started = time.monotonic()
+
+    def left() -> float:
+        return max(timeout - (time.monotonic() - started), 0.0)
+
+    def open_now() -> dict[tuple[str, int], int]:
+        return wait_until(  # a broker that has just started answers with errors for a moment
+            lambda: open_transactions(tool.bootstrap),
+            until=lambda _: True,
+            timeout=left(),
+            poll=1.0,
+            ignore=(KafkaException,),
+            what="the brokers to list their open transactions",
+        )
+
+    held = open_now()
     aborted: list[Hanging] = []
     if held:
         echo(f"kafka      {len(held)} partition(s) behind an open transaction; waiting for them")
-    while held:
+
+    def still_held() -> dict[tuple[str, int], int]:
+        nonlocal held
         for hanging in tool.find_hanging():
             tool.abort(hanging)
             aborted.append(hanging)
             echo(f"kafka      aborted a hanging transaction on {hanging}")
-        now = _retrying(lambda: open_transactions(tool.bootstrap), deadline)
+        now = open_now()
         held = {tp: lso for tp, lso in held.items() if now.get(tp) == lso}
-        if held and time.monotonic() > deadline:
-            names = ", ".join(f"{t}[{p}]" for t, p in sorted(held))
-            raise TimeoutError(f"still behind an open transaction after {timeout:.0f}s: {names}")
-        if held:
-            time.sleep(poll)
+        return held
+
+    if held:
+        wait_until(
+            still_held,
+            until=lambda partitions: not partitions,
+            timeout=left(),
+            poll=poll,
+            what="every transaction open to end",
+            error=TimeoutError,
+        )
     return aborted
