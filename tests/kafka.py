@@ -34,9 +34,12 @@ def read_records(
     timeout: float,
     idle_after_done: float = 0.0,
 ) -> list[KafkaRecord]:
-    """Read ``topics`` from offset 0 until ``until(records)`` holds, then ``idle_after_done``
-    seconds more (to catch extras), or raise TimeoutError with what was read. Reads
-    committed records only (librdkafka's default isolation level, stated explicitly)."""
+    """Read ``topics`` from offset 0 until ``until(records)`` holds, then on to the end of every
+    partition as it is at that moment (a record written before the last one ``until`` needed,
+    a duplicate included, is read), and ``idle_after_done`` seconds more if given; or raise
+    TimeoutError with what was read. Reads committed records only (librdkafka's default
+    isolation level, stated explicitly): a partition's end is its last stable offset, and the
+    position moves past transaction markers, so an open transaction is not waited for."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -55,12 +58,14 @@ def read_records(
             for p in wait_for_topic(consumer, topic, timeout)
         ]
         consumer.assign(assignment)
-        done_at: float | None = None
+        ends: dict[tuple[str, int], int] | None = None
+        done_at = 0.0
         while True:
             now = time.monotonic()
-            if done_at is None and until(records):
+            if ends is None and until(records):
+                ends = _end_offsets(consumer, assignment)
                 done_at = now
-            if done_at is not None and now - done_at >= idle_after_done:
+            if ends is not None and now - done_at >= idle_after_done and _at(consumer, ends):
                 return records
             if now > deadline:
                 raise TimeoutError(f"read {len(records)} records in {timeout:.0f}s, wanted more")
@@ -80,3 +85,23 @@ def read_records(
                 )
     finally:
         consumer.close()
+
+
+def _end_offsets(
+    consumer: Consumer, assignment: list[TopicPartition]
+) -> dict[tuple[str, int], int]:
+    """Each assigned partition's end now (for a read_committed consumer: its last stable
+    offset)."""
+    return {
+        (tp.topic, tp.partition): consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+        for tp in assignment
+    }
+
+
+def _at(consumer: Consumer, ends: dict[tuple[str, int], int]) -> bool:
+    """True once the consumer's position reached ``ends`` in every partition (an empty
+    partition has no position but is at its end 0)."""
+    positions = consumer.position([TopicPartition(t, p) for t, p in ends])
+    return all(
+        end <= 0 or tp.offset >= end for tp, end in zip(positions, ends.values(), strict=True)
+    )

@@ -56,7 +56,6 @@ def wait_on_kafka(stack: Any, aggregate_type: str, distinct: int, timeout: float
         [topic_for(aggregate_type)],
         until=lambda got: len({header_map(r.headers)["id"] for r in got}) >= distinct,
         timeout=timeout,
-        idle_after_done=1.0,
     )
     return len(records)
 

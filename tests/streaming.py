@@ -74,7 +74,6 @@ def stream_with_faults(
         [topic_for(aggregate_type, topic_prefix=stack.settings.topic_prefix)],
         until=lambda got: len({header_map(r.headers)["id"] for r in got}) >= events,
         timeout=timeout,
-        idle_after_done=5.0,
     )
     return Counter(header_map(r.headers)["id"] for r in records)
 

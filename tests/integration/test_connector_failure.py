@@ -150,9 +150,7 @@ def test_too_large_record_fails_the_task_and_the_way_out_delivers_every_event_on
     raised = outboxkit(service, *raise_limit)
     assert raised.returncode == 0, raised.stdout + raised.stderr
     assert topic_limit(bootstrap, topic) == (raise_limit[-1], True)
-    records = read_records(
-        bootstrap, [topic], until=lambda got: len(got) >= len(ids), timeout=120, idle_after_done=3
-    )
+    records = read_records(bootstrap, [topic], until=lambda got: len(got) >= len(ids), timeout=120)
     assert [header_map(r.headers)["id"] for r in records] == ids  # once each, in order
     assert [json.loads(r.value or b"")["n"] for r in records] == list(range(7))
     assert len(header_map(records[1].headers)["headers"]) > BIG_HEADER
@@ -164,9 +162,7 @@ def test_too_large_record_fails_the_task_and_the_way_out_delivers_every_event_on
     config = service.connect_client().get_config(name)
     assert config is not None and PRODUCER_OVERRIDE not in config
     ids += insert(url, aggregate_type, [("Later", 7, 0)])
-    records = read_records(
-        bootstrap, [topic], until=lambda got: len(got) >= len(ids), timeout=90, idle_after_done=3
-    )
+    records = read_records(bootstrap, [topic], until=lambda got: len(got) >= len(ids), timeout=90)
     assert [header_map(r.headers)["id"] for r in records] == ids
     preflight = outboxkit(service, "cdc", "preflight", "--expect-slot")
     assert preflight.returncode == 0, preflight.stdout

@@ -164,7 +164,6 @@ def read_one(stack: Stack, aggregate_type: str):
         [topic_for(aggregate_type)],
         until=lambda got: len(got) >= 1,
         timeout=90,
-        idle_after_done=1.0,
     )
     return record
 

@@ -58,7 +58,6 @@ def ids_on(bootstrap: str, topic: str, distinct: int, timeout: float = 180) -> s
         [topic],
         until=lambda got: len({header_map(r.headers)["id"] for r in got}) >= distinct,
         timeout=timeout,
-        idle_after_done=2.0,
     )
     return {header_map(r.headers)["id"] for r in records}
 

@@ -27,13 +27,12 @@ def business_table(engine: Engine) -> None:
     business.create_all(engine)
 
 
-def read(stack: Stack, aggregate_type: str, expected: int, extra_wait: float = 3.0):
+def read(stack: Stack, aggregate_type: str, expected: int):
     return read_records(
         stack.bootstrap_servers(),
         [topic_for(aggregate_type)],
         until=lambda got: len(got) >= expected,
         timeout=90,
-        idle_after_done=extra_wait,
     )
 
 
