@@ -37,6 +37,7 @@ from devstack import faults as nodes
 from devstack.stack import Stack
 from devstack.state import EMBEDDED, Component
 from kernel.errors import is_transient
+from kernel.retry import wait_until
 from saga import rules
 from saga_harness import load
 from saga_harness.faults import ROUTINE as ROUTINE  # the e2e tests strike these mid-run
@@ -150,16 +151,18 @@ def probe(saga: Saga, since: float, seed: int, timeout: float = 600) -> tuple[Pl
     urls = saga.service_urls("orders")
     turn = seed % len(urls)
     placed = load.place_orders([*urls[turn:], *urls[:turn]], 1, seed=seed, retry_share=0.0)[0]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def final() -> bool:
         try:
-            if not load.not_final(saga.engines["orders"], [placed]):
-                return placed, time.monotonic() - since
+            return not load.not_final(saga.engines["orders"], [placed])
         except Exception as exc:  # the orders database restarting
             if not is_transient(exc):
                 raise
-        time.sleep(0.2)
-    raise TimeoutError(f"probe order {placed.order_id} not final after {timeout:.0f}s")
+            return False
+
+    what = f"probe order {placed.order_id} to be final"
+    wait_until(final, timeout=timeout, poll=0.2, what=what, error=TimeoutError)
+    return placed, time.monotonic() - since
 
 
 def run(

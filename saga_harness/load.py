@@ -3,6 +3,7 @@ retried with the same Idempotency-Key), and waiting until they reach a final sta
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import threading
@@ -17,6 +18,7 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
+from kernel import retry
 from kernel.tracing.context import TraceContext
 from kernel.wire import TRACEPARENT
 from saga import orders, rules
@@ -193,14 +195,18 @@ def wait_final(
 ) -> list[str]:
     """Wait until every one of ``placed`` is in a final state; ``progress`` gets how many
     are. Returns the ids still not final when ``timeout`` ran out (empty: all final)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    pending: list[str] = []
+
+    def final() -> bool:
+        nonlocal pending
         pending = not_final(engine, placed)
         if progress:
             progress(len(placed) - len(pending))
-        if not pending or time.monotonic() >= deadline:
-            return pending
-        time.sleep(0.5)
+        return not pending
+
+    with contextlib.suppress(retry.WaitTimeout):
+        retry.wait_until(final, timeout=timeout, what="every order final")
+    return pending
 
 
 def warm_up(url: str | Sequence[str], engine: Engine, *, timeout: float = 300) -> Placed:

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,9 @@ import httpx
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from sqlalchemy.engine import Engine
 
-from devstack.processes import alive, free_port, port_open, start, stop, tail, wait_until
+from devstack.processes import alive, free_port, gone, released, start, stop, tail, wait_until
 from devstack.stack import Stack
+from kernel import retry
 from kernel.engines import engine_for
 from kernel.wire.record import topic_for
 from saga import rules, shipping
@@ -290,9 +290,8 @@ class Saga:
         others = {p for n, p in self.ports.items() if n != name}
         while port is None or port in others:
             port = free_port()
-        deadline = time.monotonic() + 30
-        while port_open(port) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        with contextlib.suppress(retry.WaitTimeout):  # then the start fails and says why
+            retry.wait_until(released(port), timeout=30, poll=0.2, what=f"port {port} free")
         return port
 
     def _ready(self, service: str) -> bool:
@@ -368,9 +367,7 @@ class Saga:
             os.killpg(pid, signal.SIGKILL)
         else:
             os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        gone(pid, 10)
         self._save()
 
     def restart(self, names: Sequence[str]) -> None:
