@@ -1,23 +1,64 @@
 """The saga on the session's stack: three service databases and connectors, three services, the
-Spark jobs in one driver; warmed up with one order. And the saga on the at-least-once stack."""
+Spark jobs in one driver; warmed up with one order. Started for this folder's tests and stopped
+after them, its connectors deleted and their slots dropped: an idle saga would take CPU from
+every later test, and its connectors' tasks would restart with every Connect restart of a fault
+test. And the saga on the at-least-once stack, whose test runs first in this folder."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, pool, text
 
+from cdc.preflight import drop_slot
 from devstack.stack import Stack
+from saga.common import SERVICES
 from saga_harness.processes import Saga
 from tests.otlp import OtlpReceiver
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The at-least-once saga's tests first in this folder, before the session saga starts:
+    two sagas at once (two Spark drivers) would compete for the machine."""
+    places = [n for n, item in enumerate(items) if "/tests/e2e/" in item.path.as_posix()]
+    block = [items[n] for n in places]
+    alo = [item for item in block if "alo_saga" in getattr(item, "fixturenames", ())]
+    for n, item in zip(places, alo + [i for i in block if i not in alo], strict=True):
+        items[n] = item
+
+
+def delete_connectors(stack: Stack, saga: Saga) -> None:
+    """Delete the connector `Stack.add_service` registered for each of the saga's databases
+    and drop its slot (the walsender may take a moment to let it go)."""
+    client = stack.connect_client()
+    settings = stack.settings
+    engine = create_engine(stack.database_url(), poolclass=pool.NullPool)
+    try:
+        for service in SERVICES:
+            database = f"{saga.database_prefix}{service}"
+            client.delete(f"{settings.connector_name}-{database}")
+            slot = f"{settings.slot_name}_{database}"[:63]
+            deadline = time.monotonic() + 15
+            with engine.begin() as conn:
+                while _slot_exists(conn, slot) and time.monotonic() < deadline:
+                    drop_slot(conn, slot) or time.sleep(0.5)
+    finally:
+        engine.dispose()
+
+
+def _slot_exists(conn: Any, slot: str) -> bool:
+    query = text("SELECT 1 FROM pg_replication_slots WHERE slot_name = :s")
+    return conn.execute(query, {"s": slot}).first() is not None
+
+
 @contextlib.contextmanager
 def running_saga(stack: Stack, label: str = "saga", **options: Any) -> Iterator[Saga]:
-    """The saga's processes on ``stack``, warmed up, for the block; stopped after (the
-    processes' log tails printed when set-up or the block fails)."""
+    """The saga's processes on ``stack``, warmed up, for the block; stopped after and its
+    connectors deleted (the processes' log tails printed when set-up or the block fails)."""
     run = Saga(stack, stack.dir / "saga", echo=lambda line: print(f"[{label}] {line}"), **options)
     try:
         run.prepare()
@@ -30,18 +71,19 @@ def running_saga(stack: Stack, label: str = "saga", **options: Any) -> Iterator[
         raise
     finally:
         run.stop()
+        delete_connectors(stack, run)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def otlp() -> Iterator[OtlpReceiver]:
-    """An OTLP/HTTP receiver in this process, which the session saga's processes export their
+    """An OTLP/HTTP receiver in this process, which the package saga's processes export their
     spans to (up until after the saga stopped)."""
     receiver = OtlpReceiver()
     yield receiver
     receiver.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def saga(stack: Stack, otlp: OtlpReceiver) -> Iterator[Saga]:
     with running_saga(stack, telemetry=otlp.env()) as run:
         yield run
