@@ -7,6 +7,7 @@
 - `kernel.secrets`: passwords read from files, never from the clear;
 - `kernel.tracing`: W3C trace context, spans and the OpenTelemetry set-up;
 - `kernel.errors`: the framework's base errors and `is_transient`.
+- `kernel.retry`: the one retry and wait policy (`Backoff`, `retrying`, `wait_until`).
 
 It imports no other package of the project; every other package may import it.
 
