@@ -374,17 +374,30 @@ def test_a_routine_fault_mid_run_is_ridden_out_with_nobody_restarting_anything(s
         assert re.search(r"retr(y|ies)", during), during[-3000:]  # batches retried, no exit
 
 
+# Kinds the routine-fault tests above strike in every run, with stronger checks (the same
+# processes throughout, clients told 503): the short campaign leaves them to those tests (the
+# broker restart, slow there, stays in the campaign).
+SHORT_CAMPAIGN = [k for k in chaos.KINDS if k not in ("postgres-crash", "connect-task-restart")]
+
+
 def test_a_short_fault_campaign_of_every_kind_keeps_every_invariant(saga, stack):
-    """`outboxkit chaos` in short: one round of each fault kind (kill -9 of the Spark driver,
-    of Connect and of each service, Postgres crashed, the broker restarted, Connect's tasks
-    restarted) while orders flow; then every order final, the invariants, the audit."""
+    """`outboxkit chaos` in short: one round of each fault kind but the routine ones struck
+    above (kill -9 of the Spark driver, of Connect and of each service, the broker restarted)
+    while orders flow; then every order final, the invariants, the audit."""
     campaign = chaos.run(
-        stack, saga, rounds=len(chaos.KINDS), orders=300, rate=4, seed=5, gap=(1, 3)
+        stack,
+        saga,
+        rounds=len(SHORT_CAMPAIGN),
+        orders=300,
+        rate=4,
+        seed=5,
+        gap=(1, 3),
+        kinds=SHORT_CAMPAIGN,
     )
     for r in campaign.rounds:
         print(f"round {r.number} {r.fault}: recovered in {r.recovery:.1f}s")
     print({k: v for k, v in campaign.as_dict().items() if k not in ("rounds", "audits")})
-    assert sorted(r.fault for r in campaign.rounds) == sorted(chaos.KINDS)
+    assert sorted(r.fault for r in campaign.rounds) == sorted(SHORT_CAMPAIGN)
     assert campaign.stuck == 0
     assert (campaign.lost, campaign.duplicates) == (0, 0)
     assert campaign.problems == []
