@@ -1,5 +1,8 @@
 """One real stack per test session (shared by integration, fault and end-to-end tests): embedded,
-or external services named by OUTBOXKIT_* settings.
+or external services named by OUTBOXKIT_* settings. The session's stacks and its SparkSession
+stop once the last test that uses them has run, not at the session's end: idle, they would take
+CPU from the tests after them (and the at-least-once connector relays every outbox event the
+later tests write).
 
 Markers are given here, centrally, from where a test lives and which fixtures it reaches:
 ``integration`` (needs the stack), ``spark`` (starts Spark), ``e2e``, ``faults``; ``slow`` is
@@ -35,6 +38,10 @@ SPARK_MODULES = (
     "tests/integration/test_partition_add.py",
     "tests/integration/test_mirror_failover.py",
 )
+# Session fixtures stopped after the last test using them, in this order (a dependent first).
+STOPPED_EARLY = ("spark", "at_least_once_stack", "stack")
+_running: dict[str, contextlib.ExitStack] = {}  # fixture name -> what stops it
+_last_user: dict[str, str] = {}  # fixture name -> node id of the last test using it
 # Directories whose every test needs the stack, and the marker each one adds.
 STACK_DIRS = {
     "tests/integration/": (),
@@ -91,6 +98,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [item for item in items if item.get_closest_marker("slow") is None]
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Note the last test (in run order, after deselection) that uses each STOPPED_EARLY fixture."""
+    _last_user.clear()
+    for item in session.items:
+        for name in STOPPED_EARLY:
+            if name in getattr(item, "fixturenames", ()):
+                _last_user[name] = item.nodeid
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the last test using a STOPPED_EARLY fixture (its own fixtures torn down), stop it."""
+    yield
+    for name in STOPPED_EARLY:
+        if _last_user.get(name) == item.nodeid and name in _running:
+            _running.pop(name).close()
+
+
+@contextlib.contextmanager
+def stopped_early(name: str) -> Iterator[contextlib.ExitStack]:
+    """An exit stack for fixture ``name``'s resources, closed after its last test or, at the
+    latest, when the fixture is torn down."""
+    with contextlib.ExitStack() as resources:
+        _running[name] = resources
+        try:
+            yield resources
+        finally:
+            _running.pop(name, None)
+
+
 @contextlib.contextmanager
 def temporary_stack(prefix: str, label: str, **settings: Any) -> Iterator[Stack]:
     """A stack in its own directory, up for the block, then down (slots dropped) and removed."""
@@ -112,10 +149,10 @@ def temporary_stack(prefix: str, label: str, **settings: Any) -> Iterator[Stack]
 
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
-    with temporary_stack(
-        "outboxkit-it-", "stack", connector_name=f"it-{uuid.uuid4().hex[:6]}"
-    ) as embedded:
-        yield embedded
+    with stopped_early("stack") as resources:
+        yield resources.enter_context(
+            temporary_stack("outboxkit-it-", "stack", connector_name=f"it-{uuid.uuid4().hex[:6]}")
+        )
 
 
 @pytest.fixture(scope="session")
@@ -123,20 +160,22 @@ def at_least_once_stack(stack: Stack) -> Iterator[Stack]:
     """A second Connect worker with exactly-once source off, on the same Postgres and broker,
     relaying the same outbox table to its own topics (prefix ``alo.``)."""
     tag = uuid.uuid4().hex[:6]
-    with temporary_stack(
-        "outboxkit-alo-",
-        "alo stack",
-        database_url=stack.database_url(),
-        secrets_dir=stack.secrets.dir,  # one Postgres cluster, one set of role passwords
-        kafka_bootstrap_servers=stack.bootstrap_servers(),
-        connect_exactly_once=False,
-        connector_name=f"it-alo-{tag}",
-        server_name=f"alo_{tag}",
-        slot_name=f"it_alo_{tag}",
-        publication_name=f"it_alo_{tag}",
-        topic_prefix="alo.event.",
-    ) as other:
-        yield other
+    with stopped_early("at_least_once_stack") as resources:
+        yield resources.enter_context(
+            temporary_stack(
+                "outboxkit-alo-",
+                "alo stack",
+                database_url=stack.database_url(),
+                secrets_dir=stack.secrets.dir,  # one Postgres cluster, one set of role passwords
+                kafka_bootstrap_servers=stack.bootstrap_servers(),
+                connect_exactly_once=False,
+                connector_name=f"it-alo-{tag}",
+                server_name=f"alo_{tag}",
+                slot_name=f"it_alo_{tag}",
+                publication_name=f"it_alo_{tag}",
+                topic_prefix="alo.event.",
+            )
+        )
 
 
 @pytest.fixture(scope="session")
@@ -177,9 +216,10 @@ def spark(stack: Stack) -> Iterator[object]:
     from devstack.artifacts import cached_spark_jars
     from spark_consumers.session import build_session
 
-    session = build_session("outboxkit-tests", jars=cached_spark_jars(stack.settings.cache_dir))
-    yield session
-    session.stop()
+    with stopped_early("spark") as resources:
+        session = build_session("outboxkit-tests", jars=cached_spark_jars(stack.settings.cache_dir))
+        resources.callback(session.stop)
+        yield session
 
 
 @pytest.fixture(scope="session")
