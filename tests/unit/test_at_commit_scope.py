@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +16,8 @@ from sqlalchemy import Connection, Engine, create_engine, event, text
 import outbox
 from outbox import at_commit
 from service_template import ServiceSettings, create_app
+from tests.unit.test_layers import MAY_IMPORT, ROOT, python_files
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = (
-    "kernel",
-    "outbox",
-    "cdc",
-    "inbox",
-    "migrations",
-    "spark_consumers",
-    "service_template",
-    "devstack",
-    "saga",
-    "saga_harness",
-    "outboxkit",
-)
 URL = "postgresql+psycopg://app@db.invalid/orders"
 
 
@@ -58,8 +46,8 @@ def class_wide_listeners(path: Path) -> list[int]:
 def test_no_framework_module_listens_on_the_engine_class() -> None:
     offenders = [
         f"{path.relative_to(ROOT)}:{line}"
-        for package in PACKAGES
-        for path in sorted((ROOT / package).rglob("*.py"))
+        for package in MAY_IMPORT
+        for path in python_files(package)
         for line in class_wide_listeners(path)
     ]
     assert offenders == []
@@ -104,16 +92,12 @@ def test_attach_is_idempotent_and_covers_the_engines_options_make() -> None:
     engine = create_engine(URL)
     barrier = threading.Barrier(8)
 
-    def attach() -> None:
+    def attach(_: int) -> Engine:
         barrier.wait()
-        outbox.attach_at_commit(engine)
+        return outbox.attach_at_commit(engine)
 
-    threads = [threading.Thread(target=attach) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert outbox.attach_at_commit(engine) is engine
+    with ThreadPoolExecutor(8) as pool:
+        assert set(pool.map(attach, range(8))) == {engine}
     assert list(engine.dispatch.commit).count(at_commit._on_commit) == 1
     serializable = engine.execution_options(isolation_level="SERIALIZABLE")
     assert at_commit.is_attached(serializable)
