@@ -23,7 +23,7 @@ from tests.spark_helpers import effect_stats, new_job, publish, run_once, total,
 from tests.streaming import RESUME_RESENDS, seen_twice
 
 ROOT = Path(__file__).resolve().parents[2]
-DRIVER_EVENTS = 40_000
+DRIVER_EVENTS = 40_000  # the repeated kills' backlog (--slow); the single kill's is half
 
 
 def consume_command(
@@ -53,12 +53,14 @@ def consume_command(
     return command, env
 
 
-def kill_driver_mid_run(stack, engine, aggregate_type: str, checkpoint: Path, seed: int) -> None:
+def kill_driver_mid_run(
+    stack, engine, aggregate_type: str, checkpoint: Path, seed: int, events: int = DRIVER_EVENTS
+) -> None:
     consumer = f"c-{seed:x}"[:12]
     command, env = consume_command(stack, consumer, aggregate_type, checkpoint)
     # Own session: the SIGKILL reaches the driver, its JVM and the Python workers at once.
     driver = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
-    point = random.Random(seed).uniform(0.2, 0.8) * DRIVER_EVENTS
+    point = random.Random(seed).uniform(0.2, 0.8) * events
     try:
         deadline = time.monotonic() + 300
         while effect_stats(engine, consumer)[0] < point:
@@ -69,23 +71,34 @@ def kill_driver_mid_run(stack, engine, aggregate_type: str, checkpoint: Path, se
         os.killpg(driver.pid, signal.SIGKILL)
         driver.wait()
     at_kill = effect_stats(engine, consumer)[0]
-    print(f"killed the driver with {at_kill}/{DRIVER_EVENTS} applied")
-    assert 0 < at_kill < DRIVER_EVENTS
+    print(f"killed the driver with {at_kill}/{events} applied")
+    assert 0 < at_kill < events
     # Restart from the same checkpoint and run until everything is applied.
     command, env = consume_command(stack, consumer, aggregate_type, checkpoint, "--once")
     subprocess.run(command, env=env, cwd=ROOT, check=True, timeout=600)
-    assert effect_stats(engine, consumer) == (DRIVER_EVENTS, DRIVER_EVENTS)
+    assert effect_stats(engine, consumer) == (events, events)
+
+
+def publish_backlog(stack, engine, aggregate_type: str, events: int) -> str:
+    publish(engine, aggregate_type, events, per_tx=2000)
+    wait_on_kafka(stack, aggregate_type, events)
+    return aggregate_type
 
 
 @pytest.fixture
 def backlog(stack, engine, aggregate_type, spark_effects_table) -> str:
-    publish(engine, aggregate_type, DRIVER_EVENTS, per_tx=2000)
-    wait_on_kafka(stack, aggregate_type, DRIVER_EVENTS)
-    return aggregate_type
+    return publish_backlog(stack, engine, aggregate_type, DRIVER_EVENTS)
 
 
-def test_driver_kill_mid_run_applies_each_event_once(stack, engine, backlog, tmp_path):
-    kill_driver_mid_run(stack, engine, backlog, tmp_path / "cp", seed=time.time_ns())
+def test_driver_kill_mid_run_applies_each_event_once(
+    stack, engine, aggregate_type, spark_effects_table, tmp_path
+):
+    """20,000 events, five of the driver's micro-batches: killed after one to four of them."""
+    events = DRIVER_EVENTS // 2
+    publish_backlog(stack, engine, aggregate_type, events)
+    kill_driver_mid_run(
+        stack, engine, aggregate_type, tmp_path / "cp", seed=time.time_ns(), events=events
+    )
 
 
 @pytest.mark.slow
