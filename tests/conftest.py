@@ -15,15 +15,17 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import Engine, make_url
 
+from cdc.preflight import drop_slot
 from devstack.settings import StackSettings
 from devstack.stack import Stack
 
@@ -42,6 +44,7 @@ SPARK_MODULES = (
 STOPPED_EARLY = ("spark", "at_least_once_stack", "stack")
 _running: dict[str, contextlib.ExitStack] = {}  # fixture name -> what stops it
 _last_user: dict[str, str] = {}  # fixture name -> node id of the last test using it
+_session_stack: list[Stack] = []  # the session's stack while it runs
 # Directories whose every test needs the stack, and the marker each one adds.
 STACK_DIRS = {
     "tests/integration/": (),
@@ -150,9 +153,48 @@ def temporary_stack(prefix: str, label: str, **settings: Any) -> Iterator[Stack]
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
     with stopped_early("stack") as resources:
-        yield resources.enter_context(
+        embedded = resources.enter_context(
             temporary_stack("outboxkit-it-", "stack", connector_name=f"it-{uuid.uuid4().hex[:6]}")
         )
+        _session_stack.append(embedded)
+        resources.callback(_session_stack.clear)  # before the stack stops
+        yield embedded
+
+
+def running_session_stack() -> Stack | None:
+    """The session's stack if it runs (started by a test, not stopped yet)."""
+    return _session_stack[0] if _session_stack else None
+
+
+def remove_added_connectors(stack: Stack) -> None:
+    """Delete every connector on ``stack`` but its own (those `Stack.add_service` registered
+    for the services of a test or the saga) and drop their slots: idle, their tasks take CPU,
+    and every later Connect restart restarts them too."""
+    state = stack.state
+    client = stack.connect_client()
+    for name in state.connectors:
+        if name != stack.settings.connector_name:
+            client.delete(name)
+    engine = create_engine(stack.database_url(), poolclass=pool.NullPool)
+    exists = text("SELECT 1 FROM pg_replication_slots WHERE slot_name = :s")
+    try:
+        for slot in state.slots:
+            deadline = time.monotonic() + 15  # the walsender may take a moment to let it go
+            while slot != stack.settings.slot_name:
+                try:
+                    with engine.begin() as conn:
+                        if conn.execute(exists, {"s": slot}).first() is not None:
+                            drop_slot(conn, slot)
+                    break
+                except Exception:  # still active: try again until the deadline
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+    finally:
+        engine.dispose()
+    state.connectors = [c for c in state.connectors if c == stack.settings.connector_name]
+    state.slots = [slot for slot in state.slots if slot == stack.settings.slot_name]
+    state.save(stack.state_file)  # `down` would find them gone; publications it still drops
 
 
 @pytest.fixture(scope="session")

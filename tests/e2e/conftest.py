@@ -7,17 +7,14 @@ test. And the saga on the at-least-once stack, whose test runs first in this fol
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, pool, text
 
-from cdc.preflight import drop_slot
 from devstack.stack import Stack
-from saga.common import SERVICES
 from saga_harness.processes import Saga
+from tests.conftest import remove_added_connectors
 from tests.otlp import OtlpReceiver
 
 
@@ -29,30 +26,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     alo = [item for item in block if "alo_saga" in getattr(item, "fixturenames", ())]
     for n, item in zip(places, alo + [i for i in block if i not in alo], strict=True):
         items[n] = item
-
-
-def delete_connectors(stack: Stack, saga: Saga) -> None:
-    """Delete the connector `Stack.add_service` registered for each of the saga's databases
-    and drop its slot (the walsender may take a moment to let it go)."""
-    client = stack.connect_client()
-    settings = stack.settings
-    engine = create_engine(stack.database_url(), poolclass=pool.NullPool)
-    try:
-        for service in SERVICES:
-            database = f"{saga.database_prefix}{service}"
-            client.delete(f"{settings.connector_name}-{database}")
-            slot = f"{settings.slot_name}_{database}"[:63]
-            deadline = time.monotonic() + 15
-            with engine.begin() as conn:
-                while _slot_exists(conn, slot) and time.monotonic() < deadline:
-                    drop_slot(conn, slot) or time.sleep(0.5)
-    finally:
-        engine.dispose()
-
-
-def _slot_exists(conn: Any, slot: str) -> bool:
-    query = text("SELECT 1 FROM pg_replication_slots WHERE slot_name = :s")
-    return conn.execute(query, {"s": slot}).first() is not None
 
 
 @contextlib.contextmanager
@@ -71,7 +44,7 @@ def running_saga(stack: Stack, label: str = "saga", **options: Any) -> Iterator[
         raise
     finally:
         run.stop()
-        delete_connectors(stack, run)
+        remove_added_connectors(stack)
 
 
 @pytest.fixture(scope="package")
