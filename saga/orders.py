@@ -44,10 +44,16 @@ from saga.contracts import (
 )
 from saga.order_metrics import OrdersCollector
 from saga.rules import ORDER_ID
-from service_template import Problem, UnitOfWork, create_app, idempotent, unit_of_work
+from service_template import (
+    IdempotencyKey,
+    Problem,
+    UnitOfWork,
+    create_app,
+    idempotent,
+    unit_of_work,
+)
 from service_template.app import service_router
 from service_template.openapi import problems
-from service_template.uow import IdempotencyKey
 
 metadata = MetaData()
 orders = Table(
