@@ -10,7 +10,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
 
-from inbox.operations import parked_counts, watermark_rows
+from inbox.lag import read_lags
+from inbox.operations import parked_counts
 from kernel.envelope import Envelope
 from kernel.kafka.offsets import PartitionOffsets
 from kernel.kafka.security import PLAINTEXT, KafkaSecurity
@@ -19,9 +20,8 @@ log = logging.getLogger(__name__)
 
 
 class InboxCollector(Collector):
-    """Read at scrape time: watermark, lag (end offset minus next offset) and parked count per
-    consumer. Lag needs Kafka: the partition's end offset (transaction markers count as offsets,
-    so a fully applied transactional partition may show a lag of one marker)."""
+    """Read at scrape time: watermark, lag and parked count per consumer. Lag needs Kafka (the
+    partition's end offset) and follows the one rule of `inbox.lag.PartitionLag`."""
 
     def __init__(
         self,
@@ -32,10 +32,6 @@ class InboxCollector(Collector):
     ) -> None:
         self.engine, self.consumers = engine, consumers
         self.offsets = PartitionOffsets(bootstrap, kafka_security) if bootstrap else None
-
-    def _end_offset(self, topic: str, partition: int) -> int | None:
-        bounds = self.offsets.bounds(topic, partition) if self.offsets else None
-        return None if bounds is None else bounds[1]
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         labels = ["consumer", "topic", "partition"]
@@ -48,17 +44,17 @@ class InboxCollector(Collector):
         )
         try:
             with self.engine.connect() as conn:
-                rows = watermark_rows(conn, self.consumers)
+                lags = read_lags(conn, self.consumers, self.offsets)
                 waiting = parked_counts(conn, self.consumers)
         except Exception as exc:
             log.warning("inbox metrics unavailable: %s", exc)
             return
-        for consumer, topic, partition, offset in rows:
-            key = [consumer, topic, str(partition)]
-            mark.add_metric(key, offset)
-            end = self._end_offset(topic, partition)
-            if end is not None:
-                lag.add_metric(key, max(0, end - offset - 1))
+        for each in lags:
+            key = [each.consumer, each.topic, str(each.partition)]
+            if each.watermark is not None:
+                mark.add_metric(key, each.watermark)
+            if each.lag is not None:
+                lag.add_metric(key, each.lag)
         for consumer in self.consumers or waiting:
             held.add_metric([consumer], waiting.get(consumer, 0))
         yield from (mark, lag, held)

@@ -14,7 +14,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy.engine import Connection, Engine
 
 from cdc.preflight import SlotLag, database_slots
-from inbox.operations import partition_counts, stopped_partitions, watermark_rows
+from inbox.lag import PartitionLag, read_lags
+from inbox.operations import partition_counts, stopped_partitions
 from inbox.tables import ledger, parked, skipped
 from kernel.engines import engine_for
 from kernel.kafka.offsets import PartitionOffsets
@@ -48,13 +49,10 @@ class PartitionState:
 
     @property
     def lag(self) -> int | None:
-        """Offsets after the next one to apply up to the end (a transaction's commit marker
-        takes an offset too: a fully applied transactional partition may lag by one)."""
-        if self.bounds is None:
-            return None
-        first, end = self.bounds
-        following = first if self.watermark is None else self.watermark + 1
-        return max(0, end - following)
+        """Offsets not yet applied, by the one rule of `inbox.lag.PartitionLag`."""
+        return PartitionLag(
+            self.consumer, self.topic, self.partition, self.watermark, self.bounds
+        ).lag
 
 
 @dataclass(frozen=True)
@@ -131,26 +129,25 @@ def slot_families(slots: Iterable[JobSlot]) -> list[Metric]:
 
 def read_job(conn: Connection, job: Job, offsets: PartitionOffsets) -> list[PartitionState]:
     """The state of every partition ``job`` reads: those Kafka has and those the inbox knows."""
-    marks = {(t, p): o for _, t, p, o in watermark_rows(conn, [job.consumer]) if t in job.topics}
     waiting = partition_counts(conn, parked, job.consumer)
     dropped = partition_counts(conn, skipped, job.consumer)
     applied = partition_counts(conn, ledger, job.consumer) if job.ledger else None
     stopped = stopped_partitions(conn, job.consumer)
-    keys = set(marks) | {(t, p) for t in job.topics for p in offsets.partitions(t)}
     return [
         PartitionState(
             job.name,
             job.consumer,
-            topic,
-            partition,
-            marks.get((topic, partition)),
-            offsets.bounds(topic, partition),
-            waiting.get((topic, partition), 0),
-            dropped.get((topic, partition), 0),
-            None if applied is None else applied.get((topic, partition), 0),
-            (topic, partition) in stopped,
+            each.topic,
+            each.partition,
+            each.watermark,
+            each.bounds,
+            waiting.get((each.topic, each.partition), 0),
+            dropped.get((each.topic, each.partition), 0),
+            None if applied is None else applied.get((each.topic, each.partition), 0),
+            (each.topic, each.partition) in stopped,
         )
-        for topic, partition in sorted(keys)
+        for each in read_lags(conn, [job.consumer], offsets, job.topics)
+        if each.topic in job.topics
     ]
 
 
