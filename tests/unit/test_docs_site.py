@@ -22,22 +22,12 @@ import pytest
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tests.unit.test_layers import MAY_IMPORT
+
 ROOT = Path(__file__).resolve().parents[2]
 HOOKS = ROOT / "docs" / "hooks"
 # The repository's Python packages, where settings classes are looked for.
-PACKAGES = (
-    "kernel",
-    "outbox",
-    "inbox",
-    "cdc",
-    "spark_consumers",
-    "service_template",
-    "migrations",
-    "devstack",
-    "saga",
-    "saga_harness",
-    "outboxkit",
-)
+PACKAGES = tuple(MAY_IMPORT)  # every package of the repository
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import pool
 
 from kernel.engines import engine_for
+from tests.unit.test_layers import FRAMEWORK
 
 ROOT = Path(__file__).resolve().parents[2]
 URL = "postgresql+psycopg://app@db.internal/orders"
@@ -25,18 +26,9 @@ def test_each_role_gets_its_pool() -> None:
 
 
 def test_engines_are_made_in_one_place() -> None:
-    packages = (
-        "kernel",
-        "outbox",
-        "cdc",
-        "inbox",
-        "migrations",
-        "spark_consumers",
-        "service_template",
-    )
     makers = [
         path.relative_to(ROOT).as_posix()
-        for package in (*packages, "devstack", "saga", "saga_harness", "outboxkit/commands")
+        for package in (*FRAMEWORK, "devstack", "saga", "saga_harness", "outboxkit/commands")
         for path in sorted((ROOT / package).rglob("*.py"))
         if "create_engine(" in path.read_text()
     ]
