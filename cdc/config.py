@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from kernel.wire import DEFAULT_MESSAGE_PREFIX, HEADER_COLUMNS, SOURCE, SOURCE_POSITION
-from kernel.wire.record import DEFAULT_TOPIC_PREFIX, topic_for, topic_prefix_problem
+from outboxkit.kernel.wire import DEFAULT_MESSAGE_PREFIX, HEADER_COLUMNS, SOURCE, SOURCE_POSITION
+from outboxkit.kernel.wire.record import DEFAULT_TOPIC_PREFIX, topic_for, topic_prefix_problem
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
 EVENT_ROUTER = "io.debezium.transforms.outbox.EventRouter"
@@ -16,7 +16,7 @@ STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
 TOPIC_NAME_MATCHES = "org.apache.kafka.connect.transforms.predicates.TopicNameMatches"
 DECODE_MESSAGE = "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent"
-# outboxkit's own transform (devstack/java/smt; on the worker's classpath, or the Connect
+# outboxkit's own transform (outboxkit/devstack/java/smt; on the worker's classpath, or the Connect
 # image's plugin path in deploy/): Kafka's HeaderFrom reads top-level fields only, not source.*.
 SOURCE_POSITION_HEADERS = "io.outboxkit.connect.SourcePositionHeaders"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from kernel.retry import wait_until
+from outboxkit.kernel.retry import wait_until
 
 
 class ConnectError(RuntimeError):

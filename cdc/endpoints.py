@@ -23,9 +23,9 @@ from sqlalchemy.engine import URL
 
 from cdc.config import DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME
 from cdc.connect import ConnectClient
-from kernel.engines import engine_for
-from kernel.kafka.security import KafkaSecurity, KafkaSecuritySettings, librdkafka_config
-from kernel.secrets import read_secret, url_with_password
+from outboxkit.kernel.engines import engine_for
+from outboxkit.kernel.kafka.security import KafkaSecurity, KafkaSecuritySettings, librdkafka_config
+from outboxkit.kernel.secrets import read_secret, url_with_password
 
 DEFAULT_CONNECTOR_NAME = "outboxkit-outbox"
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from cdc.connect import ConnectorStatus
 from cdc.limits import CONNECTOR_CLIENT_CONFIG_OVERRIDE_POLICY, PRODUCER_MAX_REQUEST_SIZE
-from kernel.wire import record_size, row_headers
+from outboxkit.kernel.wire import record_size, row_headers
 
 _RECORD_TOO_LARGE = re.compile(r"RecordTooLargeException")
 _TOO_LARGE = re.compile(r"The message is (\d+) bytes when serialized which is larger than (\d+)")

@@ -13,8 +13,8 @@ that it fails where a default production cluster fails:
   still returned, alone, so the Spark Kafka source and the confluent-kafka readers need no setting.
 
 ``publish`` refuses an event whose whole record (key + rendered value + headers + overhead) is
-over 1,000,000 bytes (kernel.envelope's ``DEFAULT_MAX_RECORD_BYTES``), below both limits with
-room for the record and batch overhead. A row written around ``publish`` can still exceed them;
+over 1,000,000 bytes (outboxkit.kernel.envelope's ``DEFAULT_MAX_RECORD_BYTES``), below both limits
+with room for the record and batch overhead. A row written around ``publish`` can still exceed them;
 the connector task then FAILS and stays failed (cdc.health tells the way out).
 """
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdc.connect import ConnectClient
-from kernel.retry import wait_until
+from outboxkit.kernel.retry import wait_until
 
 
 @dataclass(frozen=True)

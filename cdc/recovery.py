@@ -23,7 +23,7 @@ from cdc.connect import ConnectClient, ConnectError, ConnectorStatus, wait_for_s
 from cdc.health import Diagnosis, OversizedEvent, Site, diagnose, is_record_too_large, record_bytes
 from cdc.limits import PRODUCER_MAX_REQUEST_SIZE
 from cdc.pgoutput import inserted_rows
-from kernel.engines import engine_for
+from outboxkit.kernel.engines import engine_for
 
 PRODUCER_OVERRIDE = "producer.override.max.request.size"
 TOPIC_LIMIT = "max.message.bytes"

@@ -29,7 +29,7 @@ from typing import Any
 
 from cdc.connect import ConnectClient, ConnectError, ConnectorStatus, wait_for_state
 from cdc.health import is_record_too_large
-from kernel.retry import Backoff
+from outboxkit.kernel.retry import Backoff
 
 __all__ = ["RestartPolicy", "Supervisor", "wait_running"]
 

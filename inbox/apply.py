@@ -23,10 +23,10 @@ from inbox.handlers import BatchHandler, Handlers, as_batch
 from inbox.position import OffsetsMoved, Superseded, TopicIdentity, judge_identity, merged
 from inbox.recorder import Locked, Recorder
 from inbox.slice import BatchResult, HandlerFailed, SliceApplier, SliceOutcome
-from kernel.errors import is_transient
-from kernel.wire.record import KafkaRecord, read
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
+from outboxkit.kernel.errors import is_transient
+from outboxkit.kernel.wire.record import KafkaRecord, read
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_WINDOW", "EXACTLY_ONCE_WINDOW", "Inbox"]
 

@@ -6,7 +6,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from kernel.wire.position import Position
+from outboxkit.kernel.wire.position import Position
 
 
 class Action(enum.Enum):

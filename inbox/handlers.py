@@ -7,8 +7,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from kernel.envelope import Envelope
 from outbox.unit import UnitOfWork
+from outboxkit.kernel.envelope import Envelope
 
 # A handler applies one event in the inbox's transaction through the unit of work it is given:
 # business writes on ``uow.session``, follow-up events with ``uow.publish``.

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Connection
 
 from inbox.operations import watermark_rows
-from kernel.kafka.offsets import PartitionOffsets
+from outboxkit.kernel.kafka.offsets import PartitionOffsets
 
 
 @dataclass(frozen=True)

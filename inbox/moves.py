@@ -21,8 +21,8 @@ from sqlalchemy.orm import Session
 from inbox.position import TopicIdentity, from_json, to_json
 from inbox.recorder import Recorder
 from inbox.tables import ERROR_CHARS, recent_ids, watermarks
-from kernel.wire.position import Position
-from kernel.wire.record import readable
+from outboxkit.kernel.wire.position import Position
+from outboxkit.kernel.wire.record import readable
 
 
 @dataclass(frozen=True)

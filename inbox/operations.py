@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session
 from inbox.recorder import Recorder
 from inbox.slice import HandlerOutcome
 from inbox.tables import parked, recent_ids, skipped, watermarks
-from kernel.envelope import Envelope
-from kernel.wire.record import KafkaRecord, read
+from outboxkit.kernel.envelope import Envelope
+from outboxkit.kernel.wire.record import KafkaRecord, read
 
 if TYPE_CHECKING:
     from inbox.apply import Inbox

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from kernel.wire.position import Position
+from outboxkit.kernel.wire.position import Position
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,8 @@ from inbox.tables import (
     parked,
     watermarks,
 )
-from kernel.wire.position import Position
-from kernel.wire.record import CANONICAL_UUID, Decoded, key_bytes, key_text, readable
+from outboxkit.kernel.wire.position import Position
+from outboxkit.kernel.wire.record import CANONICAL_UUID, Decoded, key_bytes, key_text, readable
 
 Executor = Session | Connection
 
@@ -259,8 +259,8 @@ class Recorder:
     def parked_keys(
         self, session: Session, topic: str, partition: int, keys: Iterable[str | None]
     ) -> frozenset[str]:
-        """Which of ``keys`` (as `kernel.wire.record.key_text` reads them) have a parked record
-        waiting for redrive."""
+        """Which of ``keys`` (as `outboxkit.kernel.wire.record.key_text` reads them) have a parked
+        record waiting for redrive."""
         wanted = {key_bytes(k) for k in keys if k is not None}
         if not wanted:
             return frozenset()

@@ -19,12 +19,12 @@ from inbox.decision import Action, Decider, Decision, Incoming, PartitionView
 from inbox.handlers import BatchHandler
 from inbox.position import OffsetsMoved
 from inbox.tracing import RecordSpans, ended
-from kernel.envelope import Envelope
-from kernel.errors import is_transient
-from kernel.tracing.context import TraceContext
-from kernel.wire.record import Decoded
 from outbox.publish import Outbox
 from outbox.unit import UnitOfWork
+from outboxkit.kernel.envelope import Envelope
+from outboxkit.kernel.errors import is_transient
+from outboxkit.kernel.tracing.context import TraceContext
+from outboxkit.kernel.wire.record import Decoded
 
 log = logging.getLogger(__name__)
 

@@ -61,10 +61,10 @@ watermarks = Table(
 # Event ids applied within the last `window` offsets of each partition, one row per applied
 # slice: its (event id, offset) pairs as parallel arrays in offset order, keyed by its first
 # offset. A handful of rows per partition (window / slice size), so the state stays small
-# whatever the message count. The ids are UUIDs (`kernel.wire.record.decode` refuses a record whose
-# id is not one, and only applied records are remembered), kept as uuid: 16 bytes an id instead
-# of 40 as text. That matters because the arrays live in TOAST and pruning deletes a slice per
-# batch: until autovacuum visits (eager settings from migration 0005, but at most once per
+# whatever the message count. The ids are UUIDs (`outboxkit.kernel.wire.record.decode` refuses a
+# record whose id is not one, and only applied records are remembered), kept as uuid: 16 bytes an id
+# instead of 40 as text. That matters because the arrays live in TOAST and pruning deletes a slice
+# per batch: until autovacuum visits (eager settings from migration 0005, but at most once per
 # naptime) the table holds every id inserted since, so bytes per id set its size on disk.
 #
 # Nothing in the table refuses a second copy of an id (ids inside arrays have no unique index).
@@ -115,7 +115,8 @@ def _record_columns() -> list[Column[Any]]:
         Column("header_names", ARRAY(LargeBinary), nullable=True),  # UTF-8, in record order
         Column("header_values", ARRAY(LargeBinary), nullable=True),  # same order, NULLs kept
         Column("timestamp_ms", BigInteger, nullable=True),
-        # Readable copies (`kernel.wire.record.readable`): escapes for what text cannot hold, cut.
+        # Readable copies (`outboxkit.kernel.wire.record.readable`): escapes for what text cannot
+        # hold, cut.
         Column("key", Text, nullable=True),
         Column("event_id", String(EVENT_ID_CHARS), nullable=True),
         Column("event_type", String(EVENT_TYPE_CHARS), nullable=True),

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from opentelemetry.trace import INVALID_SPAN, SpanKind
 
 from inbox.decision import Action
-from kernel.tracing import spans
-from kernel.tracing.context import TraceContext
-from kernel.wire.record import Decoded
+from outboxkit.kernel.tracing import spans
+from outboxkit.kernel.tracing.context import TraceContext
+from outboxkit.kernel.wire.record import Decoded
 
 
 class RecordSpans:

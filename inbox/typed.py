@@ -7,9 +7,9 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from inbox.handlers import BatchHandler
-from kernel.envelope import Envelope
 from outbox.contracts import Contracts, Received
 from outbox.unit import UnitOfWork
+from outboxkit.kernel.envelope import Envelope
 
 
 def typed_batch(

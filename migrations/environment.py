@@ -17,8 +17,8 @@ from typing import Any
 from alembic import context
 from sqlalchemy import MetaData
 
-from kernel.engines import engine_for
 from migrations.runner import VERSION_TABLE, resolve_url
+from outboxkit.kernel.engines import engine_for
 
 
 def _table_names(metadata: MetaData | Sequence[MetaData] | None) -> frozenset[str]:

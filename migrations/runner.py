@@ -12,7 +12,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL
 
-from kernel.engines import engine_for
+from outboxkit.kernel.engines import engine_for
 
 VERSION_TABLE = "outboxkit_alembic_version"
 """The table holding the framework chain's revision (a service's chain has its own)."""

@@ -1,9 +1,5 @@
 """Transactional outbox: write an event in the same transaction as the business rows."""
 
-from kernel.engines import engine_for
-from kernel.envelope import Envelope, make_envelope
-from kernel.errors import InvalidEvent, OutboxError
-from kernel.tracing.context import TraceContext
 from outbox.at_commit import attach as attach_at_commit
 from outbox.contracts import ContractError, Contracts, Event, Received
 from outbox.publish import NewEvent, Outbox
@@ -11,6 +7,10 @@ from outbox.settings import OutboxSettings
 from outbox.table import metadata, outbox_heartbeat_table, outbox_table
 from outbox.unit import PublishedObserver, UnitOfWork
 from outbox.unnest import unnested, unnested_rows
+from outboxkit.kernel.engines import engine_for
+from outboxkit.kernel.envelope import Envelope, make_envelope
+from outboxkit.kernel.errors import InvalidEvent, OutboxError
+from outboxkit.kernel.tracing.context import TraceContext
 
 __all__ = [
     "ContractError",

@@ -38,8 +38,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from kernel.envelope import Envelope
 from outbox.publish import NewEvent
+from outboxkit.kernel.envelope import Envelope
 
 VERSION_HEADER = "eventVersion"
 

@@ -11,16 +11,16 @@ from typing import Any, Literal, get_args
 
 from sqlalchemy.orm import Session
 
-from kernel.envelope import (
+from outbox import at_commit
+from outbox.statements import Row, emit_messages, write_rows
+from outboxkit.kernel.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_MAX_RECORD_BYTES,
     Envelope,
     make_envelope,
 )
-from kernel.errors import InvalidEvent
-from kernel.wire import DEFAULT_MESSAGE_PREFIX
-from outbox import at_commit
-from outbox.statements import Row, emit_messages, write_rows
+from outboxkit.kernel.errors import InvalidEvent
+from outboxkit.kernel.wire import DEFAULT_MESSAGE_PREFIX
 
 OutboxMode = Literal["delete", "retain", "message"]
 MODES: tuple[str, ...] = get_args(OutboxMode)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from kernel.envelope import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RECORD_BYTES
-from kernel.wire import DEFAULT_MESSAGE_PREFIX
 from outbox.publish import Outbox, OutboxMode
+from outboxkit.kernel.envelope import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_RECORD_BYTES
+from outboxkit.kernel.wire import DEFAULT_MESSAGE_PREFIX
 
 
 class OutboxSettings(BaseModel):

@@ -28,8 +28,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from kernel.envelope import Envelope, extra_headers
-from kernel.errors import OutboxError
+from outboxkit.kernel.envelope import Envelope, extra_headers
+from outboxkit.kernel.errors import OutboxError
 
 _COLUMNS = (
     "id, aggregatetype, aggregateid, type, payload, traceparent, headers, schema_version, "
@@ -186,8 +186,8 @@ def _cursor(pooled: Any, driver: psycopg.Connection[Any], *, keep: bool) -> Iter
 @contextlib.contextmanager
 def as_sqlalchemy_errors(statement: Statement) -> Iterator[None]:
     """A driver error raised as SQLAlchemy's (OperationalError, IntegrityError...), as it would
-    be through ``session.execute``: callers and ``kernel.errors.is_transient`` see one family
-    (a lost connection or a statement timeout is an outage, answered 503 and retried)."""
+    be through ``session.execute``: callers and ``outboxkit.kernel.errors.is_transient`` see one
+    family (a lost connection or a statement timeout is an outage, answered 503 and retried)."""
     try:
         yield
     except psycopg.errors.UndefinedFunction as exc:

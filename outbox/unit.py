@@ -11,12 +11,12 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 from sqlalchemy.orm import Session
 
-from kernel.envelope import Envelope
-from kernel.tracing import spans
-from kernel.tracing.context import TraceContext
-from kernel.wire import TRACEPARENT
 from outbox.contracts import Event
 from outbox.publish import NewEvent, Outbox
+from outboxkit.kernel.envelope import Envelope
+from outboxkit.kernel.tracing import spans
+from outboxkit.kernel.tracing.context import TraceContext
+from outboxkit.kernel.wire import TRACEPARENT
 
 # Told, after the unit's transaction committed, which events it published (e.g. metrics).
 PublishedObserver = Callable[[Sequence[Envelope]], None]

@@ -4,7 +4,8 @@ benchmarks in `outboxkit.bench`).
 The operator commands (db, outbox, cdc, consume, inbox, audit, schemas) read
 `outboxkit.settings.Settings` and find their endpoints through `outboxkit.endpoints`; only the
 commands that run the local stack (stack, demo, saga, chaos, bench) read the dev stack's settings
-(`devstack.settings.StackSettings`, named by their parser's ``settings`` default) and build it."""
+(`outboxkit.devstack.settings.StackSettings`, named by their parser's ``settings`` default) and
+build it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from devstack.settings import StackSettings
+from outboxkit.devstack.settings import StackSettings
 from outboxkit.settings import Settings
 
 DESCRIPTION = (

@@ -11,17 +11,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from devstack.settings import StackSettings
-from devstack.stack import Stack
-from kernel import tracing
 from outboxkit.bench.report import percentile
+from outboxkit.devstack.settings import StackSettings
+from outboxkit.devstack.stack import Stack
+from outboxkit.kernel import tracing
 
 
 def run_demo(
     settings: StackSettings, *, orders: int = 300, keep_running: bool = False, seed: int = 7
 ) -> int:
     """Start everything, place ``orders`` orders, wait until each is final, report, stop."""
-    from saga_harness.processes import Saga, drop_checkpoints
+    from outboxkit.saga_harness.processes import Saga, drop_checkpoints
 
     console = Console()
     stack = Stack(settings, echo=lambda line: console.print(f"[dim]{line}[/dim]"))

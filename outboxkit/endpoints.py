@@ -11,8 +11,8 @@ from sqlalchemy.engine import make_url
 
 from cdc import endpoints
 from cdc.endpoints import EndpointSettings, Recorded
-from devstack.connect import live_url
-from devstack.state import StackState
+from outboxkit.devstack.connect import live_url
+from outboxkit.devstack.state import StackState
 from outboxkit.settings import Settings
 
 
@@ -40,7 +40,7 @@ def spark_jars(settings: Settings) -> list[Path]:
     (none when neither has them: the cluster's classpath or spark-submit provides them)."""
     if settings.spark_jars:
         return list(settings.spark_jars)
-    from devstack.artifacts import cached_spark_jars
-    from devstack.settings import default_cache_dir
+    from outboxkit.devstack.artifacts import cached_spark_jars
+    from outboxkit.devstack.settings import default_cache_dir
 
     return cached_spark_jars(settings.cache_dir or default_cache_dir())

@@ -14,11 +14,11 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from starlette.concurrency import run_in_threadpool
 
-from kernel import tracing
-from kernel.engines import engine_for
 from migrations.runner import FRAMEWORK, Migrations
 from outbox import at_commit
 from outbox.publish import Outbox
+from outboxkit.kernel import tracing
+from outboxkit.kernel.engines import engine_for
 from service_template import errors, logs, openapi
 from service_template.limits import BodyLimit
 from service_template.measure import TraceAndMeasure

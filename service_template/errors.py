@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from kernel.errors import OutboxError, is_transient
+from outboxkit.kernel.errors import OutboxError, is_transient
 
 PROBLEM = "application/problem+json"
 log = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 
-from kernel.tracing.context import TraceContext
+from outboxkit.kernel.tracing.context import TraceContext
 
 # The span of the request being served (set by the app's middleware).
 current_trace: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar(

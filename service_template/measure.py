@@ -13,9 +13,9 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
-from kernel.tracing import spans
-from kernel.tracing.context import TraceContext
-from kernel.wire import TRACEPARENT
+from outboxkit.kernel.tracing import spans
+from outboxkit.kernel.tracing.context import TraceContext
+from outboxkit.kernel.wire import TRACEPARENT
 from service_template import logs
 from service_template.metrics import Metrics
 

@@ -12,9 +12,9 @@ from sqlalchemy.engine import Engine
 
 from inbox.lag import read_lags
 from inbox.operations import parked_counts
-from kernel.envelope import Envelope
-from kernel.kafka.offsets import PartitionOffsets
-from kernel.kafka.security import PLAINTEXT, KafkaSecurity
+from outboxkit.kernel.envelope import Envelope
+from outboxkit.kernel.kafka.offsets import PartitionOffsets
+from outboxkit.kernel.kafka.security import PLAINTEXT, KafkaSecurity
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import URL
 
-from kernel.kafka.security import KafkaSecuritySettings
-from kernel.secrets import url_with_password
 from outbox.settings import OutboxSettings
+from outboxkit.kernel.kafka.security import KafkaSecuritySettings
+from outboxkit.kernel.secrets import url_with_password
 
 
 class ServiceSettings(BaseSettings):

@@ -28,8 +28,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from inbox.tables import ledger, parked, skipped, watermarks
-from kernel.kafka.security import librdkafka_config
-from kernel.wire.record import KafkaRecord, read
+from outboxkit.kernel.kafka.security import librdkafka_config
+from outboxkit.kernel.wire.record import KafkaRecord, read
 from spark_consumers.job import Job
 
 CATEGORIES = ("applied", "duplicate", "parked", "skipped", "pending", "lost")

@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 
 from inbox.handlers import BatchHandler
-from kernel.envelope import Envelope
 from outbox.unit import UnitOfWork
+from outboxkit.kernel.envelope import Envelope
 
 
 @dataclasses.dataclass

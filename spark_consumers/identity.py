@@ -14,8 +14,8 @@ from typing import Any
 
 from inbox import moves
 from inbox.position import TopicIdentity
-from kernel.engines import engine_for
-from kernel.kafka.security import librdkafka_config
+from outboxkit.kernel.engines import engine_for
+from outboxkit.kernel.kafka.security import librdkafka_config
 from spark_consumers.job import Job
 
 log = logging.getLogger(__name__)

@@ -11,10 +11,10 @@ from sqlalchemy.engine import URL, Engine
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW, Inbox
 from inbox.handlers import Handlers
-from kernel.kafka.security import PLAINTEXT, KafkaSecurity
-from kernel.secrets import url_with_password
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
+from outboxkit.kernel.kafka.security import PLAINTEXT, KafkaSecurity
+from outboxkit.kernel.secrets import url_with_password
 from spark_consumers.retry import BATCH_RETRY
 
 # Seconds between micro-batches. A hop waits for the next trigger, then one batch. One job alone

@@ -1,6 +1,7 @@
 """Riding out outages: the back-off for a micro-batch's inbox transactions (on the executors)
 and for restarting a failed query (in the driver), on the framework's one retry policy
-(`kernel.retry`). Pure: the clock is a parameter, so the policy is tested without waiting."""
+(`outboxkit.kernel.retry`). Pure: the clock is a parameter, so the policy is tested without
+waiting."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kernel.retry import Backoff, retrying
+from outboxkit.kernel.retry import Backoff, retrying
 
 __all__ = [
     "BATCH_RETRY",

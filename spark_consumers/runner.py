@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from inbox.recorder import Recorder
-from kernel import tracing
-from kernel.engines import engine_for
-from kernel.kafka.security import librdkafka_config, spark_source_options
+from outboxkit.kernel import tracing
+from outboxkit.kernel.engines import engine_for
+from outboxkit.kernel.kafka.security import librdkafka_config, spark_source_options
 from spark_consumers.identity import TopicIdentities, prepare_start
 from spark_consumers.job import DEFAULT_TRIGGER_SECONDS, Job
 from spark_consumers.listeners import add_listeners

@@ -8,7 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW
-from kernel.wire.record import TopicPrefixSettings, topic_for
+from outboxkit.kernel.wire.record import TopicPrefixSettings, topic_for
 from spark_consumers.job import DEFAULT_MAX_OFFSETS_PER_TRIGGER
 from spark_consumers.retry import BATCH_RETRY
 

@@ -14,13 +14,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inbox.position import TopicIdentity
-from kernel import tracing
-from kernel.engines import engine_for
-from kernel.errors import is_transient
-from kernel.tracing import spans
-from kernel.tracing.context import TraceContext
-from kernel.wire.record import KafkaRecord
 from outbox import at_commit
+from outboxkit.kernel import tracing
+from outboxkit.kernel.engines import engine_for
+from outboxkit.kernel.errors import is_transient
+from outboxkit.kernel.tracing import spans
+from outboxkit.kernel.tracing.context import TraceContext
+from outboxkit.kernel.wire.record import KafkaRecord
 from spark_consumers.clock import HandlerClock
 from spark_consumers.job import Job
 from spark_consumers.retry import BATCH_RETRY, IDENTITY_RETRY, retrying

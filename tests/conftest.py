@@ -26,8 +26,8 @@ from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import Engine, make_url
 
 from cdc.preflight import drop_slot
-from devstack.settings import StackSettings
-from devstack.stack import Stack
+from outboxkit.devstack.settings import StackSettings
+from outboxkit.devstack.stack import Stack
 
 # Fixtures that start the real stack; a test reaching either (directly or through another
 # fixture: ``item.fixturenames`` is the closure) needs Postgres, Kafka and Connect.
@@ -255,7 +255,7 @@ def spark(stack: Stack) -> Iterator[object]:
     # Executors import the test jobs by reference: put the repository on their path.
     root = str(Path(__file__).resolve().parents[2])
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    from devstack.artifacts import cached_spark_jars
+    from outboxkit.devstack.artifacts import cached_spark_jars
     from spark_consumers.session import build_session
 
     with stopped_early("spark") as resources:

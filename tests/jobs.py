@@ -9,8 +9,8 @@ import os
 
 from sqlalchemy import BigInteger, Column, Identity, Integer, MetaData, String, Table
 
-from kernel.envelope import Envelope
 from outbox.unit import UnitOfWork
+from outboxkit.kernel.envelope import Envelope
 from spark_consumers.job import Job
 
 metadata = MetaData()

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from kernel.wire.record import Headers, KafkaRecord
+from outboxkit.kernel.wire.record import Headers, KafkaRecord
 
 
 def _headers(raw: Iterable[tuple[str, str | bytes | None]] | None) -> Headers:

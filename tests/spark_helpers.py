@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 import outbox
 from cdc.config import topic_for
-from kernel.wire.record import header_map
+from outboxkit.kernel.wire.record import header_map
 from spark_consumers.runner import run_jobs
 from spark_consumers.summary import SliceSummary
 from tests.jobs import effects, make_job

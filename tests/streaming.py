@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 import outbox
 from cdc.config import topic_for
-from kernel.wire.record import header_map
+from outboxkit.kernel.wire.record import header_map
 from tests.kafka import read_records
 
 PER_TRANSACTION = 20

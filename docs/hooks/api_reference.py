@@ -16,7 +16,7 @@ PACKAGES = (
     "spark_consumers",
     "service_template",
     "migrations",
-    "kernel",
+    "outboxkit.kernel",
 )
 
 

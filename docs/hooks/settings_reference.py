@@ -62,12 +62,12 @@ SETTINGS: tuple[Documented, ...] = (
         note="A model composed into a service's settings as its `outbox` field: set with the "
         "service's prefix and the nested delimiter (e.g. `ORDERS_OUTBOX__MODE=retain`).",
     ),
-    Documented("kernel.kafka.security.KafkaSecuritySettings"),
+    Documented("outboxkit.kernel.kafka.security.KafkaSecuritySettings"),
     Documented("cdc.endpoints.EndpointSettings"),
     Documented("outboxkit.settings.Settings"),
-    Documented("devstack.settings.StackSettings"),
+    Documented("outboxkit.devstack.settings.StackSettings"),
     Documented(
-        "saga.common.SagaServiceSettings",
+        "outboxkit.saga.common.SagaServiceSettings",
         prefix="<SERVICE>_",
         note="Each saga service reads it with its own prefix: `ORDERS_`, `PAYMENTS_`, `SHIPPING_`.",
     ),

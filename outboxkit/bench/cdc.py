@@ -39,8 +39,6 @@ from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.orm import Session
 
 from cdc.config import topic_for
-from devstack.artifacts import profiler_jar
-from devstack.stack import Stack
 from outbox import at_commit
 from outbox.publish import MODES, Outbox
 from outboxkit.bench.flame import jvm_recording, recording
@@ -53,6 +51,8 @@ from outboxkit.bench.report import (
     ratio_rows,
     spread,
 )
+from outboxkit.devstack.artifacts import profiler_jar
+from outboxkit.devstack.stack import Stack
 
 PARTITIONS = 4
 DATABASE = "outboxkit_bench_cdc"
@@ -351,9 +351,9 @@ def pipeline(
     ``flame_events``, then the batch handler's job takes that many events one at a time (the
     latency from commit to the inbox and the phases of its one-record micro-batches), then a
     backlog, each under py-spy and async-profiler (where installed) for flame graphs."""
-    from devstack.artifacts import cached_spark_jars
     from inbox.handlers import Handlers
     from outboxkit.bench.inbox import bench_metadata, effects, record_effect, record_effects
+    from outboxkit.devstack.artifacts import cached_spark_jars
     from spark_consumers.job import Job
     from spark_consumers.runner import start_job
     from spark_consumers.session import build_session

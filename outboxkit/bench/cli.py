@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, make_url, text
 
-from devstack.settings import StackSettings
+from outboxkit.devstack.settings import StackSettings
 
 SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga", "service", "profile", "cluster")
 DEFAULT = SCENARIOS[:-1]  # cluster starts a stack per shape (about 20 min): only when named
@@ -41,7 +41,7 @@ def _shape(text: str) -> Any:
 def run(args: argparse.Namespace, settings: StackSettings) -> int:
     from rich.console import Console
 
-    from devstack.stack import Stack
+    from outboxkit.devstack.stack import Stack
 
     if args.scenarios[:1] == ["publish"]:
         from outboxkit.bench import publish

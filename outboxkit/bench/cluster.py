@@ -29,11 +29,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from devstack.settings import StackSettings
-from devstack.stack import Stack
 from outboxkit.bench.cluster_report import plural, report
 from outboxkit.bench.report import Progress
 from outboxkit.bench.usage import Watch, rss_mib, stack_nodes
+from outboxkit.devstack.settings import StackSettings
+from outboxkit.devstack.stack import Stack
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 # One shape's pipeline measurement, its driver's start included: minutes on a quiet machine,
@@ -188,10 +188,10 @@ def measure_saga(stack: Stack, shape: Shape, workdir: Path, sizes: Sizes) -> dic
     partitions before the services' connectors write to them."""
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    from kernel.wire.record import topic_for
     from outboxkit.bench.saga import fixed_rate
-    from saga import rules
-    from saga_harness.processes import Saga
+    from outboxkit.kernel.wire.record import topic_for
+    from outboxkit.saga import rules
+    from outboxkit.saga_harness.processes import Saga
 
     prefix = stack.settings.topic_prefix
     topics = [

@@ -9,9 +9,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from devstack.settings import StackSettings
-from devstack.stack import Stack
 from outboxkit.bench import cdc
+from outboxkit.devstack.settings import StackSettings
+from outboxkit.devstack.stack import Stack
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -24,7 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--warm-up", type=int, required=True)
     parser.add_argument("--result", type=Path, required=True, help="where the JSON goes")
     args = parser.parse_args(argv)
-    from devstack.artifacts import cached_spark_jars
+    from outboxkit.devstack.artifacts import cached_spark_jars
     from spark_consumers.session import build_session
 
     settings = StackSettings.model_validate_json(args.settings.read_text())

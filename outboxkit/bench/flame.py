@@ -48,8 +48,8 @@ def recording(
 @contextlib.contextmanager
 def jvm_recording(jar: Path | None, pid: int, html: Path, title: str) -> Iterator[Path | None]:
     """Sample the JVM ``pid`` with async-profiler (``jar``: its loader, see
-    `devstack.artifacts.profiler_jar`) while the block runs, on its interval timer (no perf
-    events needed), every Java thread; an HTML flame graph, a tower per thread, is written to
+    `outboxkit.devstack.artifacts.profiler_jar`) while the block runs, on its interval timer (no
+    perf events needed), every Java thread; an HTML flame graph, a tower per thread, is written to
     ``html`` (which the block receives, or None when the profiler is missing or cannot attach),
     and the same stacks as text beside it (``.collapsed``: one line per stack and its samples,
     for grep and other flame graph tools)."""

@@ -34,7 +34,7 @@ def hop_seconds(saga: Any, order_ids: list[str]) -> dict[str, list[float]]:
     """Per hop, seconds between the transaction that published an event and the one that applied
     it, for SHIPPED orders: orders.created_at -> payments.created_at -> shipments.created_at ->
     orders.final_at (each hop: Debezium, Kafka, a Spark micro-batch, the inbox transaction)."""
-    from saga import orders, payments, rules, shipping
+    from outboxkit.saga import orders, payments, rules, shipping
 
     shipped_only = orders.orders.c.status == rules.SHIPPED
     placed = _times(saga, "orders", orders.orders, "created_at", order_ids, shipped_only)
@@ -59,7 +59,7 @@ def first_hop_stages(
     Debezium's poll, Connect's Kafka transaction), and in Kafka -> the payments inbox transaction
     that applied it began (waiting for the trigger or the running batch, planning, the offset
     log, launching the tasks, reading)."""
-    from saga import orders, payments
+    from outboxkit.saga import orders, payments
 
     placed = _times(saga, "orders", orders.orders, "created_at", order_ids)
     paid = _times(saga, "payments", payments.payments, "created_at", order_ids)

@@ -42,9 +42,6 @@ from sqlalchemy.orm import Session
 
 from inbox import EXACTLY_ONCE_WINDOW, BatchHandler, Handlers, Inbox, as_batch
 from inbox.recorder import Recorder
-from kernel.envelope import Envelope
-from kernel.wire import SOURCE, SOURCE_POSITION
-from kernel.wire.record import KafkaRecord, decode, encode
 from outbox.unit import UnitOfWork
 from outboxkit.bench.report import (
     Progress,
@@ -55,6 +52,9 @@ from outboxkit.bench.report import (
     ratio_rows,
     spread,
 )
+from outboxkit.kernel.envelope import Envelope
+from outboxkit.kernel.wire import SOURCE, SOURCE_POSITION
+from outboxkit.kernel.wire.record import KafkaRecord, decode, encode
 
 AGGREGATE_TYPE = "bench"
 PARTITIONS = 4

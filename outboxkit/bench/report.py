@@ -38,7 +38,7 @@ def machine(database_url: str | None = None) -> dict[str, Any]:
     import confluent_kafka
     import sqlalchemy
 
-    from devstack.artifacts import pinned_versions
+    from outboxkit.devstack.artifacts import pinned_versions
 
     pins = pinned_versions()
 

@@ -22,8 +22,6 @@ from typing import Any
 
 import httpx
 
-from devstack.stack import Stack
-from kernel.wire.record import topic_for
 from outboxkit.bench.arrivals import Arrivals
 from outboxkit.bench.hops import HOPS, batch_phases, first_hop_stages, hop_seconds
 from outboxkit.bench.report import (
@@ -36,10 +34,12 @@ from outboxkit.bench.report import (
     spread,
 )
 from outboxkit.bench.usage import own_ticks
-from saga import rules
-from saga_harness.invariants import Report
-from saga_harness.load import Placed
-from saga_harness.processes import SAGA_TRIGGER_SECONDS, SKUS, Saga
+from outboxkit.devstack.stack import Stack
+from outboxkit.kernel.wire.record import topic_for
+from outboxkit.saga import rules
+from outboxkit.saga_harness.invariants import Report
+from outboxkit.saga_harness.load import Placed
+from outboxkit.saga_harness.processes import SAGA_TRIGGER_SECONDS, SKUS, Saga
 from spark_consumers.progress import PHASES
 
 GRACE_SECONDS = 5.0  # a step's orders may finish this long after its last POST

@@ -19,12 +19,12 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from devstack.stack import Stack
 from outboxkit.bench.flame import recording
 from outboxkit.bench.report import Progress, describe, machine, markdown_table, spread_cells
 from outboxkit.bench.usage import own_ticks
-from saga.orders import orders as orders_table
-from saga_harness.processes import Saga
+from outboxkit.devstack.stack import Stack
+from outboxkit.saga.orders import orders as orders_table
+from outboxkit.saga_harness.processes import Saga
 
 CLIENTS = (1, 8, 32)
 FLAME_CLIENTS = 8

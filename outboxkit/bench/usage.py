@@ -12,7 +12,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from devstack.stack import Stack
+from outboxkit.devstack.stack import Stack
 
 
 @dataclass

@@ -53,8 +53,6 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
-from kernel.envelope import make_envelope
-from kernel.wire.jsonb import render, utf8_size
 from outbox import at_commit, statements
 from outbox.publish import Outbox
 from outbox.table import outbox_table
@@ -68,6 +66,8 @@ from outboxkit.bench.report import (
     spread,
     spread_cells,
 )
+from outboxkit.kernel.envelope import make_envelope
+from outboxkit.kernel.wire.jsonb import render, utf8_size
 
 metadata = MetaData()
 orders = Table(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from kernel.engines import engine_for
+from outboxkit.kernel.engines import engine_for
 from outboxkit.settings import Settings
 
 

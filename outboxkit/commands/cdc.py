@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def _cdc(args: argparse.Namespace, settings: Settings) -> int:
     from cdc import recovery
     from cdc.preflight import connector_check, run_checks
-    from kernel.kafka.security import librdkafka_config
+    from outboxkit.kernel.kafka.security import librdkafka_config
 
     endpoints = resolve(settings)
     client = endpoints.connect() if endpoints.connect_url else None

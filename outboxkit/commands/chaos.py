@@ -8,18 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devstack.settings import StackSettings
 from outboxkit.commands.saga import recorded_saga, service_replicas
+from outboxkit.devstack.settings import StackSettings
 
 
 def chaos_command(args: argparse.Namespace, settings: StackSettings) -> int:
     """`outboxkit chaos`: the fault campaign on the recorded saga (brought up when absent)."""
     from rich.console import Console
 
-    from devstack.stack import Stack
     from outboxkit.bench.report import markdown_table, write
-    from saga_harness import chaos, faults
-    from saga_harness.processes import Saga, drop_checkpoints
+    from outboxkit.devstack.stack import Stack
+    from outboxkit.saga_harness import chaos, faults
+    from outboxkit.saga_harness.processes import Saga, drop_checkpoints
 
     console = Console()
     echo: Callable[[str], None] = lambda line: console.print(f"[dim]{line}[/dim]")  # noqa: E731
@@ -103,7 +103,7 @@ def _chaos_markdown(campaign: Any, markdown_table: Callable[..., str]) -> str:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from saga_harness import faults  # light: the kinds' catalogue, for the --kinds help
+    from outboxkit.saga_harness import faults  # light: the kinds' catalogue, for the --kinds help
 
     chaos = sub.add_parser(
         "chaos",

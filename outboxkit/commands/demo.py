@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from devstack.settings import StackSettings
+from outboxkit.devstack.settings import StackSettings
 
 
 def _demo(args: argparse.Namespace, settings: StackSettings) -> int:

@@ -9,8 +9,8 @@ import json
 import sys
 from typing import Any
 
-from kernel.engines import engine_for
 from outboxkit.endpoints import resolve
+from outboxkit.kernel.engines import engine_for
 from outboxkit.settings import Settings
 
 
@@ -111,8 +111,8 @@ def _parked_id(args: argparse.Namespace) -> int:
 def _inbox_redrive(args: argparse.Namespace) -> int:
 
     from inbox import operations
-    from kernel.wire.record import key_text
     from outbox import at_commit
+    from outboxkit.kernel.wire.record import key_text
     from spark_consumers.job import load_job
 
     if not args.job:

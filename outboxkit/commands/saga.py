@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from devstack.settings import StackSettings
+from outboxkit.devstack.settings import StackSettings
 
 
 def progress(line: str) -> None:
@@ -20,7 +20,7 @@ def progress(line: str) -> None:
 
 def recorded_saga(stack: Any) -> Any:
     """The saga whose processes are recorded in the stack's directory, if any."""
-    from saga_harness.processes import Saga
+    from outboxkit.saga_harness.processes import Saga
 
     workdir = stack.dir / "saga"
     if not (workdir / "processes.json").exists() or not stack.state_file.exists():
@@ -36,8 +36,8 @@ def service_replicas(stack: Any) -> int:
 def saga_command(args: argparse.Namespace, settings: StackSettings) -> int:
     """`outboxkit saga ACTION [NAME...]`: prepare, up, status, start, stop, restart or kill -9;
     a NAME is a process: a service replica (orders, orders-2, ...) or the consumer driver."""
-    from devstack.stack import Stack
-    from saga_harness.processes import Saga, service_of
+    from outboxkit.devstack.stack import Stack
+    from outboxkit.saga_harness.processes import Saga, service_of
 
     stack = Stack(settings, echo=progress)  # stdout carries the report (--json) alone
     unknown = sorted(n for n in args.names if n != "consumers" and service_of(n) is None)

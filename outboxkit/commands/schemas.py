@@ -11,7 +11,7 @@ from pathlib import Path
 from outbox.contracts import Contracts
 from outboxkit.settings import Settings
 
-DEFAULT_CONTRACTS = "saga.contracts:CONTRACTS"
+DEFAULT_CONTRACTS = "outboxkit.saga.contracts:CONTRACTS"
 
 
 def load(spec: str) -> tuple[Contracts, Path]:

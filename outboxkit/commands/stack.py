@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from devstack.settings import StackSettings
+from outboxkit.devstack.settings import StackSettings
 
 
 def _stack(args: argparse.Namespace, settings: StackSettings) -> int:
-    from devstack import artifacts
-    from devstack.stack import Stack
+    from outboxkit.devstack import artifacts
+    from outboxkit.devstack.stack import Stack
 
     if args.action == "install":
         found = artifacts.locate(settings.cache_dir, install=True)
@@ -34,7 +34,7 @@ def _stack(args: argparse.Namespace, settings: StackSettings) -> int:
             saga.stop()
         stack.down(keep_data=args.keep_data)
         if not args.keep_data:
-            from saga_harness.processes import drop_checkpoints
+            from outboxkit.saga_harness.processes import drop_checkpoints
 
             drop_checkpoints(stack.dir / "saga")
         return 0

@@ -17,8 +17,8 @@ from cdc.preflight import SlotLag, database_slots
 from inbox.lag import PartitionLag, read_lags
 from inbox.operations import partition_counts, stopped_partitions
 from inbox.tables import ledger, parked, skipped
-from kernel.engines import engine_for
-from kernel.kafka.offsets import PartitionOffsets
+from outboxkit.kernel.engines import engine_for
+from outboxkit.kernel.kafka.offsets import PartitionOffsets
 from spark_consumers.job import Job
 from spark_consumers.runner import source_key
 

@@ -14,7 +14,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from cdc.supervisor import RestartPolicy, Supervisor
-from devstack.stack import Stack
+from outboxkit.devstack.stack import Stack
 from tests.conftest import temporary_stack
 
 

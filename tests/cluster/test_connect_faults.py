@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from devstack import faults
-from devstack.state import Node
+from outboxkit.devstack import faults
+from outboxkit.devstack.state import Node
 from tests.streaming import RESUME_RESENDS, seen_twice, stream_with_faults
 
 EVENTS = 6_000

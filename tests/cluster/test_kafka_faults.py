@@ -12,9 +12,9 @@ import time
 import pytest
 
 from cdc.config import topic_for
-from devstack import faults
-from devstack.processes import stop
-from devstack.stack import Stack
+from outboxkit.devstack import faults
+from outboxkit.devstack.processes import stop
+from outboxkit.devstack.stack import Stack
 from tests.streaming import RESUME_RESENDS, seen_twice, stream_with_faults
 
 EVENTS = 6_000

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from devstack import spark
-from devstack.stack import Stack
-from devstack.state import Node
+from outboxkit.devstack import spark
+from outboxkit.devstack.stack import Stack
+from outboxkit.devstack.state import Node
 from tests.faults.test_spark_faults import ROOT, consume_command
 from tests.spark_helpers import effect_stats, publish, wait_on_kafka
 

@@ -14,10 +14,10 @@ from sqlalchemy import func, select
 
 from cdc.config import topic_for
 from inbox.tables import ledger, parked, watermarks
-from saga import rules
-from saga_harness.processes import PARTITIONS, Saga
+from outboxkit.saga import rules
+from outboxkit.saga_harness.processes import PARTITIONS, Saga
 
-# The topics each saga job reads (saga.jobs).
+# The topics each saga job reads (outboxkit.saga.jobs).
 JOB_TOPICS = {
     "payments": (rules.ORDER, rules.SHIPMENT),
     "shipping": (rules.PAYMENT,),

@@ -20,14 +20,14 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from sqlalchemy import ColumnElement, select
 
 from cdc.config import topic_for
-from devstack.processes import alive
-from devstack.stack import Stack
 from inbox.tables import parked, watermarks
 from outboxkit.bench.report import percentile
-from saga import orders, payments, rules, shipping
-from saga.common import SERVICES
-from saga_harness import chaos
-from saga_harness.processes import Saga
+from outboxkit.devstack.processes import alive
+from outboxkit.devstack.stack import Stack
+from outboxkit.saga import orders, payments, rules, shipping
+from outboxkit.saga.common import SERVICES
+from outboxkit.saga_harness import chaos
+from outboxkit.saga_harness.processes import Saga
 
 
 def assert_consistent(saga: Saga, placed, warm=None) -> None:

@@ -10,10 +10,10 @@ import uuid
 
 import httpx
 
-from kernel.tracing.context import TraceContext
-from saga import rules
-from saga_harness.load import Placed
-from saga_harness.processes import Saga
+from outboxkit.kernel.tracing.context import TraceContext
+from outboxkit.saga import rules
+from outboxkit.saga_harness.load import Placed
+from outboxkit.saga_harness.processes import Saga
 from tests.otlp import OtlpReceiver, ReceivedSpan
 
 SERVER, PRODUCER, CONSUMER = 2, 4, 5  # OTLP span kinds

@@ -11,9 +11,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import delete, insert, select
 from sqlalchemy.engine import Engine
 
-from devstack.stack import Stack
 from inbox import Inbox
 from inbox.tables import ledger
+from outboxkit.devstack.stack import Stack
 from spark_consumers.audit import audit
 from spark_consumers.job import Job
 from tests.kafka import read_records

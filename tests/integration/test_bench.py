@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from devstack.settings import StackSettings
-from devstack.stack import Stack
 from outboxkit.bench import cdc, cluster, inbox, profile, writes
 from outboxkit.bench.cli import fresh_database
+from outboxkit.devstack.settings import StackSettings
+from outboxkit.devstack.stack import Stack
 
 pytestmark = pytest.mark.integration
 

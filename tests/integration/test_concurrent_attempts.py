@@ -20,9 +20,9 @@ from sqlalchemy import func, select, text
 from sqlalchemy.engine import make_url
 
 from inbox.tables import watermarks
-from kernel.wire.record import KafkaRecord
 from outbox import Outbox
 from outbox.table import outbox_table
+from outboxkit.kernel.wire.record import KafkaRecord
 from spark_consumers.job import Job
 from spark_consumers.sink import apply_batches
 from tests.integration.test_inbox_apply import effect_counts, effects, ids_of, record, recorder

@@ -16,10 +16,10 @@ from cdc.config import topic_for
 from inbox import Inbox, operations
 from inbox.decision import Action
 from inbox.typed import typed_batch
-from kernel.wire.record import decode
 from outbox import Contracts, Event, Outbox, UnitOfWork
 from outbox.contracts import VERSION_HEADER, Received
 from outbox.publish import MODES
+from outboxkit.kernel.wire.record import decode
 from tests.kafka import read_records
 
 pytestmark = pytest.mark.integration

@@ -25,9 +25,9 @@ from inbox import BatchHandler, Inbox, operations
 from inbox.decision import Action
 from inbox.recorder import Recorder
 from inbox.tables import parked, recent_ids, watermarks
-from kernel.wire.record import KafkaRecord
 from migrations import runner
 from outbox import Outbox
+from outboxkit.kernel.wire.record import KafkaRecord
 
 effects_md = MetaData()
 effects = Table(

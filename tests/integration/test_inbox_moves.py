@@ -14,7 +14,7 @@ from inbox import Inbox, moves
 from inbox.decision import Action
 from inbox.position import OffsetsMoved, Superseded, TopicIdentity
 from inbox.tables import parked, watermarks
-from kernel.wire.record import KafkaRecord
+from outboxkit.kernel.wire.record import KafkaRecord
 from tests.integration.test_inbox_apply import effect_counts, effects_md, recorder
 
 A = TopicIdentity("cluster-a", "topic-a")

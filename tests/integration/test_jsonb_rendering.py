@@ -1,4 +1,5 @@
-"""`kernel.wire.jsonb.render` against the real Postgres, and record sizes against the connector."""
+"""`outboxkit.kernel.wire.jsonb.render` against the real Postgres, and record sizes against the
+connector."""
 
 from __future__ import annotations
 
@@ -15,24 +16,24 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from cdc.config import topic_for
-from devstack.stack import Stack
-from kernel.envelope import (
+from outbox import Outbox
+from outbox.table import outbox_table
+from outboxkit.devstack.stack import Stack
+from outboxkit.kernel.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_HEADERS,
     MAX_HEADERS_BYTES,
     extra_headers,
     wire_size,
 )
-from kernel.wire import (
+from outboxkit.kernel.wire import (
     HEADER_OVERHEAD_BYTES,
     RECORD_OVERHEAD_BYTES,
     SOURCE,
     SOURCE_HEADERS_BYTES,
     SOURCE_POSITION,
 )
-from kernel.wire.jsonb import render, utf8_size
-from outbox import Outbox
-from outbox.table import outbox_table
+from outboxkit.kernel.wire.jsonb import render, utf8_size
 from tests.kafka import read_records
 from tests.unit.test_jsonb import EXAMPLES
 

@@ -13,10 +13,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from devstack import artifacts, broker
-from devstack.processes import free_port, stop
-from devstack.settings import StackSettings
-from kernel.kafka.security import (
+from outboxkit.devstack import artifacts, broker
+from outboxkit.devstack.processes import free_port, stop
+from outboxkit.devstack.settings import StackSettings
+from outboxkit.kernel.kafka.security import (
     LOGIN_MODULES,
     KafkaSecurity,
     KafkaSecuritySettings,

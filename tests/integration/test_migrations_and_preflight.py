@@ -108,8 +108,8 @@ def test_delete_mode_writes_through_the_migrated_function_and_says_when_it_is_mi
 ):
     from sqlalchemy.orm import Session
 
-    from kernel.errors import OutboxError
     from outbox import Outbox
+    from outboxkit.kernel.errors import OutboxError
 
     runner.upgrade(empty_database, "0007_inbox_ledger")  # before the function
     engine = create_engine(empty_database)

@@ -15,9 +15,9 @@ from confluent_kafka import Producer
 from sqlalchemy import select
 
 from cdc.config import topic_for
-from devstack import artifacts, mirror
 from inbox.tables import watermarks
-from kernel.wire.record import header_map
+from outboxkit.devstack import artifacts, mirror
+from outboxkit.kernel.wire.record import header_map
 from tests.faults.test_spark_faults import consume_command
 from tests.integration.test_topic_moves import (
     assert_audit_clean,

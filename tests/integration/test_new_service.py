@@ -19,10 +19,10 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 
 import outbox
-from devstack.processes import free_port, start, stop, wait_until
 from inbox.recorder import Recorder
-from kernel.wire.record import header_map, topic_for
 from outboxkit.cli import main
+from outboxkit.devstack.processes import free_port, start, stop, wait_until
+from outboxkit.kernel.wire.record import header_map, topic_for
 from tests.kafka import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

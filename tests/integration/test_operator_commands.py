@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from devstack import stack as devstack_stack
 from outboxkit import cli
+from outboxkit.devstack import stack as devstack_stack
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,10 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
-from kernel.engines import engine_for
-from kernel.errors import is_transient
 from migrations import runner
 from outbox import Outbox, OutboxError, at_commit, attach_at_commit
+from outboxkit.kernel.engines import engine_for
+from outboxkit.kernel.errors import is_transient
 
 # Every row the outbox ever inserted, in order, though delete mode deletes it at once.
 SEEN = """

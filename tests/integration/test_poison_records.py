@@ -29,9 +29,9 @@ from inbox import BatchHandler, Inbox, operations
 from inbox.decision import Action
 from inbox.operations import parked_record
 from inbox.tables import parked, skipped, watermarks
-from kernel.wire.record import KafkaRecord, read
 from migrations import runner
 from outboxkit import cli
+from outboxkit.kernel.wire.record import KafkaRecord, read
 
 TOPIC = "poison"
 

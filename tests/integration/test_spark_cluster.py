@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from devstack import spark
-from devstack.processes import alive, free_port, stop, wait_until
+from outboxkit.devstack import spark
+from outboxkit.devstack.processes import alive, free_port, stop, wait_until
 
 pytestmark = pytest.mark.spark
 

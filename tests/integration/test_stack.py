@@ -14,10 +14,10 @@ from pathlib import Path
 from confluent_kafka import Producer
 from sqlalchemy import text
 
-from devstack.artifacts import pinned_versions
-from devstack.processes import alive
-from devstack.settings import StackSettings
-from devstack.stack import Stack
+from outboxkit.devstack.artifacts import pinned_versions
+from outboxkit.devstack.processes import alive
+from outboxkit.devstack.settings import StackSettings
+from outboxkit.devstack.stack import Stack
 from tests.kafka import read_records
 
 

@@ -9,12 +9,12 @@ from sqlalchemy import create_engine, select
 
 import outbox.publish
 from inbox import Inbox
-from kernel.wire.record import encode
 from outbox import Envelope, OutboxSettings, TraceContext
 from outbox.contracts import VERSION_HEADER
 from outbox.table import outbox_table
-from saga import orders, payments, rules
-from saga.common import migrations_of
+from outboxkit.kernel.wire.record import encode
+from outboxkit.saga import orders, payments, rules
+from outboxkit.saga.common import migrations_of
 from service_template import ServiceSettings, create_app
 
 CALLER = TraceContext.new()  # the client's span, sent as traceparent with the POST

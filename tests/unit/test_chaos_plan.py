@@ -8,12 +8,12 @@ from collections import Counter
 
 import pytest
 
-from devstack.settings import StackSettings
 from outboxkit.bench.report import markdown_table
 from outboxkit.commands.chaos import _chaos_markdown
-from saga import common
-from saga_harness.chaos import Campaign, Round, schedule
-from saga_harness.faults import (
+from outboxkit.devstack.settings import StackSettings
+from outboxkit.saga import common
+from outboxkit.saga_harness.chaos import Campaign, Round, schedule
+from outboxkit.saga_harness.faults import (
     NAMES,
     SERVICES,
     FaultKindError,

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from outboxkit.bench.cli import SCENARIOS
 from outboxkit.cli import build_parser
-from saga_harness import faults
+from outboxkit.saga_harness import faults
 
 
 def parsers(

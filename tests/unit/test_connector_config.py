@@ -11,7 +11,7 @@ from cdc.config import (
     topic_for,
 )
 from cdc.connect import parse_status
-from kernel.wire import SOURCE, SOURCE_POSITION
+from outboxkit.kernel.wire import SOURCE, SOURCE_POSITION
 
 
 def settings(**overrides):
@@ -49,8 +49,8 @@ def test_config_routes_by_aggregate_type_with_key_and_headers():
 
 
 def test_source_and_position_headers_are_copied_before_the_router():
-    """outboxkit's transform (devstack/java/smt) copies source.name and source.sequence into
-    the headers the inbox reads, on the outbox records only, before EventRouter drops the
+    """outboxkit's transform (outboxkit/devstack/java/smt) copies source.name and source.sequence
+    into the headers the inbox reads, on the outbox records only, before EventRouter drops the
     change event's source block."""
     for message_prefix in (None, "outbox.v1"):
         config = build_connector_config(settings(message_prefix=message_prefix))
@@ -64,9 +64,9 @@ def test_source_and_position_headers_are_copied_before_the_router():
 
 
 def test_the_transform_is_built_from_the_projects_own_java_source():
-    """The class the config names is the one devstack/java/smt compiles and registers for
+    """The class the config names is the one outboxkit/devstack/java/smt compiles and registers for
     Connect's service loading (plugin.discovery=service_load)."""
-    smt = Path(__file__).resolve().parents[2] / "devstack/java/smt/src/main"
+    smt = Path(__file__).resolve().parents[2] / "outboxkit/devstack/java/smt/src/main"
     name = build_connector_config(settings())["transforms.position.type"]
     source = smt / "java" / (name.replace(".", "/") + ".java")
     assert "implements Transformation<R>" in source.read_text()
@@ -168,7 +168,7 @@ def test_failed_task_trace_surfaces_in_status():
 
 
 def test_a_topic_prefix_that_leaves_no_room_for_aggregate_types_is_refused():
-    from kernel.wire.record import MAX_TOPIC_PREFIX_LENGTH
+    from outboxkit.kernel.wire.record import MAX_TOPIC_PREFIX_LENGTH
 
     with pytest.raises(ConnectorConfigError, match="Kafka's 249"):
         build_connector_config(settings(topic_prefix="p" * (MAX_TOPIC_PREFIX_LENGTH + 1)))

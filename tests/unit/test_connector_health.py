@@ -17,7 +17,7 @@ from cdc.health import (
 )
 from cdc.pgoutput import inserted_rows
 from cdc.preflight import connector_check
-from kernel.wire import HEADER_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
+from outboxkit.kernel.wire import HEADER_OVERHEAD_BYTES, RECORD_OVERHEAD_BYTES
 
 # Connect 4.3's trace for a too-large record under exactly-once source (trimmed).
 TOO_LARGE = (

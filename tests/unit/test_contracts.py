@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from pydantic import ConfigDict
 
 from inbox.typed import typed_batch, typed_handler
-from kernel.wire.jsonb import render
 from outbox import ContractError, Contracts, Envelope, Event
 from outbox.contracts import VERSION_HEADER, Received
 from outbox.schemas import check, export
+from outboxkit.kernel.wire.jsonb import render
 
 
 class Placed(Event):

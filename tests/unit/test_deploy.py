@@ -1,7 +1,7 @@
 """deploy/ runs the saga as production would, scaled out (3 Kafka brokers, 2 Connect workers, a
 Spark standalone cluster, 2 replicas per service behind a load balancer), with the versions the
-embedded stack runs (one set of pins: devstack/java/pom.xml). Checked without Docker: the compose
-file, the Dockerfile, the load balancer's config and the scripts are read, and the settings
+embedded stack runs (one set of pins: outboxkit/devstack/java/pom.xml). Checked without Docker: the
+compose file, the Dockerfile, the load balancer's config and the scripts are read, and the settings
 classes are built from each container's environment."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
-from devstack.artifacts import pinned_versions
-from saga.common import SERVICES
+from outboxkit.devstack.artifacts import pinned_versions
+from outboxkit.saga.common import SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -338,12 +338,12 @@ def test_pyspark_is_pinned_to_the_spark_kafka_connector_version():
 
 
 def test_spark_kafka_connector_comes_from_the_pinned_pom():
-    """The image resolves Spark's Kafka connector from devstack/java (spark.version) into the
-    directory the consumer jobs put on spark-submit's --jars; no other version is named."""
+    """The image resolves Spark's Kafka connector from outboxkit/devstack/java (spark.version) into
+    the directory the consumer jobs put on spark-submit's --jars; no other version is named."""
     text = dockerfile()
     assert re.search(r"mvn .*-f /\S+/java/pom\.xml -pl spark dependency:copy-dependencies", text)
-    assert "COPY devstack/java " in text
-    module = (ROOT / "devstack/java/spark/pom.xml").read_text()
+    assert "COPY outboxkit/devstack/java " in text
+    module = (ROOT / "outboxkit/devstack/java/spark/pom.xml").read_text()
     assert re.search(
         r"<artifactId>spark-sql-kafka-0-10_2\.13</artifactId>\s*<version>\$\{spark\.version\}",
         module,
@@ -359,7 +359,7 @@ def test_spark_kafka_connector_comes_from_the_pinned_pom():
 
 
 def test_kraft_cluster_ids_never_look_like_an_option():
-    from devstack.broker import cluster_id
+    from outboxkit.devstack.broker import cluster_id
 
     ids = [cluster_id() for _ in range(2000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
@@ -377,8 +377,8 @@ def test_compose_sets_the_kafka_record_limits_of_cdc_limits():
 
 def test_the_embedded_stack_sets_the_same_record_limits():
     from cdc.limits import BROKER_SETTINGS, WORKER_SETTINGS
-    from devstack.broker import server_properties
-    from devstack.connect import worker_properties
+    from outboxkit.devstack.broker import server_properties
+    from outboxkit.devstack.connect import worker_properties
 
     def parse(props: str) -> dict[str, str]:
         return dict(line.split("=", 1) for line in props.splitlines() if line)
@@ -395,9 +395,11 @@ def test_limits_are_kafkas_defaults_and_leave_room_above_the_publish_limit():
     assert limits.PRODUCER_MAX_REQUEST_SIZE == 1 << 20
     assert limits.BROKER_MESSAGE_MAX_BYTES == (1 << 20) + 12  # + the log's record overhead
     publish_limit = getattr(
-        importlib.import_module("kernel.envelope"), "DEFAULT_MAX_RECORD_BYTES", 0
+        importlib.import_module("outboxkit.kernel.envelope"), "DEFAULT_MAX_RECORD_BYTES", 0
     )
-    if publish_limit:  # the publish-side record limit (issue 14) once kernel.envelope has it
+    if (
+        publish_limit
+    ):  # the publish-side record limit (issue 14) once outboxkit.kernel.envelope has it
         assert publish_limit < limits.PRODUCER_MAX_REQUEST_SIZE <= limits.BROKER_MESSAGE_MAX_BYTES
 
 
@@ -448,8 +450,8 @@ def test_the_setup_job_prepares_the_saga():
 def test_services_run_uvicorn_workers_on_the_app_factory_and_report_readiness():
     for service in SERVICES:
         argv = command(service)
-        assert argv[:2] == ["uvicorn", f"saga.{service}:app"] and "--factory" in argv
-        assert callable(importlib.import_module(f"saga.{service}").app)
+        assert argv[:2] == ["uvicorn", f"outboxkit.saga.{service}:app"] and "--factory" in argv
+        assert callable(importlib.import_module(f"outboxkit.saga.{service}").app)
         assert int(argv[argv.index("--workers") + 1]) >= 1
         port = argv[argv.index("--port") + 1]
         assert argv[argv.index("--host") + 1] == "0.0.0.0"
@@ -467,7 +469,7 @@ def test_consumer_jobs_are_spark_submitted_in_client_mode():
         assert argv[argv.index("--master") + 1] == env["OUTBOXKIT_SPARK_MASTER"]
         resource = next(a for a in argv if a.endswith(".py"))
         assert f"COPY deploy/spark/consume.py {resource}" in dockerfile()
-        assert argv[argv.index(resource) + 1] == f"saga.jobs:{service}"
+        assert argv[argv.index(resource) + 1] == f"outboxkit.saga.jobs:{service}"
         checkpoint = argv[argv.index("--checkpoint") + 1]
         volumes = [v.split(":")[1] for v in services()[name].get("volumes", [])]
         assert checkpoint in volumes, f"{name}: checkpoints must outlive the container"
@@ -476,7 +478,7 @@ def test_consumer_jobs_are_spark_submitted_in_client_mode():
 # -- environment: every variable the code reads, from the settings classes -------------------
 @pytest.mark.parametrize("container", [*SERVICES, *CONSUMERS])
 def test_each_service_process_gets_its_settings(container: str, container_env: Any):
-    from saga.common import settings_of
+    from outboxkit.saga.common import settings_of
 
     service = CONSUMERS.get(container, container)
     env = container_env(container)
@@ -509,9 +511,9 @@ def test_each_service_process_gets_its_settings(container: str, container_env: A
 
 
 def test_the_setup_job_gets_the_stack_settings(container_env: Any):
-    from devstack import connect
-    from devstack.settings import StackSettings
-    from kernel.kafka.security import KafkaSecuritySettings
+    from outboxkit.devstack import connect
+    from outboxkit.devstack.settings import StackSettings
+    from outboxkit.kernel.kafka.security import KafkaSecuritySettings
 
     env = container_env("setup")
     settings = StackSettings()
@@ -550,11 +552,11 @@ def test_the_setup_job_gets_the_stack_settings(container_env: Any):
 
 
 def test_consumer_jobs_read_what_the_saga_jobs_consume(container_env: Any):
-    import saga.jobs
+    import outboxkit.saga.jobs
 
     for name, service in CONSUMERS.items():
         container_env(name)
-        job = getattr(saga.jobs, service)()
+        job = getattr(outboxkit.saga.jobs, service)()
         assert job.consumer == service and job.exactly_once_source
         assert job.kafka_security.sasl is not None
         assert job.kafka_security.sasl.username == service
@@ -693,8 +695,8 @@ def allowed(principal: str, operation: str, resource: str, name: str) -> bool:
 
 
 def outbox_topics() -> set[str]:
-    from kernel.wire.record import topic_for
-    from saga import rules
+    from outboxkit.kernel.wire.record import topic_for
+    from outboxkit.saga import rules
 
     prefix = environment("kafka-init")["TOPIC_PREFIX"]
     return {topic_for(t, topic_prefix=prefix) for t in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT)}
@@ -726,11 +728,13 @@ def test_only_connect_writes_the_outbox_and_its_own_topics():
 
 
 def test_each_service_reads_only_what_its_job_consumes_and_its_own_groups(container_env: Any):
-    import saga.jobs
+    import outboxkit.saga.jobs
 
     for service in SERVICES:
         container_env(f"{service}-consumer")
-        assert readable_topics(service) == set(getattr(saga.jobs, service)().topics), service
+        assert readable_topics(service) == set(getattr(outboxkit.saga.jobs, service)().topics), (
+            service
+        )
         assert not any(g.principal == service and "Write" in g.operations for g in grants())
         assert allowed(service, "Read", "group", f"outboxkit-{service}")
         for other in set(SERVICES) - {service}:
@@ -753,7 +757,7 @@ def test_every_client_principal_has_a_scram_user_and_its_password():
 
 # -- Connect: exactly-once source, secrets provider, SASL, authenticated REST ----------------
 def test_connect_runs_exactly_once_with_secrets_from_files_and_sasl():
-    from kernel.kafka.security import CONNECT_CLIENT_PREFIXES
+    from outboxkit.kernel.kafka.security import CONNECT_CLIENT_PREFIXES
 
     worker = connect_worker()
     assert worker["exactly.once.source.support"] == "enabled"
@@ -803,7 +807,7 @@ PROMETHEUS_OWN = {"up"}
 # What the client library appends to a counter's or a histogram's name in the exposition.
 EXPOSITION_SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum")
 PROMQL_KEYWORDS = {"bool", "offset", "and", "or", "unless", "inf", "nan"}
-METRIC_PACKAGES = ("service_template", "spark_consumers", "saga", "inbox", "outbox", "cdc")
+METRIC_PACKAGES = ("service_template", "spark_consumers", "outboxkit/saga", "inbox", "outbox", "cdc")
 
 
 def python_containers() -> list[str]:
@@ -1015,7 +1019,7 @@ def test_prometheus_scrapes_every_service_and_consumer_on_the_port_it_listens_on
 
 
 def test_every_python_container_exports_traces_to_the_collector():
-    from kernel import tracing
+    from outboxkit.kernel import tracing
 
     names = {}
     for name in python_containers():

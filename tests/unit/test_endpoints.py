@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cdc.endpoints import EndpointError
-from devstack.state import EMBEDDED, Component, Node, StackState
+from outboxkit.devstack.state import EMBEDDED, Component, Node, StackState
 from outboxkit.endpoints import resolve
 from outboxkit.settings import Settings
 

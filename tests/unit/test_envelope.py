@@ -3,7 +3,8 @@ import json
 import pytest
 from sqlalchemy.orm import Session
 
-from kernel.envelope import (
+from outbox import Outbox, OutboxSettings
+from outboxkit.kernel.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_MAX_RECORD_BYTES,
     MAX_AGGREGATE_TYPE_LENGTH,
@@ -17,15 +18,14 @@ from kernel.envelope import (
     make_envelope,
     wire_size,
 )
-from kernel.errors import InvalidEvent
-from kernel.wire import (
+from outboxkit.kernel.errors import InvalidEvent
+from outboxkit.kernel.wire import (
     HEADER_COLUMNS,
     HEADER_OVERHEAD_BYTES,
     RECORD_OVERHEAD_BYTES,
     SOURCE_HEADERS_BYTES,
 )
-from kernel.wire.jsonb import render, utf8_size
-from outbox import Outbox, OutboxSettings
+from outboxkit.kernel.wire.jsonb import render, utf8_size
 
 TP = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
@@ -253,7 +253,7 @@ def test_an_aggregate_type_with_a_character_no_topic_name_allows_is_refused(name
 
 
 def test_a_traceparent_with_a_final_newline_is_refused_and_not_continued():
-    from kernel.tracing.context import TraceContext
+    from outboxkit.kernel.tracing.context import TraceContext
 
     header = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
     assert TraceContext.parse(header) is not None
@@ -266,7 +266,7 @@ def test_a_traceparent_with_a_final_newline_is_refused_and_not_continued():
 def test_the_quick_record_bound_is_never_below_the_exact_size(text):
     """publish skips the exact record size when the bound is within the limit: the bound must
     hold for characters of every UTF-8 length, in every column that travels."""
-    from kernel.envelope import _record_bound, _record_bytes, _render_headers
+    from outboxkit.kernel.envelope import _record_bound, _record_bytes, _render_headers
 
     envelope, _ = make_envelope(
         aggregate_type="order",

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from inbox.decision import Action, Decider, Incoming, PartitionView
 from inbox.position import OffsetsMoved, TopicIdentity, judge_identity, merged
-from kernel.wire.position import parse_position, source_position
+from outboxkit.kernel.wire.position import parse_position, source_position
 
 A = TopicIdentity("cluster-1", "topic-a")
 B = TopicIdentity("cluster-1", "topic-b")  # the same name re-created

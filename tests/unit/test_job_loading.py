@@ -12,7 +12,7 @@ from spark_consumers import Job, load_job
 def test_a_factory_is_called_and_its_job_returned(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PAYMENTS_DATABASE_URL", "postgresql+psycopg://payments@127.0.0.1/payments")
     monkeypatch.setenv("PAYMENTS_KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
-    job = load_job("saga.jobs:payments")
+    job = load_job("outboxkit.saga.jobs:payments")
     assert isinstance(job, Job)
     assert (job.name, job.consumer) == ("saga_payments", "payments")
 
@@ -20,10 +20,16 @@ def test_a_factory_is_called_and_its_job_returned(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("saga.jobs", "write it as module:attribute"),
-        ("saga.nowhere:payments", "cannot be loaded: No module named 'saga.nowhere'"),
-        ("saga.jobs:nothing", "cannot be loaded: module 'saga.jobs' has no attribute 'nothing'"),
-        ("saga.jobs:ALL", "is a tuple, not a spark_consumers.Job"),
+        ("outboxkit.saga.jobs", "write it as module:attribute"),
+        (
+            "outboxkit.saga.nowhere:payments",
+            "cannot be loaded: No module named 'outboxkit.saga.nowhere'",
+        ),
+        (
+            "outboxkit.saga.jobs:nothing",
+            "cannot be loaded: module 'outboxkit.saga.jobs' has no attribute 'nothing'",
+        ),
+        ("outboxkit.saga.jobs:ALL", "is a tuple, not a spark_consumers.Job"),
     ],
 )
 def test_a_bad_spec_says_what_is_wrong(spec: str, message: str) -> None:
@@ -35,9 +41,9 @@ def test_missing_settings_are_named_not_dumped(monkeypatch: pytest.MonkeyPatch) 
     for name in [n for n in os.environ if n.startswith("PAYMENTS_")]:
         monkeypatch.delenv(name)
     with pytest.raises(ValueError) as caught:
-        load_job("saga.jobs:payments")
+        load_job("outboxkit.saga.jobs:payments")
     text = str(caught.value)
     assert text == (
-        "job 'saga.jobs:payments' cannot be built from its settings (Settings): "
+        "job 'outboxkit.saga.jobs:payments' cannot be built from its settings (Settings): "
         "database_url: Field required"
     )

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from kernel.wire.jsonb import check_storable, render, size_bound, utf8_size
+from outboxkit.kernel.wire.jsonb import check_storable, render, size_bound, utf8_size
 
 # (value, what ``CAST(<value as JSON> AS jsonb)::text`` returns); the integration test
 # tests/integration/test_jsonb_rendering.py checks every row against the real Postgres.

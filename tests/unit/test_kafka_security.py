@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from devstack.connect import worker_properties
-from devstack.processes import java_properties
-from kernel.kafka.security import (
+from outboxkit.devstack.connect import worker_properties
+from outboxkit.devstack.processes import java_properties
+from outboxkit.kernel.kafka.security import (
     PLAINTEXT,
     KafkaSecurity,
     KafkaSecurityError,

@@ -13,22 +13,31 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 # Each package and what it may import (the README's table says the same in words).
+# A room is a top-level package, or one of the packages under `outboxkit` that is a layer of its
+# own (the kernel at the bottom; the dev stack, the example saga and its harness near the top).
+KERNEL, DEVSTACK, SAGA, HARNESS = (
+    "outboxkit.kernel",
+    "outboxkit.devstack",
+    "outboxkit.saga",
+    "outboxkit.saga_harness",
+)
 MAY_IMPORT: dict[str, set[str]] = {
-    "kernel": set(),
-    "outbox": {"kernel"},
-    "cdc": {"kernel"},
-    "inbox": {"kernel", "outbox"},
-    "migrations": {"kernel", "outbox", "inbox"},
-    "spark_consumers": {"kernel", "outbox", "inbox", "cdc"},
-    "service_template": {"kernel", "outbox", "inbox", "migrations"},
-    "devstack": {"kernel", "outbox", "cdc", "migrations"},
-    "saga": {"kernel", "outbox", "inbox", "migrations", "service_template", "spark_consumers"},
-    "saga_harness": {"kernel", "outbox", "cdc", "inbox", "saga", "devstack"},
+    KERNEL: set(),
+    "outbox": {KERNEL},
+    "cdc": {KERNEL},
+    "inbox": {KERNEL, "outbox"},
+    "migrations": {KERNEL, "outbox", "inbox"},
+    "spark_consumers": {KERNEL, "outbox", "inbox", "cdc"},
+    "service_template": {KERNEL, "outbox", "inbox", "migrations"},
+    DEVSTACK: {KERNEL, "outbox", "cdc", "migrations"},
+    SAGA: {KERNEL, "outbox", "inbox", "migrations", "service_template", "spark_consumers"},
+    HARNESS: {KERNEL, "outbox", "cdc", "inbox", SAGA, DEVSTACK},
 }
 # The application sits on top: it may import every other package.
 MAY_IMPORT["outboxkit"] = set(MAY_IMPORT)
+SUB_ROOMS = (KERNEL, DEVSTACK, SAGA, HARNESS)
 FRAMEWORK = (
-    "kernel",
+    KERNEL,
     "outbox",
     "cdc",
     "inbox",
@@ -45,8 +54,21 @@ OPERATOR = [
 MAX_LINES = 400
 
 
-def python_files(package: str) -> Iterator[Path]:
-    yield from sorted((ROOT / package).rglob("*.py"))
+def python_files(room: str) -> Iterator[Path]:
+    folder = ROOT.joinpath(*room.split("."))
+    inner = [ROOT.joinpath(*sub.split(".")) for sub in SUB_ROOMS if sub.startswith(f"{room}.")]
+    for path in sorted(folder.rglob("*.py")):
+        if not any(path.is_relative_to(sub) for sub in inner):
+            yield path
+
+
+def room_of(module: str) -> str | None:
+    """The room a module belongs to (None: not the project's)."""
+    for sub in SUB_ROOMS:
+        if module == sub or module.startswith(f"{sub}."):
+            return sub
+    top = module.split(".")[0]
+    return top if top in MAY_IMPORT else None
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -59,7 +81,7 @@ def imported_packages(path: Path) -> set[str]:
             names = [node.module]
         else:
             continue
-        found |= {name.split(".")[0] for name in names} & MAY_IMPORT.keys()
+        found |= {room for room in map(room_of, names) if room is not None}
     return found
 
 
@@ -85,14 +107,20 @@ def test_the_layers_have_no_cycle() -> None:
 def test_only_what_runs_the_dev_stack_imports_it() -> None:
     users = [
         path.relative_to(ROOT).as_posix()
-        for package in (*FRAMEWORK, "saga")
+        for package in (*FRAMEWORK, SAGA)
         for path in python_files(package)
-        if "devstack" in imported_packages(path)
+        if DEVSTACK in imported_packages(path)
     ]
-    users += [path for path in OPERATOR if "devstack" in imported_packages(ROOT / path)]
+    users += [path for path in OPERATOR if DEVSTACK in imported_packages(ROOT / path)]
     assert users == []
     # The resolver's fallback is the one place an operator command reads the dev stack.
-    assert "devstack" in imported_packages(ROOT / "outboxkit/endpoints.py")
+    assert DEVSTACK in imported_packages(ROOT / "outboxkit/endpoints.py")
+
+
+def test_the_application_package_root_imports_nothing_of_the_project() -> None:
+    # Every framework package imports the kernel, so `outboxkit/__init__.py` runs first: it stays
+    # free of the application's imports (and of anything slow).
+    assert imported_packages(ROOT / "outboxkit/__init__.py") == set()
 
 
 @pytest.mark.parametrize("package", FRAMEWORK)
@@ -104,6 +132,6 @@ def test_no_framework_module_is_a_hub(package: str) -> None:
 
 def test_the_check_sees_an_import_up_a_layer(tmp_path: Path) -> None:
     wrong = tmp_path / "wrong.py"
-    wrong.write_text("def f():\n    from devstack.stack import Stack\n    return Stack\n")
-    assert imported_packages(wrong) == {"devstack"}
-    assert "devstack" not in MAY_IMPORT["inbox"]
+    wrong.write_text("def f():\n    from outboxkit.devstack.stack import Stack\n    return Stack\n")
+    assert imported_packages(wrong) == {DEVSTACK}
+    assert DEVSTACK not in MAY_IMPORT["inbox"]

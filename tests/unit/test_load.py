@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 import httpx
 import pytest
 
-from saga_harness import load
+from outboxkit.saga_harness import load
 
 A, B, C = "http://a:1", "http://b:2", "http://c:3"
 BODY = {"customer": "cust-1", "items": [{"sku": "widget", "qty": 1}], "amount": 50}
@@ -72,7 +72,7 @@ class FakeOrders:
 def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The client's sleeps between attempts, recorded instead of slept."""
     slept: list[float] = []
-    monkeypatch.setattr(time, "sleep", slept.append)  # saga_harness.load's too
+    monkeypatch.setattr(time, "sleep", slept.append)  # outboxkit.saga_harness.load's too
     return slept
 
 

@@ -70,7 +70,7 @@ def test_the_templates_ship_as_package_data() -> None:
     paths = {str(p) for p, _ in template_files()}
     assert "__service__/app.py" in paths and "tests/test_unit.py" in paths
     pyproject = (ROOT / "pyproject.toml").read_text()
-    assert 'outboxkit = ["templates/**/*.tmpl"]' in pyproject
+    assert 'outboxkit = ["py.typed", "templates/**/*.tmpl"]' in pyproject
 
 
 def test_the_generated_code_compiles(billing: Path) -> None:

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel.envelope import Envelope
-from kernel.wire.record import (
+from outboxkit.kernel.envelope import Envelope
+from outboxkit.kernel.wire.record import (
     HEADER_COLUMNS,
     KafkaRecord,
     UndecodableRecord,
@@ -136,6 +136,6 @@ def _loaded(load, raw: bytes) -> tuple[str, str]:
     )
 )
 def test_parse_json_gives_what_json_loads_gives(raw: bytes) -> None:
-    from kernel.wire.record import parse_json
+    from outboxkit.kernel.wire.record import parse_json
 
     assert _loaded(parse_json, raw) == _loaded(json.loads, raw)

@@ -1,12 +1,13 @@
-"""The retry and wait policy (kernel.retry) and the consumers' use of it (a fake clock, sleep)."""
+"""The retry and wait policy (outboxkit.kernel.retry) and the consumers' use of it (a fake clock,
+sleep)."""
 
 from __future__ import annotations
 
 import pytest
 from sqlalchemy.exc import IntegrityError, OperationalError, PendingRollbackError
 
-from kernel.errors import is_transient
-from kernel.retry import WaitTimeout, wait_until
+from outboxkit.kernel.errors import is_transient
+from outboxkit.kernel.retry import WaitTimeout, wait_until
 from spark_consumers.retry import Backoff, RestartBudget, retrying
 
 

@@ -10,8 +10,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy.dialects.postgresql import psycopg
 
-from saga import orders, rules
-from saga.order_metrics import BUCKETS, OrdersCollector, StatusCount, order_families, status_counts
+from outboxkit.saga import orders, rules
+from outboxkit.saga.order_metrics import (
+    BUCKETS,
+    OrdersCollector,
+    StatusCount,
+    order_families,
+    status_counts,
+)
 
 
 def samples(counts: list[StatusCount]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -8,7 +8,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel.wire.record import KafkaRecord
+from outboxkit.kernel.wire.record import KafkaRecord
 from spark_consumers.sink import headers_from_arrow, records_from_arrow
 
 HEADERS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from inbox.decision import Action, Decider, PartitionView
 from inbox.handlers import BatchHandler
 from inbox.slice import _incoming, all_new
-from kernel.envelope import Envelope
-from kernel.wire.record import Decoded, KafkaRecord
+from outboxkit.kernel.envelope import Envelope
+from outboxkit.kernel.wire.record import Decoded, KafkaRecord
 
 IDS = [str(uuid.UUID(int=n)) for n in range(6)]
 KEYS = ["a", "b", "c"]

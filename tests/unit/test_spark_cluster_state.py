@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from devstack.spark import (
+from outboxkit.devstack.spark import (
     EXECUTOR_CLASS,
     SparkWorker,
     master_url,

@@ -11,12 +11,12 @@ from opentelemetry.trace import SpanKind
 
 from inbox.decision import Action
 from inbox.tracing import RecordSpans, ended
-from kernel.envelope import make_envelope
-from kernel.tracing import exporters_wanted, spans
-from kernel.tracing.context import TraceContext
-from kernel.wire.record import encode, read
 from outbox.publish import Outbox
 from outbox.unit import UnitOfWork
+from outboxkit.kernel.envelope import make_envelope
+from outboxkit.kernel.tracing import exporters_wanted, spans
+from outboxkit.kernel.tracing.context import TraceContext
+from outboxkit.kernel.wire.record import encode, read
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,167 @@
+"""The stack's connectors: their settings (as Connect reaches the database, the CDC role's
+password by config-provider reference), the capture's grants and publication, registration, and
+at `down` the replication slots and publications they leave."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from cdc import supervisor
+from cdc.config import ConnectorSettings, build_connector_config
+from cdc.preflight import drop_slot
+from outboxkit.devstack import connect, roles
+from outboxkit.devstack.processes import alive, wait_until
+from outboxkit.devstack.secrets import SecretStore
+from outboxkit.devstack.settings import StackSettings
+from outboxkit.devstack.state import EMBEDDED, StackState
+from outboxkit.kernel import retry
+from outboxkit.kernel.engines import engine_for
+
+
+class StackView(Protocol):
+    """What the connectors and the status report use of the stack
+    (`outboxkit.devstack.stack.Stack`)."""
+
+    settings: StackSettings
+    secrets: SecretStore
+    dir: Path
+    state_file: Path
+    echo: Callable[[str], Any]
+
+    def connect_client(self, endpoint: str | None = None, *, timeout: float = 30) -> Any: ...
+
+    def connect_url(self, state: StackState | None = None) -> str: ...
+
+    def write_pgpass(self) -> None: ...
+
+
+def connector_settings(stack: StackView, database_url: str) -> ConnectorSettings:
+    """Connector settings for the stack's database, as Connect must reach it."""
+    parsed = make_url(database_url)
+    return ConnectorSettings(
+        name=stack.settings.connector_name,
+        database_host=stack.settings.connect_database_host or parsed.host or "127.0.0.1",
+        database_port=stack.settings.connect_database_port or parsed.port or 5432,
+        database_name=parsed.database or stack.settings.database_name,
+        # The connector logs in as the CDC role; Connect's config provider reads its
+        # password where the worker sees the secrets, so Connect's REST API, its config topic
+        # and its logs only ever show the placeholder.
+        database_user=stack.settings.cdc_role,
+        database_password=_password_placeholder(stack, stack.settings.cdc_role),
+        publication_autocreate="disabled",
+        server_name=stack.settings.server_name,
+        slot_name=stack.settings.slot_name,
+        publication_name=stack.settings.publication_name,
+        heartbeat_interval_ms=stack.settings.heartbeat_interval_ms,
+        poll_interval_ms=stack.settings.poll_interval_ms,
+        topic_prefix=stack.settings.topic_prefix,
+        payload_encoding=stack.settings.payload_encoding,
+        exactly_once=stack.settings.connect_exactly_once,
+        message_prefix=stack.settings.message_prefix,
+    )
+
+
+def _password_placeholder(stack: StackView, role: str) -> str:
+    """The Connect config-provider reference to ``role``'s password file."""
+    directory = stack.settings.connect_secrets_dir or str(stack.secrets.dir)
+    return f"${{{connect.SECRETS_PROVIDER}:{directory}:{stack.secrets.file(role).name}}}"
+
+
+def _prepare_capture(stack: StackView, state: StackState, cs: ConnectorSettings) -> None:
+    """The CDC role, its grants on the outbox tables of ``cs``'s database and the connector's
+    publication, made by the set-up role."""
+    stack.secrets.password(cs.database_user)
+    stack.write_pgpass()
+    admin = make_url(state.postgres.endpoint).set(database=cs.database_name)
+    with admin_connection(admin) as conn:
+        roles.ensure_role(
+            conn, cs.database_user, stack.secrets.password(cs.database_user), replication=True
+        )
+        heartbeat = cs.heartbeat_table if cs.heartbeat_interval_ms else None
+        roles.grant_capture(conn, cs.database_name, cs.database_user, cs.outbox_tables, heartbeat)
+        roles.ensure_publication(
+            conn, cs.publication_name, [*cs.outbox_tables, *([heartbeat] if heartbeat else [])]
+        )
+        if cs.message_prefix is not None:  # it captures messages: only the owner may emit
+            roles.restrict_messages(conn)
+
+
+def register(stack: StackView, state: StackState, cs: ConnectorSettings | None = None) -> None:
+    """The CDC role's grants and the publication for ``cs`` (the stack's own connector when
+    None), then the connector registered (its config put when it differs) and RUNNING; what was
+    created is recorded in ``state`` for `down` to drop."""
+    cs = cs or connector_settings(stack, state.postgres.endpoint)
+    _prepare_capture(stack, state, cs)
+    config = build_connector_config(cs)
+    url = stack.connect_url(state)
+    worker = next((n for n in state.connect.nodes if n.endpoint == url), None)
+    client = stack.connect_client(url)
+    wait_until("kafka connect", client.ready, timeout=240, pid=worker.pid if worker else None)
+    if client.get_config(cs.name) != config:
+        client.put_config(cs.name, config)
+    publication = cs.publication_name
+    if cs.database_name != make_url(state.postgres.endpoint).database:
+        publication = f"{cs.database_name}:{publication}"  # dropped from its own database
+    for items, item in (
+        (state.connectors, cs.name),
+        (state.slots, cs.slot_name),
+        (state.publications, publication),
+    ):
+        if item not in items:
+            items.append(item)
+    state.save(stack.state_file)
+    # A task that failed on a passing cause (a node of the cluster lost mid-commit) is
+    # restarted: it resumes from its last committed offset.
+    status = supervisor.wait_running(client, cs.name, timeout=180, echo=stack.echo)
+    stack.echo(f"connector  {status.name} {status.state}")
+
+
+def drop_replication(state: StackState, echo: Callable[[str], Any]) -> None:
+    """Drop the slots and publications ``state`` records (the walsender may take a moment to
+    let its slot go)."""
+    if state.postgres.mode == EMBEDDED and not alive(state.postgres.pid):
+        return
+    engine = engine_for(state.postgres.endpoint, "once")
+    try:
+        for slot in state.slots:
+
+            def dropped(slot: str = slot) -> bool:
+                with engine.begin() as conn:
+                    if drop_slot(conn, slot):
+                        echo(f"slot       {slot} dropped")
+                return True
+
+            try:  # the walsender may take a moment to exit
+                retry.wait_until(dropped, timeout=15, ignore=(Exception,), what=f"slot {slot}")
+            except retry.WaitTimeout as exc:
+                echo(f"warning: could not drop slot {slot}: {exc.__cause__}")
+        for entry in state.publications:
+            database, _, publication = entry.rpartition(":")
+            url = make_url(state.postgres.endpoint)
+            target = engine_for(url.set(database=database or url.database), "once")
+            try:
+                with target.begin() as conn:
+                    conn.execute(text(f'DROP PUBLICATION IF EXISTS "{publication}"'))
+            except Exception as exc:  # the database may be gone already
+                echo(f"warning: could not drop publication {entry}: {exc}")
+            finally:
+                target.dispose()
+    finally:
+        engine.dispose()
+
+
+def admin_connection(url: Any) -> psycopg.Connection:
+    """An autocommit psycopg connection for set-up statements (CREATE DATABASE cannot run in a
+    transaction)."""
+    params = {k: v for k, v in url.query.items() if isinstance(v, str)}
+    conninfo = make_conninfo(
+        host=url.host, port=url.port, user=url.username, dbname=url.database, **params
+    )
+    return psycopg.connect(conninfo, password=url.password, autocommit=True)

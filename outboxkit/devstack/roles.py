@@ -1,0 +1,148 @@
+"""Least privilege in Postgres: a login role per service that owns only its own database, and a
+CDC role that may replicate and read the outbox tables, nothing else. The superuser creates them
+at set-up; nothing connects as the superuser at run time."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import psycopg
+from psycopg import sql
+
+from outboxkit.devstack.processes import StackError
+
+# Where a new role's password is hashed: on the client, so the password itself never reaches a
+# server log (a failed ALTER ROLE is logged with its statement).
+_ALGORITHM = b"scram-sha-256"
+
+
+def ensure_role(
+    conn: psycopg.Connection, role: str, password: str, *, replication: bool = False
+) -> None:
+    """Create or update a login role with ``password`` (and REPLICATION for the CDC role)."""
+    verifier = conn.pgconn.encrypt_password(password.encode(), role.encode(), _ALGORITHM).decode()
+    row = conn.execute(
+        "SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = %s", (role,)
+    ).fetchone()
+    if row is not None and row[0]:
+        raise StackError(f"role {role!r} is a superuser: a service or the CDC role cannot be one")
+    # Attributes are only set when they differ: on a managed Postgres the set-up role may not be
+    # allowed to set REPLICATION, and a CDC role an administrator made is then left as it is.
+    attributes = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE"
+    if row is None or row[1] != replication:
+        attributes += " REPLICATION" if replication else " NOREPLICATION"
+    try:
+        conn.execute(
+            sql.SQL("{verb} ROLE {role} " + attributes + " PASSWORD {pw}").format(
+                verb=sql.SQL("ALTER" if row is not None else "CREATE"),
+                role=sql.Identifier(role),
+                pw=sql.Literal(verifier),
+            )
+        )
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise StackError(
+            f"cannot create or alter role {role!r} ({exc.diag.message_primary}): have an "
+            f"administrator create it (LOGIN{' REPLICATION' if replication else ''}) with the "
+            f"password in its secrets file, or set up as a role that may"
+        ) from exc
+
+
+def ensure_database(conn: psycopg.Connection, database: str, owner: str) -> None:
+    """``database`` owned by ``owner``; only its owner (and roles granted later) may connect."""
+    row = conn.execute(
+        "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = %s", (database,)
+    ).fetchone()
+    name, role = sql.Identifier(database), sql.Identifier(owner)
+    if row is None:
+        conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(name, role))
+    elif row[0] != owner:
+        conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(name, role))
+    conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(name))
+
+
+def hand_over_objects(conn: psycopg.Connection, owner: str, schema: str = "public") -> None:
+    """Make ``owner`` own every table, sequence and view of ``schema`` (a database created before
+    roles existed had them owned by the superuser)."""
+    rows = conn.execute(
+        "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'S')"
+        " AND pg_get_userbyid(c.relowner) <> %s AND NOT EXISTS ("
+        "   SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i'))",
+        (schema, owner),
+    ).fetchall()
+    for relname, kind in rows:
+        what = {"S": "SEQUENCE", "v": "VIEW", "m": "MATERIALIZED VIEW"}.get(kind, "TABLE")
+        conn.execute(
+            sql.SQL("ALTER {} {} OWNER TO {}").format(
+                sql.SQL(what), sql.Identifier(schema, relname), sql.Identifier(owner)
+            )
+        )
+
+
+def grant_capture(
+    conn: psycopg.Connection,
+    database: str,
+    cdc_role: str,
+    outbox_tables: Sequence[str],
+    heartbeat_table: str | None,
+) -> None:
+    """Let the CDC role connect to ``database`` and read the outbox tables (and update the
+    heartbeat row), nothing else."""
+    conn.execute(
+        sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(
+            sql.Identifier(database), sql.Identifier(cdc_role)
+        )
+    )
+    tables = [*outbox_tables, *([heartbeat_table] if heartbeat_table else [])]
+    for schema in sorted({t.split(".")[0] for t in tables}):
+        conn.execute(
+            sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
+                sql.Identifier(schema), sql.Identifier(cdc_role)
+            )
+        )
+    for table in outbox_tables:
+        conn.execute(
+            sql.SQL("GRANT SELECT ON {} TO {}").format(_table(table), sql.Identifier(cdc_role))
+        )
+    if heartbeat_table:
+        conn.execute(
+            sql.SQL("GRANT SELECT, UPDATE ON {} TO {}").format(
+                _table(heartbeat_table), sql.Identifier(cdc_role)
+            )
+        )
+
+
+def ensure_publication(conn: psycopg.Connection, name: str, tables: Sequence[str]) -> None:
+    """The connector's publication over exactly ``tables`` (the CDC role cannot create one: that
+    takes owning the tables)."""
+    listed = sql.SQL(", ").join(_table(t) for t in tables)
+    exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (name,)).fetchone()
+    verb = "ALTER PUBLICATION {} SET TABLE {}" if exists else "CREATE PUBLICATION {} FOR TABLE {}"
+    conn.execute(sql.SQL(verb).format(sql.Identifier(name), listed))
+
+
+def restrict_messages(conn: psycopg.Connection, writer: str | None = None) -> None:
+    """Only ``writer`` (a service's role) may emit logical decoding messages in this database.
+
+    Postgres grants EXECUTE on pg_logical_emit_message to PUBLIC, and the connector captures the
+    outbox prefix's messages: any role that could connect (the CDC role included) could otherwise
+    have a forged event routed to Kafka. Every overload is covered (Postgres 17 added one)."""
+    overloads = conn.execute(
+        "SELECT p.oid::regprocedure::text FROM pg_proc p"
+        " WHERE p.proname = 'pg_logical_emit_message'"
+        " AND p.pronamespace = 'pg_catalog'::regnamespace"
+    ).fetchall()
+    for (signature,) in overloads:
+        function = sql.SQL(signature)  # from the catalog: pg_logical_emit_message(boolean,...)
+        conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION {} FROM PUBLIC").format(function))
+        if writer is not None:
+            conn.execute(
+                sql.SQL("GRANT EXECUTE ON FUNCTION {} TO {}").format(
+                    function, sql.Identifier(writer)
+                )
+            )
+
+
+def _table(qualified: str) -> sql.Identifier:
+    schema, _, table = qualified.partition(".")
+    return sql.Identifier(schema, table)
