@@ -2,9 +2,11 @@
 
 from cdc.config import ConnectorConfigError, ConnectorSettings, build_connector_config, topic_for
 from cdc.connect import ConnectClient, ConnectError, ConnectorStatus
+from cdc.settings import CdcSettings, connector_settings
 from cdc.supervisor import RestartPolicy, Supervisor
 
 __all__ = [
+    "CdcSettings",
     "ConnectClient",
     "ConnectError",
     "ConnectorConfigError",
@@ -13,5 +15,6 @@ __all__ = [
     "RestartPolicy",
     "Supervisor",
     "build_connector_config",
+    "connector_settings",
     "topic_for",
 ]

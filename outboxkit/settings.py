@@ -1,7 +1,7 @@
 """The settings of the operator commands (environment prefix ``OUTBOXKIT_``): the pipeline's
-endpoints, as a deployment gives them, plus what the commands add. The local dev stack's settings
-(`outboxkit.devstack.settings.StackSettings`) are the stack commands' own; these do not inherit
-them."""
+endpoints and the outbox connector, as a deployment gives them, plus what the commands add. The
+local dev stack's settings (`outboxkit.devstack.settings.StackSettings`) are the stack commands'
+own; these do not inherit them."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 from pydantic import Field
 
-from cdc.endpoints import EndpointSettings
+from cdc.settings import CdcSettings
 
 
-class Settings(EndpointSettings):
+class Settings(CdcSettings):
     """What `outboxkit db|outbox|cdc|inbox|consume|audit` read."""
 
     spark_jars: list[Path] = Field(

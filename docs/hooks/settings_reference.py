@@ -64,6 +64,7 @@ SETTINGS: tuple[Documented, ...] = (
     ),
     Documented("outboxkit.kernel.kafka.security.KafkaSecuritySettings"),
     Documented("cdc.endpoints.EndpointSettings"),
+    Documented("cdc.settings.CdcSettings"),
     Documented("outboxkit.settings.Settings"),
     Documented("outboxkit.devstack.settings.StackSettings"),
     Documented(

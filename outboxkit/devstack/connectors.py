@@ -5,6 +5,7 @@ at `down` the replication slots and publications they leave."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -13,10 +14,11 @@ from psycopg.conninfo import make_conninfo
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from cdc import supervisor
+from cdc import roles, supervisor
+from cdc import settings as cdc_settings
 from cdc.config import ConnectorSettings, build_connector_config
 from cdc.preflight import drop_slot
-from outboxkit.devstack import connect, roles
+from outboxkit.devstack import connect
 from outboxkit.devstack.processes import alive, wait_until
 from outboxkit.devstack.secrets import SecretStore
 from outboxkit.devstack.settings import StackSettings
@@ -43,28 +45,17 @@ class StackView(Protocol):
 
 
 def connector_settings(stack: StackView, database_url: str) -> ConnectorSettings:
-    """Connector settings for the stack's database, as Connect must reach it."""
+    """Connector settings for the stack's database, as Connect must reach it (the operator's
+    `cdc.settings.connector_settings`, with the stack's secrets)."""
     parsed = make_url(database_url)
-    return ConnectorSettings(
-        name=stack.settings.connector_name,
-        database_host=stack.settings.connect_database_host or parsed.host or "127.0.0.1",
-        database_port=stack.settings.connect_database_port or parsed.port or 5432,
-        database_name=parsed.database or stack.settings.database_name,
-        # The connector logs in as the CDC role; Connect's config provider reads its
-        # password where the worker sees the secrets, so Connect's REST API, its config topic
-        # and its logs only ever show the placeholder.
-        database_user=stack.settings.cdc_role,
+    if not parsed.database:
+        parsed = parsed.set(database=stack.settings.database_name)
+    # The connector logs in as the CDC role; Connect's config provider reads its password where
+    # the worker sees the stack's secrets, so Connect's REST API, its config topic and its logs
+    # only ever show the placeholder.
+    return replace(
+        cdc_settings.connector_settings(stack.settings, parsed),
         database_password=_password_placeholder(stack, stack.settings.cdc_role),
-        publication_autocreate="disabled",
-        server_name=stack.settings.server_name,
-        slot_name=stack.settings.slot_name,
-        publication_name=stack.settings.publication_name,
-        heartbeat_interval_ms=stack.settings.heartbeat_interval_ms,
-        poll_interval_ms=stack.settings.poll_interval_ms,
-        topic_prefix=stack.settings.topic_prefix,
-        payload_encoding=stack.settings.payload_encoding,
-        exactly_once=stack.settings.connect_exactly_once,
-        message_prefix=stack.settings.message_prefix,
     )
 
 

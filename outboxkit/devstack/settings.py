@@ -3,20 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from cdc.config import (
-    DEFAULT_HEARTBEAT_INTERVAL_MS,
-    DEFAULT_PAYLOAD_ENCODING,
-    DEFAULT_POLL_INTERVAL_MS,
-    DEFAULT_SERVER_NAME,
-)
-from cdc.endpoints import EndpointSettings, postgres_identifier
+from cdc.settings import CdcSettings
 from outbox.publish import OutboxMode
-from outboxkit.kernel.wire import DEFAULT_MESSAGE_PREFIX
-from outboxkit.kernel.wire.record import TopicPrefixSettings
 
 
 def default_cache_dir() -> Path:
@@ -24,19 +15,10 @@ def default_cache_dir() -> Path:
     return Path.home() / ".cache" / "outboxkit"
 
 
-class StackSettings(TopicPrefixSettings, EndpointSettings):
+class StackSettings(CdcSettings):
     """The local dev stack: which components it starts (those whose endpoint is unset), their
-    shape, and how the outbox is relayed."""
-
-    connect_database_host: str | None = Field(
-        default=None,
-        description="the host Connect uses to reach Postgres, when it differs from "
-        "database_url's (containers)",
-    )
-    connect_database_port: int | None = Field(
-        default=None,
-        description="the port Connect uses to reach Postgres, when it differs from database_url's",
-    )
+    shape, and how the outbox is relayed (the connector's settings are `cdc.settings.CdcSettings`'s,
+    which an operator's `outboxkit cdc apply` reads too)."""
 
     secrets_dir: Path | None = Field(
         default=None,
@@ -48,10 +30,6 @@ class StackSettings(TopicPrefixSettings, EndpointSettings):
         description="secrets_dir as the Connect worker sees it (its DirectoryConfigProvider "
         "reads the CDC role's password there); unset: secrets_dir",
     )
-    cdc_role: str = Field(
-        default="outboxkit_cdc",
-        description="the login role the connectors use: REPLICATION, and SELECT on the outbox only",
-    )
     cache_dir: Path = Field(
         default_factory=default_cache_dir,
         description="where downloaded jars and distributions are kept (~/.cache/outboxkit)",
@@ -60,42 +38,12 @@ class StackSettings(TopicPrefixSettings, EndpointSettings):
         default="outboxkit", description="the outbox's database, when database_url names none"
     )
 
-    server_name: str = Field(
-        default=DEFAULT_SERVER_NAME, description="Debezium's topic.prefix (the logical server)"
-    )
-    heartbeat_interval_ms: int = Field(
-        default=DEFAULT_HEARTBEAT_INTERVAL_MS,
-        description="Debezium's heartbeat.interval.ms: how often the slot advances on a quiet "
-        "outbox",
-    )
-    poll_interval_ms: int = Field(
-        default=DEFAULT_POLL_INTERVAL_MS, ge=1, description="Debezium's poll.interval.ms"
-    )
-    payload_encoding: Literal["text", "expand"] = Field(
-        default=DEFAULT_PAYLOAD_ENCODING,
-        description="how EventRouter writes the payload: text (its JSON text as stored) or "
-        "expand (a Connect struct, for schema-aware converters; two shapes for one event type "
-        "where it cannot infer a schema)",
-    )
-
     # The connectors capture logical decoding messages with message_prefix whatever the mode.
     outbox_mode: OutboxMode = Field(
         default="delete",
         description="how the saga's services (and their consumers) write events: delete, "
         "retain or message",
     )
-    message_prefix: str | None = Field(
-        default=DEFAULT_MESSAGE_PREFIX,
-        description="prefix of the logical decoding messages the connectors capture (empty: none)",
-    )
-
-    connect_exactly_once: bool = Field(
-        default=True,
-        description="KIP-618: the embedded Connect worker commits Debezium's records and source "
-        "offsets in one Kafka transaction; describes an external Connect cluster when "
-        "connect_url is set",
-    )
-
     # The shape of the embedded stack: how many processes each engine runs. The defaults are a
     # single node of everything; OUTBOXKIT_CLUSTER=true is the cluster shape (each count can
     # still be set on its own, e.g. OUTBOXKIT_CLUSTER=true OUTBOXKIT_SPARK_WORKERS=3).
@@ -152,13 +100,3 @@ class StackSettings(TopicPrefixSettings, EndpointSettings):
                 "capture no message and every event would be lost"
             )
         return self
-
-    @field_validator("message_prefix")
-    @classmethod
-    def _no_empty_prefix(cls, value: str | None) -> str | None:
-        return value or None  # OUTBOXKIT_MESSAGE_PREFIX= (empty): capture no messages
-
-    @field_validator("cdc_role")
-    @classmethod
-    def _role_identifier(cls, value: str) -> str:
-        return postgres_identifier(value)

@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from cdc import roles
 from cdc.config import ConnectorSettings
 from cdc.connect import ConnectClient, ConnectError
 from migrations import runner
@@ -20,7 +21,6 @@ from outboxkit.devstack import (
     connect,
     connectors,
     postgres,
-    roles,
     spark,
     status,
     transactions,

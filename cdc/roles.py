@@ -1,6 +1,6 @@
 """Least privilege in Postgres: a login role per service that owns only its own database, and a
-CDC role that may replicate and read the outbox tables, nothing else. The superuser creates them
-at set-up; nothing connects as the superuser at run time."""
+CDC role that may replicate and read the outbox tables, nothing else. A set-up role creates them
+(`outboxkit cdc prepare`, the dev stack); nothing connects as it at run time."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ from collections.abc import Sequence
 import psycopg
 from psycopg import sql
 
-from outboxkit.devstack.processes import StackError
-
 # Where a new role's password is hashed: on the client, so the password itself never reaches a
 # server log (a failed ALTER ROLE is logged with its statement).
 _ALGORITHM = b"scram-sha-256"
+
+
+class RoleError(RuntimeError):
+    """A role cannot be created or altered as asked (the message says what to do instead)."""
 
 
 def ensure_role(
@@ -25,7 +27,7 @@ def ensure_role(
         "SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = %s", (role,)
     ).fetchone()
     if row is not None and row[0]:
-        raise StackError(f"role {role!r} is a superuser: a service or the CDC role cannot be one")
+        raise RoleError(f"role {role!r} is a superuser: a service or the CDC role cannot be one")
     # Attributes are only set when they differ: on a managed Postgres the set-up role may not be
     # allowed to set REPLICATION, and a CDC role an administrator made is then left as it is.
     attributes = "LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE"
@@ -40,7 +42,7 @@ def ensure_role(
             )
         )
     except psycopg.errors.InsufficientPrivilege as exc:
-        raise StackError(
+        raise RoleError(
             f"cannot create or alter role {role!r} ({exc.diag.message_primary}): have an "
             f"administrator create it (LOGIN{' REPLICATION' if replication else ''}) with the "
             f"password in its secrets file, or set up as a role that may"
