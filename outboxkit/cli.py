@@ -1,85 +1,110 @@
-"""The `outboxkit` command line: one command group per module of `outboxkit.commands` (and the
-benchmarks in `outboxkit.bench`).
+"""The `outboxkit` command line: one command group per module of `outboxkit.commands`.
 
 The operator commands (db, outbox, cdc, consume, inbox, audit, schemas) read
-`outboxkit.settings.Settings` and find their endpoints through `outboxkit.endpoints`; only the
-commands that run the local stack (stack, demo, saga, chaos, bench) read the dev stack's settings
-(`outboxkit.devstack.settings.StackSettings`, named by their parser's ``settings`` default) and
-build it."""
+`outboxkit.settings.Settings` and find their endpoints through `outboxkit.endpoints`; the `dev`
+group's commands (stack, demo, saga, chaos, bench) run the local dev stack and the example saga
+and read the dev stack's settings (`outboxkit.devstack.settings.StackSettings`).
+
+Building the parser imports argparse and the command modules only (`outboxkit --help` starts
+fast); a command imports its libraries when it runs. The usual mistakes end in one line that
+says the fix (`outboxkit.commands.errors`); --debug shows the traceback instead."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from outboxkit.devstack.settings import StackSettings
-from outboxkit.settings import Settings
+from outboxkit.commands import errors
+from outboxkit.commands.parsing import HelpFormatter, Run
 
 DESCRIPTION = (
     "Exactly-once events between services: transactional outbox, Debezium, Kafka, Spark, inbox. "
     "The operator commands (db, outbox, cdc, consume, inbox, audit) take their endpoints from "
-    "the OUTBOXKIT_* settings, else from the local stack's state file; stack, demo, saga, chaos "
-    "and bench run the local stack; new-service writes a new service from the template."
+    "the OUTBOXKIT_* settings, else from the local stack's state file; schemas checks event "
+    "contracts; new-service writes a new service from the template; dev runs the local stack, "
+    "the example saga, its fault campaign and the benchmarks."
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `outboxkit` command."""
     from outboxkit import __version__
-    from outboxkit.bench import cli as bench
     from outboxkit.commands import (
         audit,
         cdc,
-        chaos,
         consume,
         db,
-        demo,
+        dev,
         inbox,
         new_service,
         outbox,
-        saga,
         schemas,
-        stack,
     )
 
-    parser = argparse.ArgumentParser(prog="outboxkit", description=DESCRIPTION)
+    parser = argparse.ArgumentParser(
+        prog="outboxkit",
+        description=DESCRIPTION,
+        epilog=errors.exit_codes_text(),
+        formatter_class=HelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"outboxkit {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    for group in (
-        stack,
-        db,
-        outbox,
-        cdc,
-        consume,
-        inbox,
-        bench,
-        audit,
-        schemas,
-        saga,
-        chaos,
-        demo,
-        new_service,
-    ):
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="show the traceback of an error instead of its one-line message (also: "
+        "OUTBOXKIT_DEBUG=1)",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for group in (db, outbox, cdc, consume, inbox, audit, schemas, new_service, dev):
         group.add_parser(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `outboxkit` console script."""
-    args = build_parser().parse_args(argv)
-    # The stack's commands read the dev stack's settings; every other command the operator's.
-    settings_type: type[Settings | StackSettings] = getattr(args, "settings", Settings)
-    settings = settings_type()
-    run: Callable[[argparse.Namespace, Any], int] = args.run
+def load_settings(kind: str) -> Any:
+    """The settings a command reads: the operator's, or the dev stack's; a bad value is a
+    `CommandError` naming its environment variable."""
+    from pydantic import ValidationError
+
+    if kind == "stack":
+        from outboxkit.devstack.settings import StackSettings as settings_type
+    else:
+        from outboxkit.settings import Settings as settings_type  # type: ignore[assignment]
     try:
+        return settings_type()
+    except ValidationError as exc:
+        prefix = str(settings_type.model_config.get("env_prefix") or "")
+        raise errors.bad_settings(exc, prefix) from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `outboxkit` console script; returns its exit code (see
+    `outboxkit.commands.errors.EXIT_CODES`)."""
+    args = build_parser().parse_args(argv)
+    debug = args.debug or os.environ.get("OUTBOXKIT_DEBUG", "") not in ("", "0")
+    settings: Any = None
+    try:
+        settings = load_settings(getattr(args, "settings", "operator"))
+        run: Run = args.run
         return run(args, settings)
     except KeyboardInterrupt:
-        return 130
-    except (RuntimeError, ValueError, LookupError) as exc:
-        print(f"outboxkit: error: {exc}", file=sys.stderr)
-        return 1
+        return errors.INTERRUPTED
+    except Exception as exc:
+        known = errors.translate(exc, _fields(settings))
+        if known is None and isinstance(exc, RuntimeError | ValueError | LookupError):
+            known = (str(exc), errors.PROBLEM)
+        if debug or known is None:
+            raise
+        message, code = known
+        for line in message.splitlines():
+            print(f"outboxkit: error: {line}", file=sys.stderr)
+        return code
+
+
+def _fields(settings: Any) -> dict[str, Any]:
+    return dict(vars(settings)) if settings is not None else {}
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
-"""`outboxkit bench [SCENARIO...]`: run benchmarks on the local stack or on given services."""
+"""`outboxkit dev bench [SCENARIO...]`: run benchmarks on the local stack or on given services."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import create_engine, make_url, text
+from outboxkit.commands.parsing import SubParsers, command
 
-from outboxkit.devstack.settings import StackSettings
+if TYPE_CHECKING:
+    from outboxkit.devstack.settings import StackSettings
 
 SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga", "service", "profile", "cluster")
 DEFAULT = SCENARIOS[:-1]  # cluster starts a stack per shape (about 20 min): only when named
@@ -20,6 +21,8 @@ BENCH_DATABASE = "outboxkit_bench"
 
 def fresh_database(server_url: str, name: str = BENCH_DATABASE) -> str:
     """Drop and create the benchmark's own database next to ``server_url``'s; returns its URL."""
+    from sqlalchemy import create_engine, make_url, text
+
     url = make_url(server_url)
     admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -146,9 +149,12 @@ def _cluster(
     return cluster.run(settings, out, shapes=shapes, sizes=sizes, workdir=args.cluster_dir)
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    bench = sub.add_parser(
+def add_parser(sub: SubParsers) -> None:
+    bench = command(
+        sub,
         "bench",
+        run,
+        settings="stack",
         help="benchmarks: figures and ratios printed and written (JSON, markdown, PNG)",
         description="Scenarios: outbox (write overhead), cdc (commit -> Kafka vs raw produce), "
         "inbox (sink rows/s and dedup-state size), pipeline (outbox -> Spark inbox vs Debezium "
@@ -157,7 +163,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "the inbox sink's time goes), cluster (the pipeline and the saga on stacks of several "
         "shapes, each started and stopped in turn: 1 vs 3 brokers, Spark local[2] vs 1 and 2 "
         "workers, 4 vs 8 partitions; about 20 min). Default: all but cluster. "
-        "`outboxkit bench publish` renders the figure tables of README.md, docs/index.md and "
+        "`outboxkit dev bench publish` renders the figure tables of README.md, docs/index.md and "
         "docs/benchmarks.md from the results in docs/benchmarks/.",
     )
     bench.add_argument(
@@ -235,4 +241,3 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     published.add_argument(
         "--check", action="store_true", help="only say which pages' figures are stale (exit 1)"
     )
-    bench.set_defaults(run=run, settings=StackSettings)

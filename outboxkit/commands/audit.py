@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from outboxkit.kernel.engines import engine_for
-from outboxkit.settings import Settings
+from outboxkit.commands.parsing import SubParsers, command
+
+if TYPE_CHECKING:
+    from outboxkit.settings import Settings
 
 
 def _audit(args: argparse.Namespace, settings: Settings) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from outboxkit.commands.errors import load_job
+    from outboxkit.kernel.engines import engine_for
     from spark_consumers.audit import CATEGORIES, audit
-    from spark_consumers.job import load_job
 
     results = []
     for spec in args.jobs:
@@ -67,16 +71,19 @@ def _audit(args: argparse.Namespace, settings: Settings) -> int:
                     print(f"  {event_id} applied at offsets {offsets}")
             if result.ledger_only:
                 print(f"  {result.ledger_only} applied event ids are no longer on the topics")
-    if any(r.exact and not r.ok for r in results):
-        return 1
-    return 0 if all(r.exact for r in results) else 2
+    # Lost or doubled events, or a job without a ledger (nothing proven): a problem found.
+    return 0 if all(r.exact and r.ok for r in results) else 1
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    audit = sub.add_parser(
+def add_parser(sub: SubParsers) -> None:
+    audit = command(
+        sub,
         "audit",
+        _audit,
         help="every event on consumer jobs' topics: applied, duplicate, parked, pending, lost",
+        description="every event on consumer jobs' topics: applied, duplicate, parked, pending, "
+        "lost. Exits 1 when an event is lost or applied twice, or when a job has no ledger "
+        "(Job.ledger), so that neither can be counted.",
     )
     audit.add_argument("jobs", nargs="+", metavar="JOB", help="module:attr of a Job")
     audit.add_argument("--json", action="store_true", help="print the results as JSON")
-    audit.set_defaults(run=_audit)

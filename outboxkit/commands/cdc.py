@@ -8,55 +8,21 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outboxkit.endpoints import resolve
-from outboxkit.settings import Settings
+from outboxkit.commands.parsing import SubParsers, add_url, command, group
 
 if TYPE_CHECKING:
-    from cdc.connect import ConnectClient
+    from cdc.connect import ConnectClient, ConnectorStatus
+    from outboxkit.settings import Settings
 
 
-def _cdc(args: argparse.Namespace, settings: Settings) -> int:
+def _preflight(args: argparse.Namespace, settings: Settings) -> int:
+    """The database's CDC checks, and the connector's status when a Connect URL is known."""
     from cdc import recovery
     from cdc.preflight import connector_check, run_checks
-    from outboxkit.kernel.kafka.security import librdkafka_config
+    from outboxkit.endpoints import resolve
 
     endpoints = resolve(settings)
-    client = endpoints.connect() if endpoints.connect_url else None
-    bootstrap = endpoints.bootstrap_servers
-    name = (args.connector_names or [settings.connector_name])[0]
-    if args.action == "supervise":
-        if client is None:
-            raise ValueError("set OUTBOXKIT_CONNECT_URL")
-        return _supervise(client, args)
-    if args.action != "preflight":
-        if client is None or bootstrap is None:
-            raise ValueError("set OUTBOXKIT_CONNECT_URL and OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS")
-        kafka_config = librdkafka_config(endpoints.kafka_security)
-        if args.action == "add-partitions":
-            return _add_partitions(client, endpoints, name, args)
-        if args.action == "restart":
-            status = recovery.restart_failed(client, name)
-        elif args.action == "raise-limit":
-            if not args.topic or not args.max_bytes:
-                raise ValueError("raise-limit needs --topic and --max-bytes (see stack status)")
-            status = recovery.raise_record_limit(
-                client,
-                bootstrap,
-                connector=name,
-                topics=args.topic,
-                max_bytes=args.max_bytes,
-                kafka_config=kafka_config,
-            )
-        else:
-            status = recovery.restore_record_limit(
-                client,
-                bootstrap,
-                connector=name,
-                topics=args.topic or [],
-                kafka_config=kafka_config,
-            )
-        print(f"connector {name}: {status.state}, tasks {[t[1] for t in status.tasks]}")
-        return 0
+    name = args.connector or settings.connector_name
     url = endpoints.database_url(args.url)
     engine = endpoints.engine(args.url)
     with engine.connect() as conn:
@@ -66,15 +32,84 @@ def _cdc(args: argparse.Namespace, settings: Settings) -> int:
             publication_name=settings.publication_name,
             expect_slot=args.expect_slot,
         )
-    if client is not None:  # the connector's status, when a Connect URL is known
+    if endpoints.connect_url:  # the connector's status, when a Connect URL is known
+        client = endpoints.connect()
         current = client.status(name)
         diagnosis = recovery.diagnose_connector(
-            client, name, database_url=url, bootstrap_servers=bootstrap, status=current
+            client,
+            name,
+            database_url=url,
+            bootstrap_servers=endpoints.bootstrap_servers,
+            status=current,
         )
         checks.append(connector_check(name, current, diagnosis, expect_running=args.expect_slot))
     for check in checks:
         print(f"[{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
     return 0 if all(c.ok for c in checks) else 1
+
+
+def _restart(args: argparse.Namespace, settings: Settings) -> int:
+    from cdc import recovery
+    from outboxkit.endpoints import resolve
+
+    name = args.connector or settings.connector_name
+    return _print_status(name, recovery.restart_failed(resolve(settings).connect(), name))
+
+
+def _raise_limit(args: argparse.Namespace, settings: Settings) -> int:
+    from cdc import recovery
+    from outboxkit.endpoints import resolve
+
+    endpoints = resolve(settings)
+    name = args.connector or settings.connector_name
+    status = recovery.raise_record_limit(
+        endpoints.connect(),
+        _bootstrap(endpoints),
+        connector=name,
+        topics=args.topic,
+        max_bytes=args.max_bytes,
+        kafka_config=_kafka_config(endpoints),
+    )
+    return _print_status(name, status)
+
+
+def _restore_limit(args: argparse.Namespace, settings: Settings) -> int:
+    from cdc import recovery
+    from outboxkit.endpoints import resolve
+
+    endpoints = resolve(settings)
+    name = args.connector or settings.connector_name
+    status = recovery.restore_record_limit(
+        endpoints.connect(),
+        _bootstrap(endpoints),
+        connector=name,
+        topics=args.topic or [],
+        kafka_config=_kafka_config(endpoints),
+    )
+    return _print_status(name, status)
+
+
+def _bootstrap(endpoints: Any) -> str:
+    return str(endpoints.kafka()["bootstrap.servers"])  # raises what to set when unknown
+
+
+def _kafka_config(endpoints: Any) -> dict[str, str]:
+    from outboxkit.kernel.kafka.security import librdkafka_config
+
+    return librdkafka_config(endpoints.kafka_security)
+
+
+def _print_status(name: str, status: ConnectorStatus) -> int:
+    print(f"connector {name}: {status.state}, tasks {[t[1] for t in status.tasks]}")
+    return 0
+
+
+def _add_partitions_command(args: argparse.Namespace, settings: Settings) -> int:
+    from outboxkit.endpoints import resolve
+
+    endpoints = resolve(settings)
+    name = args.connector or settings.connector_name
+    return _add_partitions(endpoints.connect(), endpoints, name, args)
 
 
 def _add_partitions(
@@ -88,9 +123,7 @@ def _add_partitions(
     from inbox import moves
     from inbox.tables import watermarks
 
-    if not args.topic or len(args.topic) != 1 or not args.partitions or not args.consumer:
-        raise ValueError("add-partitions needs one --topic, --partitions N and --consumer C")
-    topic, kafka = args.topic[0], endpoints.kafka()
+    topic, kafka = args.topic, endpoints.kafka()
     chosen = partitions.plan(kafka, topic, args.partitions, connector)
     if args.dry_run:
         print(f"would {chosen.describe()} (consumers: {', '.join(args.consumer)})")
@@ -128,12 +161,15 @@ def _add_partitions(
     return 0
 
 
-def _supervise(client: ConnectClient, args: argparse.Namespace) -> int:
+def _supervise(args: argparse.Namespace, settings: Settings) -> int:
     """Restart the connectors' FAILED tasks with backoff until stopped (SIGTERM, Ctrl-C)."""
     import signal
     import threading
 
     from cdc.supervisor import Supervisor
+    from outboxkit.endpoints import resolve
+
+    client = resolve(settings).connect()
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -146,53 +182,91 @@ def _supervise(client: ConnectClient, args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    cdc = sub.add_parser("cdc", help="CDC checks; the way out of a FAILED connector task")
-    cdc.add_argument(
-        "action",
-        choices=[
-            "preflight",
-            "restart",
-            "supervise",
-            "raise-limit",
-            "restore-limit",
-            "add-partitions",
-        ],
-        help="preflight: check the database (and the connector) for CDC; restart: restart a "
-        "FAILED task; supervise: keep restarting FAILED tasks with backoff (runs until stopped); "
-        "raise-limit/restore-limit: the record size limit of the topics; add-partitions: pause "
-        "the connector, let the consumers drain, add partitions, resume (keeps per-key order)",
+CONNECTOR_HELP = "the connector's name (default: OUTBOXKIT_CONNECTOR_NAME)"
+
+
+def add_parser(sub: SubParsers) -> None:
+    actions = group(sub, "cdc", help="CDC checks; the way out of a FAILED connector task")
+    preflight = command(
+        actions,
+        "preflight",
+        _preflight,
+        help="check the database (and the connector, when a Connect URL is known) for CDC",
     )
-    cdc.add_argument("--url", help="database URL (default: settings, then the local stack)")
-    cdc.add_argument("--expect-slot", action="store_true", help="fail if the slot is missing")
-    cdc.add_argument(
+    add_url(preflight)
+    preflight.add_argument(
+        "--expect-slot", action="store_true", help="fail if the slot (or the connector) is missing"
+    )
+    preflight.add_argument("--connector", help=CONNECTOR_HELP)
+    restart = command(actions, "restart", _restart, help="restart a connector's FAILED tasks")
+    restart.add_argument("--connector", help=CONNECTOR_HELP)
+    supervise = command(
+        actions,
+        "supervise",
+        _supervise,
+        help="keep restarting FAILED tasks with backoff (runs until stopped)",
+    )
+    supervise.add_argument(
         "--connector",
         dest="connector_names",
         action="append",
-        help="connector name (default: settings); supervise takes it more than once and, "
-        "without it, watches every connector of the Connect cluster",
+        help="a connector to watch, repeatable (default: every connector of the Connect cluster)",
     )
-    cdc.add_argument(
-        "--interval", type=float, default=5.0, help="supervise: seconds between status checks"
+    supervise.add_argument(
+        "--interval", type=float, default=5.0, help="seconds between status checks"
     )
-    cdc.add_argument(
+    supervise.add_argument(
         "--alive-file",
         type=Path,
-        help="supervise: a file touched after every check (for a container's health check)",
+        help="a file touched after every check (for a container's health check)",
     )
-    cdc.add_argument("--topic", action="append", help="raise/restore-limit: topic (repeatable)")
-    cdc.add_argument("--max-bytes", type=int, help="raise-limit: the record limit to allow")
-    cdc.add_argument("--partitions", type=int, help="add-partitions: the topic's new count")
-    cdc.add_argument(
+    raise_limit = command(
+        actions,
+        "raise-limit",
+        _raise_limit,
+        help="raise the record size limit of the topics and the connector's producer",
+    )
+    raise_limit.add_argument("--connector", help=CONNECTOR_HELP)
+    raise_limit.add_argument("--topic", action="append", required=True, help="a topic, repeatable")
+    raise_limit.add_argument(
+        "--max-bytes",
+        type=int,
+        required=True,
+        help="the record limit to allow (the failure's size: `outboxkit dev stack status`)",
+    )
+    restore = command(
+        actions, "restore-limit", _restore_limit, help="restore the topics' record size limit"
+    )
+    restore.add_argument("--connector", help=CONNECTOR_HELP)
+    restore.add_argument(
+        "--topic",
+        action="append",
+        help="a topic whose raised limit to remove, repeatable (default: none, the "
+        "connector's producer only)",
+    )
+    partitions = command(
+        actions,
+        "add-partitions",
+        _add_partitions_command,
+        help="pause the connector, let the consumers drain, add partitions, resume (keeps "
+        "per-key order)",
+    )
+    partitions.add_argument("--connector", help=CONNECTOR_HELP)
+    partitions.add_argument("--topic", required=True, help="the outbox topic")
+    partitions.add_argument(
+        "--partitions", type=int, required=True, help="the topic's new partition count"
+    )
+    partitions.add_argument(
         "--consumer",
         action="append",
-        help="add-partitions: an inbox consumer of the topic, in --url's database (repeatable)",
+        required=True,
+        help="an inbox consumer of the topic, in --url's database (repeatable)",
     )
-    cdc.add_argument(
+    add_url(partitions)
+    partitions.add_argument(
         "--drain-timeout",
         type=float,
         default=600.0,
-        help="add-partitions: seconds to wait for the consumers (default 600)",
+        help="seconds to wait for the consumers to apply every partition",
     )
-    cdc.add_argument("--dry-run", action="store_true", help="add-partitions: print the plan")
-    cdc.set_defaults(run=_cdc)
+    partitions.add_argument("--dry-run", action="store_true", help="print the plan only")

@@ -1,19 +1,22 @@
-"""`outboxkit chaos`: the fault campaign on the saga example (brought up when absent), then every
-invariant and the audit."""
+"""`outboxkit dev chaos`: the fault campaign on the saga example (brought up when absent), then
+every invariant and the audit."""
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from outboxkit.commands.parsing import SubParsers, command
 from outboxkit.commands.saga import recorded_saga, service_replicas
-from outboxkit.devstack.settings import StackSettings
+
+if TYPE_CHECKING:
+    from outboxkit.devstack.settings import StackSettings
 
 
 def chaos_command(args: argparse.Namespace, settings: StackSettings) -> int:
-    """`outboxkit chaos`: the fault campaign on the recorded saga (brought up when absent)."""
+    """`outboxkit dev chaos`: the fault campaign on the recorded saga (brought up when absent)."""
     from rich.console import Console
 
     from outboxkit.bench.report import markdown_table, write
@@ -102,15 +105,17 @@ def _chaos_markdown(campaign: Any, markdown_table: Callable[..., str]) -> str:
     )
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: SubParsers) -> None:
     from outboxkit.saga_harness import faults  # light: the kinds' catalogue, for the --kinds help
 
-    chaos = sub.add_parser(
+    chaos = command(
+        sub,
         "chaos",
+        chaos_command,
         help="a fault campaign on the saga: kill -9s of its processes and the stack's nodes "
         "(on a cluster: partition leaders, coordinators, workers), Postgres crashes, broker "
         "restarts, while orders flow; then every invariant and the audit",
-        formatter_class=argparse.RawTextHelpFormatter,  # the --kinds help: one kind a line
+        settings="stack",
     )
     chaos.add_argument("--rounds", type=int, default=50, help="fault rounds")
     chaos.add_argument("--orders", type=int, default=10_000, help="orders placed in all")
@@ -126,4 +131,3 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     chaos.add_argument("--out", help="write chaos.json and chaos.md into this folder")
     chaos.add_argument("--keep-running", action="store_true", help="leave the stack and saga up")
-    chaos.set_defaults(run=chaos_command, settings=StackSettings)

@@ -8,25 +8,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outboxkit.settings import Settings
-from spark_consumers.job import DEFAULT_TRIGGER_SECONDS
+from outboxkit.commands.parsing import SubParsers, command
 
 if TYPE_CHECKING:
+    from outboxkit.settings import Settings
     from spark_consumers.summary import SliceSummary
 
 
 def _consume(args: argparse.Namespace, settings: Settings) -> int:
+    from outboxkit.commands.errors import load_job
+
+    jobs = [load_job(spec) for spec in args.jobs]  # a bad reference fails before Spark starts
     from rich.console import Console
 
     from outboxkit.endpoints import spark_jars
-    from spark_consumers.job import load_job
+    from spark_consumers.job import DEFAULT_TRIGGER_SECONDS
     from spark_consumers.runner import run_jobs
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per JVM call otherwise
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # a line per plugin
     console = Console()
-    jobs = [load_job(spec) for spec in args.jobs]
 
     def report(name: str, batch_id: int, rows: list[SliceSummary]) -> None:
         applied = sum(r.applied for r in rows)
@@ -53,7 +55,7 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
         run_jobs(
             jobs,
             checkpoint=Path(args.checkpoint),
-            trigger_seconds=args.trigger,
+            trigger_seconds=DEFAULT_TRIGGER_SECONDS if args.trigger is None else args.trigger,
             once=args.once,
             on_batch=on_batch,
             jars=spark_jars(settings),
@@ -82,14 +84,16 @@ def _consumer_metrics(
     return metrics
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    consume = sub.add_parser("consume", help="run consumer jobs (Spark Structured Streaming)")
+def add_parser(sub: SubParsers) -> None:
+    consume = command(
+        sub, "consume", _consume, help="run consumer jobs (Spark Structured Streaming)"
+    )
     consume.add_argument("jobs", nargs="+", metavar="JOB", help="module:attr of a Job")
     consume.add_argument(
         "--trigger",
         type=float,
-        default=DEFAULT_TRIGGER_SECONDS,
-        help="seconds between batches (lower: shorter hops, more idle CPU)",
+        help="seconds between batches; lower: shorter hops, more idle CPU (default: "
+        "spark_consumers.job.DEFAULT_TRIGGER_SECONDS, 1.0)",
     )
     consume.add_argument(
         "--checkpoint", default=".outboxkit/checkpoints", help="folder of the queries' checkpoints"
@@ -109,4 +113,3 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     consume.add_argument(
         "--metrics-host", help="metrics address (default: OUTBOXKIT_CONSUMER_METRICS_HOST)"
     )
-    consume.set_defaults(run=_consume)

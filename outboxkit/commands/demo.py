@@ -1,10 +1,14 @@
-"""`outboxkit demo`: the main job, the order saga on the local stack."""
+"""`outboxkit dev demo`: the main job, the order saga on the local stack."""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from outboxkit.devstack.settings import StackSettings
+from outboxkit.commands.parsing import SubParsers, command
+
+if TYPE_CHECKING:
+    from outboxkit.devstack.settings import StackSettings
 
 
 def _demo(args: argparse.Namespace, settings: StackSettings) -> int:
@@ -13,8 +17,9 @@ def _demo(args: argparse.Namespace, settings: StackSettings) -> int:
     return run_demo(settings, orders=args.orders, keep_running=args.keep_running)
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    demo = sub.add_parser("demo", help="the main job: the order saga on the local stack")
+def add_parser(sub: SubParsers) -> None:
+    demo = command(
+        sub, "demo", _demo, help="the main job: the order saga on the local stack", settings="stack"
+    )
     demo.add_argument("--orders", type=int, default=300, help="how many orders to place")
     demo.add_argument("--keep-running", action="store_true", help="leave the stack and services up")
-    demo.set_defaults(run=_demo, settings=StackSettings)

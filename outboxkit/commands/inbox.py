@@ -4,62 +4,85 @@ its parked records and what an operator does with them."""
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from outboxkit.endpoints import resolve
-from outboxkit.kernel.engines import engine_for
-from outboxkit.settings import Settings
+from outboxkit.commands.parsing import SubParsers, add_url, command, group
+
+if TYPE_CHECKING:
+    from outboxkit.settings import Settings
 
 
-def _inbox(args: argparse.Namespace, settings: Settings) -> int:
+def _engine(args: argparse.Namespace, settings: Settings) -> Any:
+    from outboxkit.endpoints import resolve
+
+    return resolve(settings).engine(args.url)
+
+
+def _status(args: argparse.Namespace, settings: Settings) -> int:
+    from inbox import operations
+
+    rows = operations.status(_engine(args, settings), args.consumer)
+    return _print_rows("inbox status", rows, as_json=args.json)
+
+
+def _parked(args: argparse.Namespace, settings: Settings) -> int:
+    from inbox import operations
+
+    rows = operations.list_parked(_engine(args, settings), args.consumer, limit=args.limit)
+    return _print_rows("inbox parked", rows, as_json=args.json)
+
+
+def _print_rows(title: str, rows: list[dict[str, Any]], *, as_json: bool) -> int:
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
     from rich.console import Console
     from rich.table import Table
 
-    from inbox import operations
-
-    if args.action == "redrive":
-        return _inbox_redrive(args)
-    engine = resolve(settings).engine(args.url)
-    if args.action == "rewind":
-        previous = operations.rewind(engine, args.consumer, args.topic, args.partition, args.offset)
-        print(
-            f"rewound {args.consumer} {args.topic}[{args.partition}]: {previous} -> {args.offset}"
-        )
-        return 0
-    if args.action == "rebase":
-        return _inbox_rebase(args, engine, resolve(settings).kafka())
-    if args.action == "show":
-        return _inbox_show(engine, _parked_id(args), as_json=args.json, full=args.full)
-    if args.action == "skip":
-        if not args.reason:
-            raise ValueError("skip needs --reason (recorded with the skipped record)")
-        row = operations.skip(
-            engine, _parked_id(args), by=args.by or getpass.getuser(), reason=args.reason
-        )
-        print(
-            f"skipped parked record {row['id']}: {row['consumer']} {row['topic']}"
-            f"[{row['partition']}] offset {row['offset']} (key {row['key']!r}); "
-            "records of its key parked behind it stay parked until the key is redriven"
-        )
-        return 0
-    rows = (
-        operations.status(engine, args.consumer)
-        if args.action == "status"
-        else operations.list_parked(engine, args.consumer, limit=args.limit)
-    )
-    if args.json:
-        print(json.dumps(rows, indent=2, default=str))
-        return 0
-    table = Table(title=f"inbox {args.action}")
+    table = Table(title=title)
     for column in rows[0].keys() if rows else ["(empty)"]:
         table.add_column(str(column))
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
     Console().print(table)
     return 0
+
+
+def _show(args: argparse.Namespace, settings: Settings) -> int:
+    return _inbox_show(_engine(args, settings), args.id, as_json=args.json, full=args.full)
+
+
+def _skip(args: argparse.Namespace, settings: Settings) -> int:
+    import getpass
+
+    from inbox import operations
+
+    row = operations.skip(
+        _engine(args, settings), args.id, by=args.by or getpass.getuser(), reason=args.reason
+    )
+    print(
+        f"skipped parked record {row['id']}: {row['consumer']} {row['topic']}"
+        f"[{row['partition']}] offset {row['offset']} (key {row['key']!r}); "
+        "records of its key parked behind it stay parked until the key is redriven"
+    )
+    return 0
+
+
+def _rewind(args: argparse.Namespace, settings: Settings) -> int:
+    from inbox import operations
+
+    engine = _engine(args, settings)
+    previous = operations.rewind(engine, args.consumer, args.topic, args.partition, args.offset)
+    print(f"rewound {args.consumer} {args.topic}[{args.partition}]: {previous} -> {args.offset}")
+    return 0
+
+
+def _rebase(args: argparse.Namespace, settings: Settings) -> int:
+    from outboxkit.endpoints import resolve
+
+    return _inbox_rebase(args, _engine(args, settings), resolve(settings).kafka())
 
 
 def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) -> int:
@@ -70,8 +93,6 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
     from inbox import moves
     from spark_consumers.identity import TopicIdentities
 
-    if not args.consumer or not args.topic:
-        raise ValueError("rebase needs --consumer and --topic")
     current = TopicIdentities(kafka).read([args.topic]).get(args.topic)
     if current is None:
         raise ValueError(f"topic {args.topic} does not exist on {kafka['bootstrap.servers']}")
@@ -83,7 +104,7 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
     if not found:
         print(f"{args.consumer} {args.topic}: no partition is stopped or of another topic id")
         return 0
-    offset = -1 if args.offset is None else args.offset
+    offset = args.offset
     for move in found:
         judged = "by its sources' positions" if move.positions else "by offset only"
         print(
@@ -102,22 +123,18 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
     return 0
 
 
-def _parked_id(args: argparse.Namespace) -> int:
-    if args.id is None:
-        raise ValueError(f"{args.action} needs --id (the id column of `outboxkit inbox parked`)")
-    return int(args.id)
+def _redrive(args: argparse.Namespace, settings: Settings) -> int:
+    """Apply a key's parked records again with the job's handlers; exit 1 if some stay parked."""
+    from outboxkit.commands.errors import CommandError, load_job
 
-
-def _inbox_redrive(args: argparse.Namespace) -> int:
-
+    if args.id is None and not args.topic:
+        raise CommandError("redrive needs --topic (and --partition), or --id")
+    job = load_job(args.job)
     from inbox import operations
     from outbox import at_commit
+    from outboxkit.kernel.engines import engine_for
     from outboxkit.kernel.wire.record import key_text
-    from spark_consumers.job import load_job
 
-    if not args.job:
-        raise ValueError("redrive needs --job module:attr (its handlers apply the records)")
-    job = load_job(args.job)
     inbox = job.inbox(at_commit.attach(engine_for(job.engine_url(), "once")))
     topic, partition, key = args.topic, args.partition, args.key
     if args.id is not None:  # the parked record's partition and exact key
@@ -125,8 +142,6 @@ def _inbox_redrive(args: argparse.Namespace) -> int:
         if found is None or found["state"] != "parked" or found["consumer"] != inbox.consumer:
             raise ValueError(f"no parked record {args.id} of consumer {inbox.consumer}")
         topic, partition, key = found["topic"], found["partition"], key_text(found["raw_key"])
-    if not topic:
-        raise ValueError("redrive needs --topic (and --partition), or --id")
     result = operations.redrive(inbox, topic, partition, key=key)
     print(
         f"redrive: {result.applied} applied, {result.skipped} already applied, "
@@ -177,40 +192,84 @@ def _bytes(value: bytes | None, cut: int | None) -> str:
     return shown if cut is None or len(value) <= cut else f"{shown}... ({len(value)} bytes)"
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    inbox = sub.add_parser(
-        "inbox", help="inbox state: status, parked (list, show, skip), redrive, rewind, rebase"
+def add_parser(sub: SubParsers) -> None:
+    actions = group(
+        sub, "inbox", help="inbox state: status, parked (list, show, skip), redrive, rewind, rebase"
     )
-    inbox.add_argument(
-        "action",
-        choices=["status", "parked", "show", "skip", "redrive", "rewind", "rebase"],
-        help="status: watermarks and parked counts; parked: list parked records; show: one "
-        "record; skip: give one up; redrive: apply parked records again; rewind: set a "
-        "watermark; rebase: start over partitions whose offsets moved (re-created topic, "
-        "another cluster)",
+    status = command(actions, "status", _status, help="watermarks, window sizes and parked counts")
+    status.add_argument("--consumer", help="the inbox consumer (default: every consumer)")
+    _json(status)
+    add_url(status)
+    parked = command(actions, "parked", _parked, help="list parked records, oldest first")
+    parked.add_argument("--consumer", help="the inbox consumer (default: every consumer)")
+    parked.add_argument("--limit", type=int, default=100, help="rows to list at most")
+    _json(parked)
+    add_url(parked)
+    show = command(
+        actions, "show", _show, help="one parked (or skipped) record, its raw bytes included"
     )
-    inbox.add_argument(
-        "--dry-run", action="store_true", help="rebase: print what would happen, change nothing"
+    _parked_id(show)
+    show.add_argument("--full", action="store_true", help="raw bytes whole (not cut at 2000)")
+    _json(show)
+    add_url(show)
+    skip = command(actions, "skip", _skip, help="give up on one parked record, on the record")
+    _parked_id(skip)
+    skip.add_argument("--reason", required=True, help="why (recorded with the skipped record)")
+    skip.add_argument("--by", help="who (recorded; default: the OS user)")
+    add_url(skip)
+    redrive = command(
+        actions,
+        "redrive",
+        _redrive,
+        help="apply a key's parked records again, with a job's (fixed) handlers; exits 1 when "
+        "some stay parked",
     )
-    inbox.add_argument("--id", type=int, help="show/skip/redrive: a parked record's id")
-    inbox.add_argument("--reason", help="skip: why (recorded)")
-    inbox.add_argument("--by", help="skip: who (recorded; default: the OS user)")
-    inbox.add_argument("--full", action="store_true", help="show: raw bytes whole")
-    inbox.add_argument("--url", help="the consumer's database (default: settings, local stack)")
-    inbox.add_argument("--consumer", help="the inbox consumer name (default: all; rewind: needed)")
-    inbox.add_argument("--job", help="redrive: module:attr of the Job whose handlers apply")
-    inbox.add_argument("--topic", help="redrive/rewind: the topic")
-    inbox.add_argument("--partition", type=int, default=0, help="redrive/rewind: the partition")
-    inbox.add_argument("--key", help="redrive only this key")
-    inbox.add_argument(
+    redrive.add_argument(
+        "--job", required=True, metavar="MODULE:ATTR", help="the Job whose handlers apply"
+    )
+    redrive.add_argument("--id", type=int, help="a parked record: redrive its key exactly")
+    redrive.add_argument("--topic", help="the topic (without --id)")
+    redrive.add_argument("--partition", type=int, default=0, help="the partition (without --id)")
+    redrive.add_argument("--key", help="only this key (default: every parked key)")
+    rewind = command(
+        actions,
+        "rewind",
+        _rewind,
+        help="move a partition's watermark back: the records above it are applied again",
+    )
+    rewind.add_argument("--consumer", required=True, help="the inbox consumer")
+    rewind.add_argument("--topic", required=True, help="the topic")
+    rewind.add_argument("--partition", type=int, default=0, help="the partition")
+    rewind.add_argument("--offset", type=int, required=True, help="the new watermark")
+    add_url(rewind)
+    rebase = command(
+        actions,
+        "rebase",
+        _rebase,
+        help="start over the partitions whose offsets moved (a re-created topic, another cluster)",
+    )
+    rebase.add_argument("--consumer", required=True, help="the inbox consumer")
+    rebase.add_argument("--topic", required=True, help="the topic")
+    rebase.add_argument(
         "--only-partition",
         dest="partition_given",
         type=int,
-        help="rebase: this partition only (default: every moved one)",
+        help="this partition only (default: every moved one)",
     )
-    inbox.add_argument(
-        "--offset", type=int, help="rewind: the new watermark; rebase: it (default -1: from start)"
+    rebase.add_argument(
+        "--offset", type=int, default=-1, help="the new watermark; -1: from the topic's start"
     )
-    inbox.add_argument("--limit", type=int, default=100, help="parked: rows to list at most")
-    inbox.add_argument("--json", action="store_true", help="status/parked/show: print JSON")
-    inbox.set_defaults(run=_inbox)
+    rebase.add_argument(
+        "--dry-run", action="store_true", help="print what would happen, change nothing"
+    )
+    add_url(rebase)
+
+
+def _json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _parked_id(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--id", type=int, required=True, help="the record's id (`outboxkit inbox parked`)"
+    )

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
+from typing import TYPE_CHECKING
 
-from outboxkit.endpoints import resolve
-from outboxkit.settings import Settings
+from outboxkit.commands.parsing import SubParsers, add_url, command, group
+
+if TYPE_CHECKING:
+    from outboxkit.settings import Settings
 
 
-def _outbox(args: argparse.Namespace, settings: Settings) -> int:
+def _cleanup(args: argparse.Namespace, settings: Settings) -> int:
+    from datetime import timedelta
+
     from outbox import cleanup
+    from outboxkit.endpoints import resolve
 
     engine = resolve(settings).engine(args.url)
     deleted = cleanup.cleanup(engine, older_than=timedelta(hours=args.older_than_hours))
@@ -22,13 +27,12 @@ def _outbox(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    outbox = sub.add_parser("outbox", help="outbox table maintenance (retain mode)")
-    outbox.add_argument(
-        "action", choices=["cleanup"], help="cleanup: delete the published rows older than the age"
+def add_parser(sub: SubParsers) -> None:
+    actions = group(sub, "outbox", help="outbox table maintenance (retain mode)")
+    cleanup = command(
+        actions, "cleanup", _cleanup, help="delete the published rows older than an age"
     )
-    outbox.add_argument(
+    cleanup.add_argument(
         "--older-than-hours", type=float, default=24.0, help="age of the rows to delete, in hours"
     )
-    outbox.add_argument("--url", help="database URL (default: settings, then the local stack)")
-    outbox.set_defaults(run=_outbox)
+    add_url(cleanup)

@@ -1,6 +1,6 @@
-"""`outboxkit saga ACTION [NAME...]`: the saga example's processes as an operator runs them on the
-local stack (prepare, up, status, start, stop, restart, kill -9), each recorded with PID, port and
-log."""
+"""`outboxkit dev saga ACTION [NAME...]`: the saga example's processes as an operator runs them
+on the local stack (prepare, up, status, start, stop, restart, kill -9), each recorded with PID,
+port and log."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from outboxkit.devstack.settings import StackSettings
+from outboxkit.commands.parsing import SubParsers, command, group
+
+if TYPE_CHECKING:
+    from outboxkit.devstack.settings import StackSettings
 
 
 def progress(line: str) -> None:
@@ -34,7 +37,7 @@ def service_replicas(stack: Any) -> int:
 
 
 def saga_command(args: argparse.Namespace, settings: StackSettings) -> int:
-    """`outboxkit saga ACTION [NAME...]`: prepare, up, status, start, stop, restart or kill -9;
+    """`outboxkit dev saga ACTION [NAME...]`: prepare, up, status, start, stop, restart or kill -9;
     a NAME is a process: a service replica (orders, orders-2, ...) or the consumer driver."""
     from outboxkit.devstack.stack import Stack
     from outboxkit.saga_harness.processes import Saga, service_of
@@ -67,7 +70,7 @@ def saga_command(args: argparse.Namespace, settings: StackSettings) -> int:
     else:
         saga = recorded_saga(stack)
         if saga is None:
-            raise LookupError(f"no saga recorded in {stack.dir / 'saga'}: outboxkit saga up")
+            raise LookupError(f"no saga recorded in {stack.dir / 'saga'}: outboxkit dev saga up")
         names = args.names or saga.processes
         if args.action == "start":
             saga.start(names)
@@ -106,24 +109,35 @@ def print_processes(processes: Sequence[dict[str, Any]]) -> None:
     Console().print(table)
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    saga = sub.add_parser(
+ACTIONS = {
+    "prepare": "roles, databases, migrations, connectors, topics only (a deployment's set-up job)",
+    "up": "the stack up, the saga prepared once, then its processes started",
+    "status": "each process: PID, port, health, URL, log; exits 1 when one is not healthy",
+    "start": "start the named processes",
+    "stop": "stop the named processes",
+    "restart": "stop and start the named processes again, each on its port",
+    "kill": "kill -9 the named processes (faults by hand)",
+}
+
+
+def add_parser(sub: SubParsers) -> None:
+    actions = group(
+        sub,
         "saga",
-        help="the saga's services and consumer driver: prepare (set-up only), up, status, start, "
-        "stop, restart",
+        help="the example saga's services and consumer driver: prepare (set-up only), up, "
+        "status, start, stop, restart, kill",
     )
-    saga.add_argument(
-        "action",
-        choices=["prepare", "up", "status", "start", "stop", "restart", "kill"],
-        help="prepare: roles, databases, migrations, connectors, topics only; up: prepare and "
-        "start; status; start, stop, restart or kill -9 the named processes",
-    )
-    saga.add_argument(
-        "names",
-        nargs="*",
-        metavar="NAME",
-        help="processes: orders, payments, shipping (replica 1 of each), orders-2 ... (other "
-        "replicas: setting service_replicas), consumers (default: all)",
-    )
-    saga.add_argument("--json", action="store_true", help="print the processes as JSON")
-    saga.set_defaults(run=saga_command, settings=StackSettings)
+    for name, text in ACTIONS.items():
+        parser = command(actions, name, saga_command, help=text, settings="stack")
+        if name in ("prepare", "status"):
+            parser.set_defaults(names=[])
+        else:
+            parser.add_argument(
+                "names",
+                nargs="*",
+                metavar="NAME",
+                help="processes: orders, payments, shipping (replica 1 of each), orders-2 ... "
+                "(other replicas: setting service_replicas), consumers (default: all)",
+            )
+        if name != "prepare":
+            parser.add_argument("--json", action="store_true", help="print the processes as JSON")

@@ -7,37 +7,58 @@ import argparse
 import importlib
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from outbox.contracts import Contracts
-from outboxkit.settings import Settings
+from outboxkit.commands.errors import CommandError
+from outboxkit.commands.parsing import SubParsers, command, group
 
-DEFAULT_CONTRACTS = "outboxkit.saga.contracts:CONTRACTS"
+if TYPE_CHECKING:
+    from outbox.contracts import Contracts
+    from outboxkit.settings import Settings
+
+CONTRACTS_FORM = "module:attr naming an outbox.contracts.Contracts, e.g. myservice.events:CONTRACTS"
 
 
 def load(spec: str) -> tuple[Contracts, Path]:
     """The `Contracts` named ``module:attribute``, and its default schema folder: ``schemas``
     beside the module."""
+    from outbox.contracts import Contracts
+
     module_name, _, attribute = spec.partition(":")
-    if not attribute:
-        raise ValueError(f"--contracts {spec!r}: write module:attribute")
-    module = importlib.import_module(module_name)
+    if not module_name or not attribute:
+        raise CommandError(f"bad contracts reference {spec!r}: expected {CONTRACTS_FORM}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CommandError(
+            f"bad contracts reference {spec!r}: {exc}; expected {CONTRACTS_FORM}"
+        ) from exc
     contracts = getattr(module, attribute, None)
     if not isinstance(contracts, Contracts):
-        raise ValueError(f"{spec} is not an outbox.contracts.Contracts")
+        raise CommandError(
+            f"bad contracts reference {spec!r}: {type(contracts).__name__}, not a Contracts; "
+            f"expected {CONTRACTS_FORM}"
+        )
     return contracts, Path(module.__file__ or ".").parent / "schemas"
 
 
-def run(args: argparse.Namespace, settings: Settings) -> int:
-    from outbox.schemas import check, export
+def _export(args: argparse.Namespace, settings: Settings) -> int:
+    from outbox.schemas import export
 
     contracts, default = load(args.contracts)
     folder: Path = args.dir or default
-    if args.action == "export":
-        written = export(contracts, folder)
-        for path in written:
-            print(f"wrote {path}")
-        print(f"{len(contracts.models)} contracts, {len(written)} schema(s) written to {folder}")
-        return 0
+    written = export(contracts, folder)
+    for path in written:
+        print(f"wrote {path}")
+    print(f"{len(contracts.models)} contracts, {len(written)} schema(s) written to {folder}")
+    return 0
+
+
+def _check(args: argparse.Namespace, settings: Settings) -> int:
+    from outbox.schemas import check
+
+    contracts, default = load(args.contracts)
+    folder: Path = args.dir or default
     report = check(contracts, folder)
     for note in report.notes:
         print(f"note: {note}")
@@ -50,28 +71,36 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if report.ok else 1
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    schemas = sub.add_parser(
+def add_parser(sub: SubParsers) -> None:
+    actions = group(
+        sub,
         "schemas",
         help="event contracts: export their JSON Schemas, check compatibility with them",
-        description="export: write each contract's JSON Schema (per version) to the folder "
-        "committed with the code. check: fail when a model changed in a way that breaks a "
-        "deployed publisher or consumer (a removed or newly required field, a changed type, a "
-        "narrowed enum, a tightened bound) without a raised version, or when a raised version "
-        "has no upcaster from the one before.",
     )
-    schemas.add_argument(
-        "action",
-        choices=("export", "check"),
-        help="export: write the JSON Schemas; check: the models against them",
+    export = command(
+        actions,
+        "export",
+        _export,
+        help="write each contract's JSON Schema (per version) to the folder committed with the "
+        "code",
     )
-    schemas.add_argument(
-        "--contracts",
-        default=DEFAULT_CONTRACTS,
-        metavar="MODULE:ATTR",
-        help=f"the Contracts object (default {DEFAULT_CONTRACTS})",
+    check = command(
+        actions,
+        "check",
+        _check,
+        help="check the models against their committed JSON Schemas; exits 1 when incompatible",
+        description="Fail when a model changed in a way that breaks a deployed publisher or "
+        "consumer (a removed or newly required field, a changed type, a narrowed enum, a "
+        "tightened bound) without a raised version, or when a raised version has no upcaster "
+        "from the one before.",
     )
-    schemas.add_argument(
-        "--dir", type=Path, help="the schema folder (default: schemas/ beside that module)"
-    )
-    schemas.set_defaults(run=run)
+    for parser in (export, check):
+        parser.add_argument(
+            "--contracts",
+            required=True,
+            metavar="MODULE:ATTR",
+            help="the Contracts object, e.g. myservice.events:CONTRACTS",
+        )
+        parser.add_argument(
+            "--dir", type=Path, help="the schema folder (default: schemas/ beside that module)"
+        )

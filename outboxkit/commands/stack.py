@@ -1,43 +1,62 @@
-"""`outboxkit stack install|up|down|status`: the local dev stack (the only command group,
-with demo, saga, chaos and bench, that builds it)."""
+"""`outboxkit dev stack install|up|down|status`: the local dev stack (the `dev` group's
+commands are the only ones that build it)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from typing import TYPE_CHECKING
 
-from outboxkit.devstack.settings import StackSettings
+from outboxkit.commands.parsing import SubParsers, command, group
+
+if TYPE_CHECKING:
+    from outboxkit.devstack.settings import StackSettings
 
 
-def _stack(args: argparse.Namespace, settings: StackSettings) -> int:
+def _install(args: argparse.Namespace, settings: StackSettings) -> int:
     from outboxkit.devstack import artifacts
+
+    found = artifacts.locate(settings.cache_dir, install=True)
+    v = found.versions
+    print(
+        f"stack install: Apache Kafka {v.kafka}, Debezium {v.debezium}, Spark Kafka connector "
+        f"{v.spark} in {found.broker_libs.parent}"
+    )
+    return 0
+
+
+def _up(args: argparse.Namespace, settings: StackSettings) -> int:
     from outboxkit.devstack.stack import Stack
 
-    if args.action == "install":
-        found = artifacts.locate(settings.cache_dir, install=True)
-        v = found.versions
-        print(
-            f"stack install: Apache Kafka {v.kafka}, Debezium {v.debezium}, Spark Kafka connector "
-            f"{v.spark} in {found.broker_libs.parent}"
-        )
-        return 0
     stack = Stack(settings)
-    if args.action == "up":
-        stack.up()
-        _print_status(stack.status(), as_json=False)
-        return 0
+    stack.up()
+    _print_status(stack.status(), as_json=False)
+    return 0
+
+
+def _down(args: argparse.Namespace, settings: StackSettings) -> int:
     from outboxkit.commands.saga import recorded_saga
+    from outboxkit.devstack.stack import Stack
 
+    stack = Stack(settings)
     saga = recorded_saga(stack)
-    if args.action == "down":
-        if saga is not None:  # the saga's processes first: they use the stack
-            saga.stop()
-        stack.down(keep_data=args.keep_data)
-        if not args.keep_data:
-            from outboxkit.saga_harness.processes import drop_checkpoints
+    if saga is not None:  # the saga's processes first: they use the stack
+        saga.stop()
+    stack.down(keep_data=args.keep_data)
+    if not args.keep_data:
+        from outboxkit.saga_harness.processes import drop_checkpoints
 
-            drop_checkpoints(stack.dir / "saga")
-        return 0
+        drop_checkpoints(stack.dir / "saga")
+    return 0
+
+
+def _status(args: argparse.Namespace, settings: StackSettings) -> int:
+    """The stack's components, connectors and the saga's processes; exit 1 unless all healthy."""
+    from outboxkit.commands.saga import recorded_saga
+    from outboxkit.devstack.stack import Stack
+
+    stack = Stack(settings)
+    saga = recorded_saga(stack)
     report = stack.status()
     processes = saga.status() if saga is not None and report["up"] else []
     if processes:
@@ -98,14 +117,26 @@ def _print_status(report: dict[str, object], *, as_json: bool) -> None:
         print_processes(processes)
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    stack = sub.add_parser("stack", help="the local stack: Postgres, broker, Connect + Debezium")
-    stack.add_argument(
-        "action",
-        choices=["install", "up", "down", "status"],
-        help="install: fetch the jars and distributions; up: start the stack; down: stop it "
-        "(the saga's processes first); status: its endpoints and health",
+def add_parser(sub: SubParsers) -> None:
+    actions = group(sub, "stack", help="the local stack: Postgres, broker, Connect + Debezium")
+    command(
+        actions,
+        "install",
+        _install,
+        help="fetch the jars and distributions the stack runs",
+        settings="stack",
     )
-    stack.add_argument("--json", action="store_true", help="status as JSON")
-    stack.add_argument("--keep-data", action="store_true", help="down: keep the Postgres data")
-    stack.set_defaults(run=_stack, settings=StackSettings)
+    command(actions, "up", _up, help="start the stack (or what of it is down)", settings="stack")
+    down = command(
+        actions, "down", _down, help="stop the stack (the saga's processes first)", settings="stack"
+    )
+    down.add_argument("--keep-data", action="store_true", help="keep the Postgres data")
+    status = command(
+        actions,
+        "status",
+        _status,
+        help="the stack's endpoints and health, and the saga's processes; exits 1 when one is "
+        "not healthy",
+        settings="stack",
+    )
+    status.add_argument("--json", action="store_true", help="print the report as JSON")

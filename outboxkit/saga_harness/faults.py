@@ -12,9 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from outboxkit.devstack import faults as nodes
 from outboxkit.devstack.processes import StackError
-from outboxkit.kernel.wire.record import topic_for
 from outboxkit.saga import rules
 
 if TYPE_CHECKING:
@@ -201,12 +199,16 @@ def kill_consumers(stack: Stack, saga: Saga, rng: random.Random) -> str:
 
 
 def kill_connect(stack: Stack, saga: Saga, rng: random.Random) -> str:
+    from outboxkit.devstack import faults as nodes
+
     return nodes.restart(stack, stack.state.connect.nodes[0], rng.uniform(1, 3))
 
 
 def crash_postgres(stack: Stack) -> str:
     """Postgres's immediate shutdown (SIGQUIT: no checkpoint, crash recovery on start), started
     again after 6 s."""
+    from outboxkit.devstack import faults as nodes
+
     return nodes.restart(stack, stack.state.postgres.nodes[0], 6, signal.SIGQUIT)
 
 
@@ -214,6 +216,8 @@ def restart_broker(stack: Stack, rng: random.Random | None = None) -> str:
     """A Kafka node (random of several) stopped with SIGTERM, a controlled shutdown that hands
     its leaderships over first (a rolling restart's step), started again after 4 s; on one
     node, `Stack.up` also heals hanging transactions and starts Connect afresh."""
+    from outboxkit.devstack import faults as nodes
+
     node = pick(stack.state.broker.nodes, rng or random.Random())
     return nodes.restart(stack, node, 4, signal.SIGTERM)
 
@@ -229,6 +233,8 @@ def restart_connect_tasks(stack: Stack) -> str:
 
 def saga_topics(stack: Stack) -> list[str]:
     """The topics the saga's outboxes publish to."""
+    from outboxkit.kernel.wire.record import topic_for
+
     prefix = stack.settings.topic_prefix
     return [topic_for(t, topic_prefix=prefix) for t in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT)]
 
@@ -245,6 +251,8 @@ def saga_connectors(stack: Stack, saga: Saga) -> list[str]:
 
 
 def kill_partition_leader(stack: Stack, saga: Saga, rng: random.Random) -> str:
+    from outboxkit.devstack import faults as nodes
+
     topic = rng.choice(saga_topics(stack))
     partition = rng.randrange(nodes.partitions(stack, topic))
     node = nodes.partition_leader(stack, topic, partition)
@@ -253,6 +261,8 @@ def kill_partition_leader(stack: Stack, saga: Saga, rng: random.Random) -> str:
 
 
 def kill_coordinator(stack: Stack, saga: Saga, rng: random.Random) -> str:
+    from outboxkit.devstack import faults as nodes
+
     connector = rng.choice(saga_connectors(stack, saga))
     node = nodes.connect_task_coordinator(stack, connector)
     saga.echo(f"{node.name} coordinates the transactions of {connector}'s task")
@@ -260,10 +270,14 @@ def kill_coordinator(stack: Stack, saga: Saga, rng: random.Random) -> str:
 
 
 def kill_controller(stack: Stack, saga: Saga, rng: random.Random) -> str:
+    from outboxkit.devstack import faults as nodes
+
     return nodes.restart(stack, nodes.active_controller(stack), rng.uniform(2, 5))
 
 
 def kill_task_worker(stack: Stack, saga: Saga, rng: random.Random) -> str:
+    from outboxkit.devstack import faults as nodes
+
     connector = rng.choice(saga_connectors(stack, saga))
     killed, moved_to, seconds = nodes.move_task(stack, connector)
     saga.echo(f"{connector}'s task moved {killed.name} -> {moved_to.name} in {seconds:.1f}s")
@@ -273,6 +287,8 @@ def kill_task_worker(stack: Stack, saga: Saga, rng: random.Random) -> str:
 def kill_spark_worker(stack: Stack, saga: Saga, rng: random.Random) -> str:
     """kill -9 of a Spark worker and its executors (its machine lost), started again after
     3-6 s; the master then gives it new executors."""
+    from outboxkit.devstack import faults as nodes
+
     node = pick(nodes.spark_workers(stack), rng)
     executors = nodes.kill_spark_worker(node)
     saga.echo(f"{node.name} killed with {len(executors)} executor(s)")
@@ -282,6 +298,8 @@ def kill_spark_worker(stack: Stack, saga: Saga, rng: random.Random) -> str:
 
 
 def kill_spark_executor(stack: Stack, saga: Saga, rng: random.Random) -> str:
+    from outboxkit.devstack import faults as nodes
+
     running = sorted(nodes.wait_executors(stack), key=lambda found: found[1].pid)
     worker, executor = rng.choice(running)
     nodes.kill_executor(executor)  # its worker reports it lost; the master starts another

@@ -1,0 +1,190 @@
+"""The `outboxkit` command's exit codes, and the usual mistakes as one line that says the fix:
+an unreachable database, Kafka Connect or Kafka, a bad setting, a bad job reference, a database
+without the framework's tables. Anything else keeps its traceback (a bug to report).
+
+Light at import: the libraries whose exceptions are recognised are imported only to classify one
+that was raised."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+OK, PROBLEM, USAGE, UNREACHABLE, INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_CODES = {
+    OK: "success",
+    PROBLEM: "the command ran and found a problem (a failed check, records still parked)",
+    USAGE: "usage error or bad input (an unknown option, a bad OUTBOXKIT_* setting, a job "
+    "reference that does not load)",
+    UNREACHABLE: "an endpoint is unreachable (database, Kafka, Kafka Connect) or the database "
+    "lacks the framework's tables",
+    INTERRUPTED: "interrupted (Ctrl-C)",
+}
+JOB_FORM = "module:attr naming a spark_consumers.Job (or a function returning one)"
+# Connection failures (class 08), refused logins (28), a missing database (3D), a server
+# shutting down or starting (57P): the database cannot be used, as opposed to a failed statement.
+UNREACHABLE_SQLSTATES = ("08", "28", "3D", "57P")
+UNDEFINED_TABLE = "42P01"
+
+
+class CommandError(Exception):
+    """A mistake the command explains in one line, exiting with ``code``."""
+
+    def __init__(self, message: str, code: int = USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def exit_codes_text() -> str:
+    """The exit codes, one a line (the top-level --help's epilog)."""
+    return "exit codes:\n" + "\n".join(f"  {c:<3} {text}" for c, text in EXIT_CODES.items())
+
+
+def bad_settings(exc: Any, env_prefix: str) -> CommandError:
+    """A pydantic ValidationError of the settings: one line per bad field, named as its
+    environment variable."""
+    lines = []
+    for error in exc.errors():
+        field = "_".join(str(part) for part in error["loc"]) or "?"
+        lines.append(f"bad setting {env_prefix}{field.upper()}: {error['msg']}")
+    return CommandError("\n".join(lines), USAGE)
+
+
+def load_job(spec: str) -> Any:
+    """`spark_consumers.job.load_job`, its failure as a CommandError that shows the form."""
+    from spark_consumers.job import load_job as load
+
+    module, _, attr = spec.partition(":")
+    if not module or not attr:
+        raise CommandError(f"bad job reference {spec!r}: expected {JOB_FORM}")
+    try:
+        return load(spec)
+    except ValueError as exc:
+        detail = first_line(str(exc)).removeprefix(f"job {spec!r} ")
+        raise CommandError(f"bad job reference {spec!r}: {detail}; expected {JOB_FORM}") from exc
+
+
+def translate(exc: BaseException, settings: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The one line (or lines) and exit code of a usual mistake; None for anything else.
+    ``settings`` gives the endpoints named in a message when the error does not carry them."""
+    if isinstance(exc, CommandError):
+        return str(exc), exc.code
+    for found in (_database(exc), _connect(exc), _kafka(exc, settings), _endpoint(exc)):
+        if found is not None:
+            return found
+    return None
+
+
+def first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), text)
+
+
+def _database(exc: BaseException) -> tuple[str, int] | None:
+    orig = getattr(exc, "orig", None)
+    sqlstate = getattr(orig, "sqlstate", None)
+    kind = type(exc).__name__
+    if kind == "OperationalError" and (
+        sqlstate is None or str(sqlstate).startswith(UNREACHABLE_SQLSTATES)
+    ):
+        url = _engine_url(exc.__traceback__)
+        where = f" at {url.render_as_string()}" if url is not None else ""
+        cause = first_line(str(orig if orig is not None else exc))
+        return (
+            f"cannot reach the database{where}: {cause}; check OUTBOXKIT_DATABASE_URL or --url",
+            UNREACHABLE,
+        )
+    if kind == "ProgrammingError" and sqlstate == UNDEFINED_TABLE:
+        missing = re.search(r'relation "([^"]+)" does not exist', str(orig))
+        if missing is None or missing.group(1).rpartition(".")[2] not in _framework_tables():
+            return None
+        url = _engine_url(exc.__traceback__)
+        where = f" in {url.database}" if url is not None else ""
+        return (
+            f"the framework's tables are missing{where} (no {missing.group(1)}): "
+            "run `outboxkit db upgrade`",
+            UNREACHABLE,
+        )
+    return None
+
+
+def _engine_url(tb: TracebackType | None) -> Any:
+    """The URL, password left out, of the innermost SQLAlchemy engine on the failed call's
+    stack: the one that connected, wherever the command built it (settings, --url, a job)."""
+    from sqlalchemy.engine import Engine
+
+    url = None
+    for frame_locals in _frames(tb):
+        for value in frame_locals.values():
+            if isinstance(value, Engine):
+                url = value.url.set(password=None)
+    return url
+
+
+def _frames(tb: TracebackType | None) -> Iterator[Mapping[str, Any]]:
+    while tb is not None:
+        yield tb.tb_frame.f_locals
+        tb = tb.tb_next
+
+
+def _framework_tables() -> set[str]:
+    from inbox.tables import metadata as inbox_metadata
+    from outbox.table import metadata as outbox_metadata
+
+    return {t.name for m in (outbox_metadata, inbox_metadata) for t in m.tables.values()}
+
+
+def _connect(exc: BaseException) -> tuple[str, int] | None:
+    transport = exc if _is_transport(exc) else exc.__cause__
+    if not _is_transport(transport):
+        return None
+    try:
+        target = transport.request.url  # type: ignore[union-attr]
+        url = f" at {target.scheme}://{target.netloc.decode()}"
+    except RuntimeError:  # no request attached
+        url = ""
+    cause = first_line(str(transport)) or type(transport).__name__
+    return (
+        f"cannot reach Kafka Connect{url}: {cause}; check OUTBOXKIT_CONNECT_URL",
+        UNREACHABLE,
+    )
+
+
+def _is_transport(exc: BaseException | None) -> bool:
+    return any(
+        f"{t.__module__}.{t.__name__}"
+        in ("httpx.TransportError", "httpx._exceptions.TransportError")
+        for t in type(exc).__mro__
+    )
+
+
+def _kafka(exc: BaseException, settings: Mapping[str, Any]) -> tuple[str, int] | None:
+    if type(exc).__name__ != "KafkaException" or not exc.args:
+        return None
+    from confluent_kafka import KafkaError
+
+    error = exc.args[0]
+    unreachable = {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+        KafkaError._MSG_TIMED_OUT,
+    }
+    if not isinstance(error, KafkaError) or error.code() not in unreachable:
+        return None
+    servers = settings.get("kafka_bootstrap_servers")
+    where = f" at {servers}" if servers else ""
+    return (
+        f"cannot reach Kafka{where}: {first_line(error.str())}; "
+        "check OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS",
+        UNREACHABLE,
+    )
+
+
+def _endpoint(exc: BaseException) -> tuple[str, int] | None:
+    """An endpoint that no setting and no local stack gives: a setting to add."""
+    if type(exc).__name__ == "EndpointError":
+        return first_line(str(exc)), USAGE
+    return None
