@@ -5,9 +5,15 @@ CDC role that may replicate and read the outbox tables, nothing else. A set-up r
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from sqlalchemy.engine import URL
+
+if TYPE_CHECKING:
+    from cdc.config import ConnectorSettings
 
 # Where a new role's password is hashed: on the client, so the password itself never reaches a
 # server log (a failed ALTER ROLE is logged with its statement).
@@ -148,3 +154,63 @@ def restrict_messages(conn: psycopg.Connection, writer: str | None = None) -> No
 def _table(qualified: str) -> sql.Identifier:
     schema, _, table = qualified.partition(".")
     return sql.Identifier(schema, table)
+
+
+def table_owners(conn: psycopg.Connection, tables: Sequence[str]) -> list[str]:
+    """The roles owning ``tables`` (those that exist), each once: the service roles that ran
+    the framework's migrations."""
+    owners: list[str] = []
+    for qualified in tables:
+        schema, _, table = qualified.partition(".")
+        row = conn.execute(
+            "SELECT tableowner FROM pg_tables WHERE schemaname = %s AND tablename = %s",
+            (schema, table),
+        ).fetchone()
+        if row is not None and row[0] not in owners:
+            owners.append(row[0])
+    return owners
+
+
+def prepare_capture(
+    conn: psycopg.Connection,
+    cs: ConnectorSettings,
+    password: str,
+    *,
+    message_writers: Sequence[str] = (),
+) -> None:
+    """What the connector of ``cs`` needs in its database, made by a set-up role: the CDC role
+    (REPLICATION, ``password``), its grants on the outbox tables (and the heartbeat row), the
+    connector's publication, and, when it captures messages, only ``message_writers`` allowed
+    to emit them. Safe to repeat.
+
+    Args:
+        conn: An autocommit connection to the outbox's database, as the set-up role.
+        cs: The connector's settings (`cdc.settings.connector_settings`).
+        password: The CDC role's password.
+        message_writers: The roles that may emit logical decoding messages (the services
+            publishing in message mode).
+    """
+    ensure_role(conn, cs.database_user, password, replication=True)
+    heartbeat = cs.heartbeat_table if cs.heartbeat_interval_ms else None
+    grant_capture(conn, cs.database_name, cs.database_user, cs.outbox_tables, heartbeat)
+    ensure_publication(
+        conn, cs.publication_name, [*cs.outbox_tables, *([heartbeat] if heartbeat else [])]
+    )
+    if cs.message_prefix is not None:  # it captures messages: only the writers may emit
+        restrict_messages(conn)
+        for writer in message_writers:
+            restrict_messages(conn, writer=writer)
+
+
+def admin_connection(url: URL) -> psycopg.Connection:
+    """An autocommit psycopg connection for set-up statements (CREATE DATABASE cannot run in a
+    transaction).
+
+    Args:
+        url: The database's SQLAlchemy URL, as the set-up role (its password, if any, in it).
+    """
+    params = {k: v for k, v in url.query.items() if isinstance(v, str)}
+    conninfo = make_conninfo(
+        host=url.host, port=url.port, user=url.username, dbname=url.database, **params
+    )
+    return psycopg.connect(conninfo, password=url.password, autocommit=True)

@@ -58,7 +58,8 @@ def build_session(
 
     Args:
         app_name: The Spark application's name.
-        master: The Spark master URL; None: OUTBOXKIT_SPARK_MASTER, else ``local[2]``.
+        master: The Spark master URL; None: OUTBOXKIT_SPARK_MASTER, else spark-submit's
+            ``--master`` when it started this driver, else ``local[2]``.
         jars: Spark's Kafka connector and its dependencies (the local stack's cache has them);
             on a cluster they come from spark-submit's ``--packages`` or the cluster's own
             classpath.
@@ -72,11 +73,16 @@ def build_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    master = master or os.environ.get("OUTBOXKIT_SPARK_MASTER", "local[2]")
+    master = master or os.environ.get("OUTBOXKIT_SPARK_MASTER")
+    # Under spark-submit (its launcher started this driver) its --master holds: a master set
+    # on the builder would override it.
+    submitted = master is None and bool(os.environ.get("PYSPARK_GATEWAY_PORT"))
+    master = master or ("" if submitted else "local[2]")
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
-        .config("spark.ui.enabled", "false")
+        builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")  # stage bars garble logs and progress
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
@@ -85,7 +91,7 @@ def build_session(
     )
     if jars:
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
-    if on_loopback(master):
+    if master and on_loopback(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM binds loopback only
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
             "spark.driver.host", "127.0.0.1"

@@ -1,5 +1,6 @@
-"""`outboxkit cdc preflight|restart|supervise|raise-limit|restore-limit|add-partitions`: CDC's
-checks, the way out of a FAILED connector task, and adding partitions to an outbox topic."""
+"""`outboxkit cdc prepare|apply|preflight|restart|supervise|raise-limit|restore-limit|
+add-partitions`: CDC's set-up (`outboxkit.commands.cdc_setup`) and checks, the way out of a
+FAILED connector task, and adding partitions to an outbox topic."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from outboxkit.commands import cdc_setup
 from outboxkit.commands.parsing import SubParsers, add_url, command, group
 
 if TYPE_CHECKING:
@@ -186,7 +188,10 @@ CONNECTOR_HELP = "the connector's name (default: OUTBOXKIT_CONNECTOR_NAME)"
 
 
 def add_parser(sub: SubParsers) -> None:
-    actions = group(sub, "cdc", help="CDC checks; the way out of a FAILED connector task")
+    actions = group(
+        sub, "cdc", help="CDC set-up and checks; the way out of a FAILED connector task"
+    )
+    cdc_setup.add_parsers(actions)
     preflight = command(
         actions,
         "preflight",

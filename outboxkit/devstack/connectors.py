@@ -9,8 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-import psycopg
-from psycopg.conninfo import make_conninfo
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -18,6 +16,7 @@ from cdc import roles, supervisor
 from cdc import settings as cdc_settings
 from cdc.config import ConnectorSettings, build_connector_config
 from cdc.preflight import drop_slot
+from cdc.roles import admin_connection
 from outboxkit.devstack import connect
 from outboxkit.devstack.processes import alive, wait_until
 from outboxkit.devstack.secrets import SecretStore
@@ -72,16 +71,7 @@ def _prepare_capture(stack: StackView, state: StackState, cs: ConnectorSettings)
     stack.write_pgpass()
     admin = make_url(state.postgres.endpoint).set(database=cs.database_name)
     with admin_connection(admin) as conn:
-        roles.ensure_role(
-            conn, cs.database_user, stack.secrets.password(cs.database_user), replication=True
-        )
-        heartbeat = cs.heartbeat_table if cs.heartbeat_interval_ms else None
-        roles.grant_capture(conn, cs.database_name, cs.database_user, cs.outbox_tables, heartbeat)
-        roles.ensure_publication(
-            conn, cs.publication_name, [*cs.outbox_tables, *([heartbeat] if heartbeat else [])]
-        )
-        if cs.message_prefix is not None:  # it captures messages: only the owner may emit
-            roles.restrict_messages(conn)
+        roles.prepare_capture(conn, cs, stack.secrets.password(cs.database_user))
 
 
 def register(stack: StackView, state: StackState, cs: ConnectorSettings | None = None) -> None:
@@ -146,13 +136,3 @@ def drop_replication(state: StackState, echo: Callable[[str], Any]) -> None:
                 target.dispose()
     finally:
         engine.dispose()
-
-
-def admin_connection(url: Any) -> psycopg.Connection:
-    """An autocommit psycopg connection for set-up statements (CREATE DATABASE cannot run in a
-    transaction)."""
-    params = {k: v for k, v in url.query.items() if isinstance(v, str)}
-    conninfo = make_conninfo(
-        host=url.host, port=url.port, user=url.username, dbname=url.database, **params
-    )
-    return psycopg.connect(conninfo, password=url.password, autocommit=True)

@@ -293,10 +293,10 @@ class Stack:
         password = self.secrets.password(name)
         self.write_pgpass()
         admin = make_url(state.postgres.endpoint)
-        with connectors.admin_connection(admin.set(database="postgres")) as conn:
+        with roles.admin_connection(admin.set(database="postgres")) as conn:
             roles.ensure_role(conn, name, password)
             roles.ensure_database(conn, name, owner=name)
-        with connectors.admin_connection(admin.set(database=name)) as conn:
+        with roles.admin_connection(admin.set(database=name)) as conn:
             roles.hand_over_objects(conn, name)
             roles.restrict_messages(conn, writer=name)
         service_url = self.service_database_url(name)
