@@ -5,7 +5,7 @@ skipped."""
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW, Inbox
 from inbox.handlers import BatchHandler, Handler, Handlers, as_batch
-from inbox.operations import RedriveResult, redrive
+from inbox.operations import RedriveResult, redrive, status
 from inbox.slice import BatchResult, HandlerOutcome
 from inbox.tables import metadata
 from inbox.typed import typed_batch, typed_handler
@@ -24,6 +24,7 @@ __all__ = [
     "as_batch",
     "metadata",
     "redrive",
+    "status",
     "typed_batch",
     "typed_handler",
 ]

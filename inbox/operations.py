@@ -33,7 +33,13 @@ if TYPE_CHECKING:
 
 
 def status(engine: Engine, consumer: str | None = None) -> list[dict[str, Any]]:
-    """One row per (consumer, topic, partition): watermark, window size (ids), parked count."""
+    """One row per (consumer, topic, partition): its watermark (``offset``, the last offset
+    applied), window size (``window``, event ids) and parked count (``parked``).
+
+    Args:
+        engine: The consumer's database.
+        consumer: Only this consumer's partitions; None: every consumer's.
+    """
     keys = ("consumer", "topic", "partition")
     ids = func.sum(func.cardinality(recent_ids.c.event_ids))
     window = (
