@@ -12,7 +12,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from outboxkit.commands.parsing import SubParsers, add_url, command
-from outboxkit.endpoints import resolve
 
 if TYPE_CHECKING:
     import psycopg
@@ -45,6 +44,7 @@ class _Rehearsal:
 def _capture(settings: Settings, args: argparse.Namespace) -> tuple[Any, ConnectorSettings]:
     """The set-up role's database URL and the connector's settings."""
     from cdc.settings import connector_settings
+    from outboxkit.endpoints import resolve
 
     url = resolve(settings).database_url(args.url)
     return url, connector_settings(settings, url)
@@ -87,6 +87,7 @@ def _apply(args: argparse.Namespace, settings: Settings) -> int:
     from cdc import supervisor
     from cdc.config import build_connector_config
     from cdc.settings import connector_password, masked
+    from outboxkit.endpoints import resolve
 
     _, cs = _capture(settings, args)
     config = build_connector_config(replace(cs, database_password=connector_password(settings)))

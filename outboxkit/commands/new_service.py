@@ -24,10 +24,13 @@ from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 import outboxkit
 from outboxkit.commands.parsing import HelpFormatter
-from outboxkit.settings import Settings
+
+if TYPE_CHECKING:
+    from outboxkit.settings import Settings
 
 TEMPLATE = ("templates", "service")
 SUFFIX = ".tmpl"
