@@ -4,13 +4,16 @@ Convention: the ``python`` blocks of one page run in order, in one namespace, in
 interpreter. A page with the comment ``<!-- snippets: stack -->`` needs the real stack: its
 blocks read ``DATABASE_URL``, ``KAFKA_BOOTSTRAP_SERVERS`` and ``CONNECT_URL`` from the
 environment and run in the integration test; every other page's blocks need nothing running and
-run in the unit test."""
+run in the unit test. A page with ``<!-- snippets: wheel -->`` is a shell session run from an
+installed wheel (`wheel_script`): its bash blocks in order, each python block with a
+``title="file"`` written to that file first."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK_MARK = "<!-- snippets: stack -->"
+WHEEL_MARK = "<!-- snippets: wheel -->"
+TITLE = re.compile(r'title="([^"]+)"')
 FENCE = re.compile(
     r"^(?P<indent>[ ]*)```(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)```[ ]*$", re.M | re.S
 )
@@ -39,6 +44,7 @@ class Block:
     line: int
     language: str
     code: str
+    title: str | None = None
 
 
 def pages() -> list[Path]:
@@ -55,12 +61,41 @@ def blocks(page: Path) -> list[Block]:
         indent = len(match["indent"])
         code = "\n".join(line[indent:] for line in match["body"].splitlines())
         line = text.count("\n", 0, match.start()) + 1
-        found.append(Block(name, line, match["info"].strip().split(" ")[0], code))
+        info = match["info"].strip()
+        title = TITLE.search(info)
+        found.append(Block(name, line, info.split(" ")[0], code, title[1] if title else None))
     return found
 
 
 def python_blocks(page: Path) -> list[Block]:
     return [b for b in blocks(page) if b.language == "python"]
+
+
+def runs_from_wheel(page: Path) -> bool:
+    return WHEEL_MARK in page.read_text(encoding="utf-8")
+
+
+def wheel_script(page: Path, settings: dict[str, str], substitute: dict[str, str]) -> str:
+    """The page as one bash script: python blocks with a title written to their files, bash
+    blocks in order; the block titled ``settings.sh`` replaced by ``settings`` (which must set
+    exactly the names it exports), each ``substitute`` pattern (a regex) replaced in the rest."""
+    parts = ["set -euo pipefail"]
+    found = dict.fromkeys(substitute, 0)
+    for block in blocks(page):
+        if block.language == "python" and block.title:
+            parts.append(f"cat > {block.title} <<'OUTBOXKIT_EOF'\n{block.code}\nOUTBOXKIT_EOF")
+        elif block.language == "bash" and block.title == "settings.sh":
+            exported = set(re.findall(r"\b([A-Z][A-Z0-9_]*)=", block.code))
+            assert exported == set(settings), f"settings differ: {exported ^ set(settings)}"
+            parts += [f"export {name}={shlex.quote(value)}" for name, value in settings.items()]
+        elif block.language == "bash":
+            code = block.code
+            for pattern, replacement in substitute.items():
+                code, count = re.subn(pattern, lambda _, r=replacement: r, code)
+                found[pattern] += count
+            parts.append(f"# {block.page}:{block.line}\n{code}")
+    assert all(found.values()), f"{page.name}: not found: {[p for p, n in found.items() if not n]}"
+    return "\n".join(parts) + "\n"
 
 
 def needs_stack(page: Path) -> bool:
