@@ -18,15 +18,15 @@ case "$verb" in
 esac
 bash scripts/install-system.sh
 bash scripts/install-python.sh
-.venv/bin/outboxkit stack install
+.venv/bin/outboxkit dev stack install
 case "$verb" in
-  demo) exec .venv/bin/outboxkit demo "$@" ;;
+  demo) exec .venv/bin/outboxkit dev demo "$@" ;;
   test) exec .venv/bin/python -m pytest "$@" ;;
   check)
     # The quality gate CI runs before the tests: any finding fails it.
     .venv/bin/ruff check .
     .venv/bin/ruff format --check .
     exec .venv/bin/mypy ;;
-  bench) exec .venv/bin/outboxkit bench "$@" ;;
+  bench) exec .venv/bin/outboxkit dev bench "$@" ;;
   setup) echo "set-up complete: .venv/bin/outboxkit is ready" ;;
 esac

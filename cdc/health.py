@@ -80,7 +80,7 @@ class Diagnosis:
     oversized: tuple[OversizedEvent, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready, for `outboxkit stack status --json`."""
+        """JSON-ready, for `outboxkit dev stack status --json`."""
         return {
             "task": self.failure.task,
             "state": "FAILED",
@@ -195,7 +195,7 @@ def _no_publication(f: Failure, site: Site, oversized: Sequence[OversizedEvent])
 def _unknown(f: Failure, site: Site, oversized: Sequence[OversizedEvent]) -> list[str]:
     return [
         _restart(site),
-        "if it fails again, read the whole trace (outboxkit stack status --json: "
+        "if it fails again, read the whole trace (outboxkit dev stack status --json: "
         f"failures.{site.connector}.trace) and the worker's log",
         f"meanwhile slot {site.slot_name} holds WAL: watch its lag (outboxkit cdc preflight)",
     ]

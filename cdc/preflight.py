@@ -157,7 +157,7 @@ def connector_check(
             f"connector {name}",
             not expect_running,
             "not registered",
-            "register it (outboxkit stack up) or set OUTBOXKIT_CONNECTOR_NAME",
+            "register it (outboxkit dev stack up) or set OUTBOXKIT_CONNECTOR_NAME",
         )
     tasks = ", ".join(f"task {t} {state}" for t, state, _ in status.tasks) or "no tasks"
     return Check(f"connector {name}", True, f"{status.state} ({tasks})")

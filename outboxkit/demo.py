@@ -25,7 +25,7 @@ def run_demo(
 
     console = Console()
     stack = Stack(settings, echo=lambda line: console.print(f"[dim]{line}[/dim]"))
-    console.rule("outboxkit demo: order -> pay -> ship, exactly once")
+    console.rule("outboxkit dev demo: order -> pay -> ship, exactly once")
     replicas = int(getattr(stack.settings, "service_replicas", 1))
     saga = Saga(
         stack,
@@ -76,8 +76,8 @@ def run_demo(
                 console.print(f"  {name:10} " + "  ".join(f"{url}{page}" for page in pages))
             console.print(f"  stack: {json.dumps(stack.status(), default=str)[:300]}...")
             console.print(
-                "see them with: .venv/bin/outboxkit saga status (restart one: saga restart NAME); "
-                "stop everything with: .venv/bin/outboxkit stack down"
+                "see them with: .venv/bin/outboxkit dev saga status (restart one: dev saga "
+                "restart NAME); stop everything with: .venv/bin/outboxkit dev stack down"
             )
         elif not report.ok:
             console.print(saga.logs_tail(), markup=False)

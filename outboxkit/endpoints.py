@@ -1,6 +1,6 @@
 """The operator commands' fallback to the local dev stack: `cdc.endpoints.resolve` asks it for
 each endpoint the settings leave unset, and it answers from the stack's state file (what
-`outboxkit stack up` recorded), never by building the dev stack. The consumer driver's jars fall
+`outboxkit dev stack up` recorded), never by building the dev stack. The consumer driver's jars fall
 back to the stack's download cache the same way."""
 
 from __future__ import annotations

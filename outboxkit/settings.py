@@ -18,7 +18,7 @@ class Settings(CdcSettings):
     spark_jars: list[Path] = Field(
         default_factory=list,
         description="jars `outboxkit consume` hands Spark (its Kafka connector and dependencies); "
-        "empty: those of the local stack's cache, if `outboxkit stack install` put them there, "
+        "empty: those of the local stack's cache, if `outboxkit dev stack install` put them there, "
         "else none (a cluster's classpath or spark-submit provides them)",
     )
     cache_dir: Path | None = Field(

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the embedded stack needs, only those that are missing. A JDK, not
-# only a JRE: `outboxkit stack install` compiles the project's Connect transform (outboxkit/devstack/java/smt).
+# only a JRE: `outboxkit dev stack install` compiles the project's Connect transform (outboxkit/devstack/java/smt).
 set -euo pipefail
 packages=(postgresql-15 openjdk-17-jdk-headless maven python3-venv)
 missing=()

@@ -4,7 +4,7 @@
 # `docker compose up`.
 #
 # Principals: connect (Debezium's worker: the only writer of the outbox topics), setup
-# (`outboxkit saga prepare`: creates the topics), and one per service (orders, payments,
+# (`outboxkit dev saga prepare`: creates the topics), and one per service (orders, payments,
 # shipping: its HTTP process and its Spark consumer job read only the topics that job consumes).
 set -eu
 umask 077
@@ -80,7 +80,7 @@ for service in orders payments shipping; do
 done
 
 # --- the outbox topics (tests/unit/test_deploy.py reads the `outbox_topic` lines) -----------
-# Created here, before `setup` runs, with the cluster's replication factor; `outboxkit saga
+# Created here, before `setup` runs, with the cluster's replication factor; `outboxkit dev saga
 # prepare` then finds them and creates none. The partitions are the brokers' num.partitions.
 # A topic that exists with fewer replicas (e.g. from a single-broker deployment) stops the
 # start: with min.insync.replicas=2 no acks=all write to it could succeed.

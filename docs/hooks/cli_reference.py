@@ -1,5 +1,5 @@
 """The CLI reference, generated from the `outboxkit` argument parser: every command and
-sub-command with its usage, arguments, choices and defaults."""
+sub-command with its usage, arguments, choices and defaults, and the command's exit codes."""
 
 from __future__ import annotations
 
@@ -100,6 +100,14 @@ def section(words: tuple[str, ...], parser: argparse.ArgumentParser, summary: st
     return lines
 
 
+def exit_codes() -> list[str]:
+    """The exit codes every command shares (`outboxkit.commands.errors.EXIT_CODES`)."""
+    from outboxkit.commands.errors import EXIT_CODES
+
+    rows = [(code(str(number)), cell(meaning)) for number, meaning in EXIT_CODES.items()]
+    return ["## Exit codes", "", *table(("Code", "Meaning"), rows), ""]
+
+
 def page(parser: argparse.ArgumentParser) -> str:
     """The whole CLI reference page for ``parser``."""
     lines = [
@@ -110,6 +118,7 @@ def page(parser: argparse.ArgumentParser) -> str:
         "",
     ]
     lines += section((parser.prog,), parser, parser.description or "")[2:]  # no heading
+    lines += exit_codes()
     for words, sub, summary in commands(parser, (parser.prog,)):
         lines += section(words, sub, summary)
     return "\n".join(lines)

@@ -1,6 +1,6 @@
 """Vacuum the inbox's id window eagerly: it is pruned on every batch, so at a steady rate it has
 as many dead rows as live ones. Without this, autovacuum's default (20% of the table) lets a
-window of 200,000 ids grow to ~290 MB on disk after 1M events (measured by `outboxkit bench
+window of 200,000 ids grow to ~290 MB on disk after 1M events (measured by `outboxkit dev bench
 inbox`); vacuuming every 10,000 dead rows lets new ids reuse the pruned space.
 
 Revision ID: 0004_inbox_vacuum

@@ -1,6 +1,6 @@
 """The inbox's id window holds one row per applied slice instead of one per event id: the slice's
 ids (uuid[]) and offsets as parallel arrays in offset order, keyed by its first offset. The
-per-id table reached ~290 MB after 1M events (`outboxkit bench inbox`: two indexes repeating the
+per-id table reached ~290 MB after 1M events (`outboxkit dev bench inbox`: two indexes repeating the
 consumer and topic per id, and the dead rows of pruning every batch); per slice, a partition has
 a handful of rows, pruning deletes one of them per batch, and an id takes 16 bytes.
 

@@ -1,5 +1,5 @@
 """The figure tables of the benchmarks pages, rendered from a run's results (the JSON that
-`outboxkit bench` writes): one block per scenario and the headline summary. Short cells, and
+`outboxkit dev bench` writes): one block per scenario and the headline summary. Short cells, and
 each table states the one machine it was measured on (cores, memory, system, versions; never
 its name)."""
 
@@ -346,7 +346,7 @@ def summary(results: Results) -> str:
     if "chaos" in results:
         c = results["chaos"]
         tables.append(
-            f"Fault campaign (`outboxkit chaos`): {len(c['rounds'])} rounds, {c['orders']:,} "
+            f"Fault campaign (`outboxkit dev chaos`): {len(c['rounds'])} rounds, {c['orders']:,} "
             f"orders, {c['lost']} lost, {c['duplicates']} duplicate effects, "
             f"{c['stuck']} stuck.\n"
         )

@@ -1,4 +1,4 @@
-"""`outboxkit bench publish`: the figure tables of README.md, docs/index.md and
+"""`outboxkit dev bench publish`: the figure tables of README.md, docs/index.md and
 docs/benchmarks.md, rendered from the benchmark results in docs/benchmarks/*.json.
 
 Each page marks a generated block as ``<!-- figures:NAME -->`` ... ``<!-- /figures -->``; the
@@ -78,11 +78,11 @@ def publish(root: Path = ROOT, source: Path | None = None) -> list[Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``outboxkit bench publish [--from DIR] [--check]``."""
+    """``outboxkit dev bench publish [--from DIR] [--check]``."""
     if args.check:
         found = stale()
         for page in found:
-            print(f"{page}: figures differ from {DATA}/ (run `outboxkit bench publish`)")
+            print(f"{page}: figures differ from {DATA}/ (run `outboxkit dev bench publish`)")
         return 1 if found else 0
     for page in publish(source=args.source):
         print(f"wrote {page}")

@@ -237,7 +237,7 @@ def add_parser(sub: SubParsers) -> None:
         "--max-bytes",
         type=int,
         required=True,
-        help="the record limit to allow (the failure's size: `outboxkit dev stack status`)",
+        help="the record limit to allow (the failed record's size, as cdc preflight shows it)",
     )
     restore = command(
         actions, "restore-limit", _restore_limit, help="restore the topics' record size limit"

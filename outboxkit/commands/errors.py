@@ -118,7 +118,7 @@ def _engine_url(tb: TracebackType | None) -> Any:
     for frame_locals in _frames(tb):
         for value in frame_locals.values():
             if isinstance(value, Engine):
-                url = value.url.set(password=None)
+                url = value.url._replace(password=None)
     return url
 
 

@@ -271,5 +271,5 @@ def _json(parser: argparse.ArgumentParser) -> None:
 
 def _parked_id(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--id", type=int, required=True, help="the record's id (`outboxkit inbox parked`)"
+        "--id", type=int, required=True, help="the record's id (the id column of inbox parked)"
     )

@@ -78,7 +78,7 @@ def _print_status(report: dict[str, object], *, as_json: bool) -> None:
     if "postgres" not in report:
         print(f"stack: not up ({report['stack_dir']})")
         return
-    table = Table(title=f"outboxkit stack ({report['stack_dir']})")
+    table = Table(title=f"outboxkit dev stack ({report['stack_dir']})")
     for column in ("component", "mode", "running", "pid", "endpoint"):
         table.add_column(column)
     for name in ("postgres", "broker", "connect", "spark"):

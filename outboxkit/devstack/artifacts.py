@@ -159,7 +159,7 @@ def install_jars(cache: Path) -> Path:
 
 
 def cached_spark_jars(cache: Path) -> list[Path]:
-    """Spark's Kafka connector from the cache, when `outboxkit stack install` put it there;
+    """Spark's Kafka connector from the cache, when `outboxkit dev stack install` put it there;
     empty where a cluster's classpath (or spark-submit --packages) provides it instead."""
     libs = jars_dir(cache)
     return sorted((libs / "spark").glob("*.jar")) if _complete(libs) else []
@@ -191,7 +191,9 @@ def locate(cache: Path, *, install: bool = False) -> Artifacts:
         raise MissingArtifact("java is missing: apt-get install openjdk-17-jdk-headless")
     libs = install_jars(cache) if install else jars_dir(cache)
     if not _complete(libs):
-        raise MissingArtifact(f"the stack's jars are not in {libs}: run `outboxkit stack install`")
+        raise MissingArtifact(
+            f"the stack's jars are not in {libs}: run `outboxkit dev stack install`"
+        )
     return Artifacts(
         postgres_bin=POSTGRES_BIN,
         java=Path(java),

@@ -19,7 +19,7 @@ from outboxkit.devstack.spark import ExecutorProcess
 from outboxkit.devstack.state import EMBEDDED, Component, Node
 from outboxkit.kernel.retry import wait_until
 
-if TYPE_CHECKING:  # kept out of the import: `outboxkit chaos --help` lists the fault kinds
+if TYPE_CHECKING:  # kept out of the import: `outboxkit dev chaos --help` lists the fault kinds
     from outboxkit.devstack.stack import Stack
 
 TRANSACTION_STATE_TOPIC = "__transaction_state"

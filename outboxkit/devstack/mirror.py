@@ -209,7 +209,8 @@ def start_mirror(
     cached Connect jars (connect-mirror is pinned beside connect-runtime)."""
     if not any(connect_libs.glob(f"{MIRROR_JAR}[0-9]*.jar")):
         raise MissingArtifact(
-            f"{connect_libs} lacks {MIRROR_JAR}*.jar (MirrorMaker 2): run `outboxkit stack install`"
+            f"{connect_libs} lacks {MIRROR_JAR}*.jar (MirrorMaker 2): "
+            "run `outboxkit dev stack install`"
         )
     pattern = topics if isinstance(topics, str) else topics_regex(topics)
     workdir.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""`outboxkit stack status`: every component's mode, nodes and health, the broker's and
+"""`outboxkit dev stack status`: every component's mode, nodes and health, the broker's and
 Connect's versions, each connector's state (with the diagnosis of a failed one) and each slot's
 lag, read from the stack's state file and the running engines."""
 

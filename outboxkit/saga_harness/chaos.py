@@ -1,4 +1,4 @@
-"""A fault campaign on the running saga (`outboxkit chaos`): randomized rounds of every fault
+"""A fault campaign on the running saga (`outboxkit dev chaos`): randomized rounds of every fault
 an operator meets, while orders flow at a steady rate with client retries; then every order
 final, the saga's invariants, and the audit of its consumers.
 

@@ -1,6 +1,6 @@
-"""The fault kinds of `outboxkit chaos`: what each strikes and how it is repaired, the shape of
+"""The fault kinds of `outboxkit dev chaos`: what each strikes and how it is repaired, the shape of
 stack it needs and which kinds a shape offers (plain data and functions), then how each is
-struck (`inject`) on a running stack and saga. Light to import: `outboxkit chaos --help` lists
+struck (`inject`) on a running stack and saga. Light to import: `outboxkit dev chaos --help` lists
 the kinds."""
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def pick(choices: Sequence[T], rng: random.Random) -> T:
 
 
 def help_lines() -> str:
-    """Every kind on a line of its own, with what it needs (`outboxkit chaos --help`)."""
+    """Every kind on a line of its own, with what it needs (`outboxkit dev chaos --help`)."""
     return "\n".join(
         f"{k.name:23} {k.summary}" + (f" [{k.needs}]" if k.needs else "") for k in KINDS
     )

@@ -117,7 +117,7 @@ class Saga:
         """The URLs of ``service``'s started replicas, replica 1's first."""
         urls = [self.urls[n] for n in self.replicas_of(service) if n in self.urls]
         if not urls:
-            raise LookupError(f"{service} has no replica started (start it: outboxkit saga up)")
+            raise LookupError(f"{service} has no replica started (start it: outboxkit dev saga up)")
         return urls
 
     def _check(self, names: Sequence[str]) -> None:
@@ -146,7 +146,7 @@ class Saga:
         self.replicas = replicas
         self._save()
 
-    # -- the record of what runs (`outboxkit saga status`, `stack status`) ---------------------
+    # -- the record of what runs (`outboxkit dev saga status`, `stack status`) ---------------------
     @property
     def state_file(self) -> Path:
         return self.workdir / "processes.json"
@@ -170,11 +170,11 @@ class Saga:
 
     @classmethod
     def attach(cls, stack: Stack, workdir: Path, echo: Callable[[str], None] = print) -> Saga:
-        """The saga recorded in ``workdir`` (by `outboxkit saga up` or `demo --keep-running`),
+        """The saga recorded in ``workdir`` (by `outboxkit dev saga up` or `demo --keep-running`),
         with its databases, ports and the PIDs of the processes still running."""
         state = workdir / "processes.json"
         if not state.exists():
-            raise LookupError(f"no saga recorded in {workdir} (start one: outboxkit saga up)")
+            raise LookupError(f"no saga recorded in {workdir} (start one: outboxkit dev saga up)")
         record = json.loads(state.read_text())
         saga = cls(
             stack,

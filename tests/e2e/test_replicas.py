@@ -53,13 +53,13 @@ def replicated(saga: Saga) -> Iterator[Saga]:
 
 
 def saga_cli(stack: Stack, monkeypatch: pytest.MonkeyPatch, *argv: str) -> tuple[int, Any]:
-    """`outboxkit saga ARGV --json` on the session stack: exit code and report."""
+    """`outboxkit dev saga ARGV --json` on the session stack: exit code and report."""
     from outboxkit.cli import main
 
     monkeypatch.setenv("OUTBOXKIT_STACK_DIR", str(stack.dir))
     output = io.StringIO()
     with contextlib.redirect_stdout(output):
-        code = main(["saga", *argv, "--json"])
+        code = main(["dev", "saga", *argv, "--json"])
     return code, json.loads(output.getvalue())
 
 

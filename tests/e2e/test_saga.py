@@ -381,7 +381,7 @@ SHORT_CAMPAIGN = [k for k in chaos.KINDS if k not in ("postgres-crash", "connect
 
 
 def test_a_short_fault_campaign_of_every_kind_keeps_every_invariant(saga, stack):
-    """`outboxkit chaos` in short: one round of each fault kind but the routine ones struck
+    """`outboxkit dev chaos` in short: one round of each fault kind but the routine ones struck
     above (kill -9 of the Spark driver, of Connect and of each service, the broker restarted)
     while orders flow; then every order final, the invariants, the audit."""
     campaign = chaos.run(
@@ -406,7 +406,7 @@ def test_a_short_fault_campaign_of_every_kind_keeps_every_invariant(saga, stack)
 
 
 def test_the_saga_processes_are_recorded_and_one_restarts_on_its_port(saga, stack, monkeypatch):
-    """`outboxkit saga status|restart` and `stack status` work from what the saga recorded:
+    """`outboxkit dev saga status|restart` and `stack status` work from what the saga recorded:
     each process's PID, port, log and health; a restarted service keeps its port."""
     from outboxkit.cli import main
 
@@ -417,7 +417,7 @@ def test_the_saga_processes_are_recorded_and_one_restarts_on_its_port(saga, stac
         return code, json.loads(output.getvalue())
 
     monkeypatch.setenv("OUTBOXKIT_STACK_DIR", str(stack.dir))
-    code, processes = run_json("saga", "status")
+    code, processes = run_json("dev", "saga", "status")
     assert code == 0
     assert {p["name"]: (p["pid"], p["health"]) for p in processes} == {
         **{s: (saga.pids[s], "ready") for s in SERVICES},
@@ -425,7 +425,7 @@ def test_the_saga_processes_are_recorded_and_one_restarts_on_its_port(saga, stac
     }
     before = next(p for p in processes if p["name"] == "payments")
     try:
-        code, processes = run_json("saga", "restart", "payments")
+        code, processes = run_json("dev", "saga", "restart", "payments")
     finally:
         saga.pids.update(Saga.attach(stack, saga.workdir).pids)  # the fixture stops what runs
     after = next(p for p in processes if p["name"] == "payments")
@@ -436,7 +436,7 @@ def test_the_saga_processes_are_recorded_and_one_restarts_on_its_port(saga, stac
         before["url"],
         "ready",
     )
-    code, report = run_json("stack", "status")
+    code, report = run_json("dev", "stack", "status")
     assert code == 0
     recorded = {p["name"]: p for p in report["processes"]}
     assert recorded["payments"]["pid"] == after["pid"]

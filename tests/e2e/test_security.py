@@ -108,7 +108,11 @@ def test_no_password_appears_in_connect_state_logs_or_cli_output(saga, stack, mo
         if path.is_file():
             places[str(path)] = path.read_bytes()
     monkeypatch.setenv("OUTBOXKIT_STACK_DIR", str(stack.dir))
-    for argv in (["stack", "status", "--json"], ["saga", "status", "--json"], ["stack", "status"]):
+    for argv in (
+        ["dev", "stack", "status", "--json"],
+        ["dev", "saga", "status", "--json"],
+        ["dev", "stack", "status"],
+    ):
         output = io.StringIO()
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
             main(argv)

@@ -124,7 +124,7 @@ def test_too_large_record_fails_the_task_and_the_way_out_delivers_every_event_on
     assert "RecordTooLargeException" in wait_failed(service)
 
     # `stack status --json`: FAILED (Connect itself says the connector RUNS), why, the way out.
-    report = json.loads(outboxkit(service, "stack", "status", "--json").stdout)
+    report = json.loads(outboxkit(service, "dev", "stack", "status", "--json").stdout)
     assert report["connectors"][name] == "FAILED"
     assert report["slots"][s.slot_name]["active"] is False  # the slot holds WAL meanwhile
     failure = report["failures"][name]
@@ -138,7 +138,7 @@ def test_too_large_record_fails_the_task_and_the_way_out_delivers_every_event_on
     assert "onlyFailed=true" in "\n".join(failure["way_out"])
 
     # The same in text, and from the operator's preflight (which then fails).
-    status = outboxkit(service, "stack", "status")
+    status = outboxkit(service, "dev", "stack", "status")
     assert status.returncode == 1  # a failed connector fails the status check
     assert f"connector {name}: task 0 FAILED" in status.stdout and "way out:" in status.stdout
     preflight = outboxkit(service, "cdc", "preflight")

@@ -54,8 +54,24 @@ def test_without_settings_or_a_state_file_a_command_says_what_to_set(
     production_like, monkeypatch, capsys
 ):
     monkeypatch.delenv("OUTBOXKIT_DATABASE_URL")
-    assert cli.main(["inbox", "status"]) == 1
+    assert cli.main(["inbox", "status"]) == 2  # a setting to add: a usage error
     assert "no database: set OUTBOXKIT_DATABASE_URL" in capsys.readouterr().err
     monkeypatch.delenv("OUTBOXKIT_CONNECT_URL")
-    assert cli.main(["cdc", "restart"]) == 1
+    assert cli.main(["cdc", "restart"]) == 2
     assert "set OUTBOXKIT_CONNECT_URL" in capsys.readouterr().err
+
+
+def test_a_database_without_the_framework_tables_says_to_upgrade(
+    production_like, empty_database, monkeypatch, capsys
+):
+    from sqlalchemy import make_url
+
+    monkeypatch.setenv("OUTBOXKIT_DATABASE_URL", empty_database)
+    assert cli.main(["inbox", "status"]) == 3
+    database = make_url(empty_database).database
+    err = capsys.readouterr().err
+    prefix = f"outboxkit: error: the framework's tables are missing in {database} (no inbox_"
+    assert err.startswith(prefix) and err.endswith("): run `outboxkit db upgrade`\n"), err
+    assert err.count("\n") == 1
+    assert cli.main(["db", "upgrade"]) == 0
+    assert cli.main(["inbox", "status", "--json"]) == 0

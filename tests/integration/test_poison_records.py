@@ -477,8 +477,10 @@ def test_operator_commands_show_the_raw_bytes_and_skip_with_who_and_why(engine, 
     assert repr(raw_key) in capsys.readouterr().out
 
     skip = ["inbox", "skip", "--url", url, "--id", str(listed["id"])]
-    assert cli.main(skip) == 1  # no reason given
-    assert "needs --reason" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # no reason given: a usage error
+        cli.main(skip)
+    assert refused.value.code == 2
+    assert "--reason" in capsys.readouterr().err
     assert cli.main([*skip, "--reason", "test record", "--by", "ci"]) == 0
     assert cli.main([*skip, "--reason", "again"]) == 1  # gone from parked
     with engine.connect() as conn:

@@ -33,7 +33,7 @@ def test_up_again_is_safe_and_keeps_the_same_processes(stack):
 def test_status_json_reports_every_component(stack):
     env = {**os.environ, "OUTBOXKIT_STACK_DIR": str(stack.dir)}
     out = subprocess.run(
-        [sys.executable, "-m", "outboxkit.cli", "stack", "status", "--json"],
+        [sys.executable, "-m", "outboxkit.cli", "dev", "stack", "status", "--json"],
         env=env,
         capture_output=True,
         text=True,

@@ -1,6 +1,6 @@
 """The docs speak of the product: the figures on README.md, docs/index.md and
-docs/benchmarks.md are what `outboxkit bench publish` renders from docs/benchmarks/*.json, and no
-page, changelog entry, docstring or comment speaks of how the work was done (issue numbers,
+docs/benchmarks.md are what `outboxkit dev bench publish` renders from docs/benchmarks/*.json, and
+no page, changelog entry, docstring or comment speaks of how the work was done (issue numbers,
 build machines, before/after runs, experiment folders)."""
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def test_figures_on_the_pages_are_the_results() -> None:
                 text.splitlines(keepends=True), rendered.splitlines(keepends=True), str(page)
             )
         )
-        assert not diff, f"{page} differs from its results: run `outboxkit bench publish`\n{diff}"
+        rerun = "run `outboxkit dev bench publish`"
+        assert not diff, f"{page} differs from its results: {rerun}\n{diff}"
 
 
 def test_every_result_has_its_block_on_benchmarks() -> None:

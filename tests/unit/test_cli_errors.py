@@ -1,0 +1,81 @@
+"""The usual mistakes end in one line that says the fix, no traceback, and the documented exit
+code: an unreachable database or Kafka Connect, a bad setting, a job reference that does not
+load. (A database without the framework's tables: tests/integration/test_operator_commands.py.)"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from outboxkit.commands.errors import JOB_FORM, UNREACHABLE, USAGE
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def outboxkit(tmp_path: Path, *argv: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The command in a process of its own, with only the given OUTBOXKIT_* settings and no
+    local stack to fall back on."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOXKIT_")}
+    clean.update(OUTBOXKIT_STACK_DIR=str(tmp_path / "stack"), **env)
+    return subprocess.run(
+        [sys.executable, "-m", "outboxkit.cli", *argv],
+        capture_output=True,
+        text=True,
+        env=clean,
+        cwd=tmp_path,  # no .env file
+        timeout=60,
+    )
+
+
+def one_line(done: subprocess.CompletedProcess[str], code: int) -> str:
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == code, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    return done.stderr.strip()
+
+
+def test_an_unreachable_database(tmp_path: Path, free_port: int) -> None:
+    url = f"postgresql+psycopg://shop:secret@127.0.0.1:{free_port}/shop"
+    done = outboxkit(tmp_path, "inbox", "status", OUTBOXKIT_DATABASE_URL=url)
+    line = one_line(done, UNREACHABLE)
+    assert line.startswith(
+        f"outboxkit: error: cannot reach the database at "
+        f"postgresql+psycopg://shop@127.0.0.1:{free_port}/shop: connection failed: "
+    ), line
+    assert line.endswith("; check OUTBOXKIT_DATABASE_URL or --url"), line
+    assert "secret" not in done.stderr
+
+
+def test_an_unreachable_kafka_connect(tmp_path: Path, free_port: int) -> None:
+    url = f"http://127.0.0.1:{free_port}"
+    line = one_line(outboxkit(tmp_path, "cdc", "restart", OUTBOXKIT_CONNECT_URL=url), UNREACHABLE)
+    assert line == (
+        f"outboxkit: error: cannot reach Kafka Connect at {url}: [Errno 111] Connection refused; "
+        "check OUTBOXKIT_CONNECT_URL"
+    )
+
+
+def test_a_bad_setting(tmp_path: Path) -> None:
+    done = outboxkit(tmp_path, "inbox", "status", OUTBOXKIT_CONSUMER_METRICS_PORT="70000")
+    assert one_line(done, USAGE) == (
+        "outboxkit: error: bad setting OUTBOXKIT_CONSUMER_METRICS_PORT: "
+        "Input should be less than or equal to 65535"
+    )
+
+
+def test_a_bad_job_reference(tmp_path: Path) -> None:
+    assert one_line(outboxkit(tmp_path, "consume", "nowhere:job"), USAGE) == (
+        "outboxkit: error: bad job reference 'nowhere:job': cannot be loaded: No module named "
+        f"'nowhere'; expected {JOB_FORM}"
+    )
