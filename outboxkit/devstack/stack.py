@@ -53,7 +53,7 @@ class Stack:
     def state(self) -> StackState:
         state = StackState.load(self.state_file)
         if state is None:
-            raise StackError(f"no stack recorded in {self.dir}: run `outboxkit stack up` first")
+            raise StackError(f"no stack recorded in {self.dir}: run `outboxkit dev stack up` first")
         return state
 
     def database_url(self) -> str:

@@ -17,7 +17,7 @@ CDC_VOLUME = "cdc-password"
 
 
 def connector_settings(shape: Shape, service: str) -> ConnectorSettings:
-    """The outbox connector of ``service``'s database, named as `outboxkit saga prepare` names
+    """The outbox connector of ``service``'s database, named as `outboxkit dev saga prepare` names
     it (outboxkit.devstack.stack.Stack.add_service), the CDC password a config-provider
     reference that Connect resolves from the mounted Secret."""
     stack = StackSettings.model_fields

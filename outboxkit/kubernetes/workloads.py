@@ -1,5 +1,5 @@
 """The services (Deployments behind Services, with probes, limits and disruption budgets), the
-set-up Job (`outboxkit saga prepare`), and what they share: a ServiceAccount, a ConfigMap of
+set-up Job (`outboxkit dev saga prepare`), and what they share: a ServiceAccount, a ConfigMap of
 client settings, and Secrets mounted as files (names only: the values are created elsewhere)."""
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def disruption_budget(shape: Shape, name: str) -> dict[str, Any]:
 
 
 def setup_job(shape: Shape) -> dict[str, Any]:
-    """`outboxkit saga prepare` against the cluster's components: roles, databases, migrations,
+    """`outboxkit dev saga prepare` against the cluster's components: roles, databases, migrations,
     CDC grants, publications, the connectors (the KafkaConnectors' configs, equal) and topics."""
     files = {
         "postgres.password": postgres_secret("postgres"),
@@ -193,7 +193,7 @@ def setup_job(shape: Shape) -> dict[str, Any]:
         "OUTBOXKIT_STACK_DIR": "/tmp/outboxkit-stack",
     }
     env_list = [{"name": k, "value": v} for k, v in env.items()]
-    container = _container(shape, "setup", ["outboxkit", "saga", "prepare"], env_list)
+    container = _container(shape, "setup", ["outboxkit", "dev", "saga", "prepare"], env_list)
     container["resources"] = resources("250m", "512Mi", cpu_limit="1")
     pod = _pod(shape, [container], files)
     pod["restartPolicy"] = "OnFailure"
