@@ -19,6 +19,7 @@ esac
 bash scripts/install-system.sh
 bash scripts/install-python.sh
 .venv/bin/outboxkit dev stack install
+case "$verb" in test|check) bash scripts/install-schemas.sh ;; esac
 case "$verb" in
   demo) exec .venv/bin/outboxkit dev demo "$@" ;;
   test) exec .venv/bin/python -m pytest "$@" ;;

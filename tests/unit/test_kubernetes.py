@@ -7,7 +7,12 @@ from __future__ import annotations
 import argparse
 import copy
 import functools
+import hashlib
 import json
+import os
+import shutil
+import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +23,7 @@ import yaml
 from cdc.config import build_connector_config
 from outboxkit.commands import kubernetes as command
 from outboxkit.devstack.artifacts import pinned_versions
+from outboxkit.devstack.settings import default_cache_dir
 from outboxkit.kubernetes import Shape, manifests, render_yaml
 from outboxkit.kubernetes.connect import connector_settings
 from outboxkit.saga.common import SERVICES
@@ -36,6 +42,9 @@ CORE = {
     ("v1", "PersistentVolumeClaim"): "persistentvolumeclaim-v1",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicy-networking-v1",
 }
+STRIMZI = "kafka.strimzi.io"
+SPARK_OPERATOR = "sparkoperator.k8s.io"
+INSTALL = "run: bash scripts/install-schemas.sh"
 
 
 def strict(node: Any) -> Any:
@@ -53,62 +62,153 @@ def strict(node: Any) -> Any:
     return node
 
 
-def crd_schema_file(obj: dict[str, Any]) -> Path:
-    group, version = obj["apiVersion"].split("/")
-    return SCHEMAS / "crds" / f"{obj['kind'].lower()}-{group.split('.')[0]}-{version}.json"
+@functools.cache
+def installed_schemas() -> Path:
+    """The custom resources' schemas scripts/install-schemas.sh installed for the current pins
+    (sources.toml, package-lock.json); fails, never skips, when they are not there."""
+    pins = (SCHEMAS / "sources.toml").read_bytes() + (SCHEMAS / "package-lock.json").read_bytes()
+    cache = Path(os.environ.get("OUTBOXKIT_CACHE_DIR") or default_cache_dir())
+    path = cache / "schemas" / hashlib.sha256(pins).hexdigest()[:16]
+    if not (path / "complete").is_file():
+        pytest.fail(f"the custom resources' schemas are not installed in {path}; {INSTALL}")
+    return path
 
 
 @functools.cache
-def schema_text(path: Path) -> str:
-    return path.read_text()
-
-
-def validator(obj: dict[str, Any]) -> Any:
-    """The validator of ``obj``'s kind; skips a custom resource whose schema is not vendored."""
-    name = CORE.get((obj["apiVersion"], obj["kind"]))
-    if name is not None:
-        schema = json.loads(schema_text(SCHEMAS / "core" / f"{name}.json"))
-    else:
-        path = crd_schema_file(obj)
-        if not path.exists():
-            pytest.skip(
-                f"{path.relative_to(ROOT)} not vendored (tests/schemas/kubernetes/README.md)"
-            )
-        schema = strict(json.loads(schema_text(path)))
+def core_validator(name: str) -> Any:
+    schema = json.loads((SCHEMAS / "core" / f"{name}.json").read_text())
     return jsonschema.validators.validator_for(schema)(schema)
+
+
+@functools.cache
+def spark_operator_validator(version: str) -> Any:
+    """The SparkApplication CRD's schema of ``version``, strict."""
+    crd_path = tomllib.loads((SCHEMAS / "sources.toml").read_text())["spark_operator_crd"]
+    crd_file = installed_schemas() / "spark-operator" / Path(crd_path).name
+    crd = yaml.load(crd_file.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    served = {v["name"]: v["schema"]["openAPIV3Schema"] for v in crd["spec"]["versions"]}
+    if version not in served:
+        pytest.fail(f"{crd_file} has no {version} (it has {sorted(served)})")
+    schema = strict(served[version])
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+def strimzi_errors(objs: list[dict[str, Any]]) -> list[list[str]]:
+    """Each Strimzi object's errors, from the npm package's validators (strimzi.mjs), all in one
+    node process."""
+    if not objs:
+        return []
+    modules = installed_schemas() / "npm" / "node_modules"
+    node = shutil.which("node")
+    if node is None:
+        pytest.fail(f"node is not on PATH; {INSTALL}")
+    run = subprocess.run(
+        [node, str(SCHEMAS / "strimzi.mjs"), str(modules)],
+        input=json.dumps(objs),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    found: list[list[str]] = json.loads(run.stdout)
+    assert len(found) == len(objs), run.stdout
+    return found
+
+
+def validation_errors(objs: list[dict[str, Any]]) -> list[list[str]]:
+    """Each object's errors against the published schema of its kind (strict: an unknown field
+    is one); an object of a kind with no schema here is an error too."""
+    errors: list[list[str]] = [[] for _ in objs]
+    strimzi = [i for i, o in enumerate(objs) if o["apiVersion"].startswith(f"{STRIMZI}/")]
+    for i, found in zip(strimzi, strimzi_errors([objs[i] for i in strimzi]), strict=True):
+        errors[i] = found
+    for i, obj in enumerate(objs):
+        api_version, kind = obj["apiVersion"], obj["kind"]
+        if (api_version, kind) in CORE:
+            checked = core_validator(CORE[(api_version, kind)])
+        elif api_version.startswith(f"{SPARK_OPERATOR}/") and kind == "SparkApplication":
+            checked = spark_operator_validator(api_version.split("/")[1])
+        elif i in strimzi:
+            continue
+        else:
+            errors[i] = [f"no schema for {api_version} {kind} (tests/schemas/kubernetes/README.md)"]
+            continue
+        errors[i] = [f"{list(e.absolute_path)}: {e.message}" for e in checked.iter_errors(obj)]
+    return errors
 
 
 def every_object() -> list[tuple[str, dict[str, Any]]]:
     return [(f, o) for f, objs in manifests(Shape()).items() for o in objs]
 
 
+@functools.cache
+def every_objects_errors() -> list[list[str]]:
+    return validation_errors([o for _, o in every_object()])
+
+
 @pytest.mark.parametrize(
-    "obj",
-    [o for _, o in every_object()],
+    "index",
+    range(len(every_object())),
     ids=[f"{o['kind']}/{o['metadata']['name']}" for _, o in every_object()],
 )
-def test_every_manifest_is_valid_against_its_published_schema(obj: dict[str, Any]):
-    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator(obj).iter_errors(obj)]
+def test_every_manifest_is_valid_against_its_published_schema(index: int):
+    errors = every_objects_errors()[index]
     assert not errors, errors[:5]
+
+
+def first(kind: str) -> dict[str, Any]:
+    return copy.deepcopy(next(o for _, o in every_object() if o["kind"] == kind))
 
 
 @pytest.mark.parametrize("kind", ["Deployment", "KafkaConnect", "SparkApplication"])
 def test_a_broken_manifest_fails_validation(kind: str):
-    """The check can fail: a typo'd field and a missing required field are both caught."""
-    obj = next(o for _, o in every_object() if o["kind"] == kind)
-    checked = validator(obj)
-    typo = copy.deepcopy(obj)
+    """The check can fail: a typo'd field, a missing required field and a wrong type are each
+    caught."""
+    typo = first(kind)
     typo["spec"]["replicaz" if kind != "SparkApplication" else "sparkVersoin"] = 1
-    assert list(checked.iter_errors(typo)), "an unknown field passed"
-    missing = copy.deepcopy(obj)
+    missing = first(kind)
+    wrong = first(kind)
     if kind == "Deployment":
         del missing["spec"]["selector"]
+        wrong["spec"]["replicas"] = "two"
     elif kind == "KafkaConnect":
         del missing["spec"]["bootstrapServers"]
+        wrong["spec"]["replicas"] = "two"
     else:
         del missing["spec"]["driver"]["cores"]
         missing["spec"]["mode"] = "sideways"
-    assert list(checked.iter_errors(missing)), "a missing or wrong required field passed"
+        wrong["spec"]["driver"]["cores"] = "one"
+    found = validation_errors([first(kind), typo, missing, wrong])
+    assert found[0] == [], found[0]
+    assert found[1], "an unknown field passed"
+    assert found[2], "a missing or wrong required field passed"
+    assert found[3], "a wrong type passed"
+
+
+def test_strimzi_unknown_fields_are_errors_outside_open_maps():
+    """Strict field validation of the Strimzi validators (strimzi.mjs) reaches nested objects
+    and list items, and leaves maps the CRD keeps open (a Kafka's config, labels) open."""
+    nested = first("Kafka")
+    nested["spec"]["kafka"]["listeners"][0]["authentication"]["tipe"] = "x"
+    template = first("Kafka")
+    template["spec"]["kafka"]["template"] = {"pod": {"affinity": {"nodeAffinityy": {}}}}
+    top = first("KafkaTopic")
+    top["spek"] = {}
+    opened = first("Kafka")
+    opened["spec"]["kafka"]["config"]["log.retention.hours"] = 1
+    opened["metadata"].setdefault("labels", {})["team"] = "payments"
+    found = strimzi_errors([nested, template, top, opened])
+    assert found[0] == ["/spec/kafka/listeners/0/authentication/tipe: unknown field"]
+    assert found[1] == ["/spec/kafka/template/pod/affinity/nodeAffinityy: unknown field"]
+    assert found[2] == ["/spek: unknown field"]
+    assert found[3] == [], found[3]
+
+
+def test_a_kind_without_a_schema_here_is_an_error():
+    unknown = {"apiVersion": f"{STRIMZI}/v1", "kind": "KafkaWidget", "metadata": {"name": "x"}}
+    other = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "x"}}
+    assert all(validation_errors([unknown, other]))
 
 
 def test_the_committed_manifests_equal_a_fresh_render():
