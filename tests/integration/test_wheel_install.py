@@ -165,7 +165,13 @@ def test_the_wheel_installs_and_runs_the_install_page(
         if (p := work / name).exists()
     )
     assert code == 0, tails
-    assert "order paid" in log.read_text(), tails
+    output = log.read_text()
+    assert "order paid" in output, tails
+    connector = own_infrastructure["OUTBOXKIT_CONNECTOR_NAME"]
+    assert f"connector {connector}: unchanged" in output, tails  # the second apply
+    assert own_infrastructure["OUTBOXKIT_CDC_PASSWORD_REFERENCE"] in output  # the dry-run's JSON
+    cdc_password = stack.secrets.password(own_infrastructure["OUTBOXKIT_CDC_ROLE"])
+    assert cdc_password not in output, "a password was printed"
 
     installed = next((work / ".venv" / "lib").glob("python3*/site-packages"))
     (record,) = installed.glob("outboxkit-*.dist-info/RECORD")
