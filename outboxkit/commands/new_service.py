@@ -55,7 +55,8 @@ TAKEN = frozenset(
         *("pydantic", "pydantic_core", "pydantic_settings", "pygments", "pyspark", "pytest"),
         *("pytz", "requests", "rich", "ruff", "setuptools", "sqlalchemy", "starlette"),
         *("tenacity", "typing_extensions", "typing_inspection", "tzdata", "urllib3"),
-        *("uvicorn", "uvloop", "wheel", "tests", "wheels", "checkpoints"),
+        *("uvicorn", "uvloop", "wheel", "ast_serialize", "librt", "py"),
+        *("tests", "wheels", "checkpoints"),
     }
 )
 TOKEN = re.compile(

@@ -15,11 +15,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from importlib import metadata
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from outboxkit.cli import main
 from outboxkit.commands.new_service import (
@@ -271,6 +274,39 @@ def test_the_service_passes_mypy_strict_and_its_unit_tests(
     tests = ["-m", "pytest", "-m", "not integration", "-q", "-p", "no:cacheprovider"]
     done = run([sys.executable, *tests], folder, PYTHONPATH=str(ROOT))
     assert " passed" in done.stdout and "failed" not in done.stdout
+
+
+def _installed_closure(requirement: str) -> set[str]:
+    """The distributions ``requirement`` installs here (itself, its extras', transitively)."""
+    seen: set[str] = set()
+    todo = [Requirement(requirement)]
+    while todo:
+        wanted = todo.pop()
+        if canonicalize_name(wanted.name) in seen:
+            continue
+        try:
+            requires = metadata.distribution(wanted.name).requires or []
+        except metadata.PackageNotFoundError:  # an optional one not installed here
+            continue
+        seen.add(canonicalize_name(wanted.name))
+        for text in requires:
+            needed = Requirement(text)
+            extras = wanted.extras or {""}
+            if needed.marker is None or any(needed.marker.evaluate({"extra": e}) for e in extras):
+                todo.append(needed)
+    return seen
+
+
+def test_taken_covers_what_the_service_imports() -> None:
+    distributions = _installed_closure("outboxkit[service,spark]")
+    for tool in ("pytest", "ruff", "mypy"):  # the service's dev extra
+        distributions |= _installed_closure(tool)
+    imported = {
+        top
+        for top, owners in metadata.packages_distributions().items()
+        if NAME.fullmatch(top) and any(canonicalize_name(d) in distributions for d in owners)
+    }
+    assert sorted(imported - TAKEN) == []
 
 
 # -- refusals ----------------------------------------------------------------------------------
