@@ -183,6 +183,25 @@ def connector_settings(
     )
 
 
+def per_database(settings: CdcSettings, name: str) -> CdcSettings:
+    """``settings`` for one of several outbox databases captured through one Connect cluster:
+    the connector, server name, slot and publication suffixed with ``name`` (how the example's
+    services are captured, on the dev stack and in the rendered manifests alike).
+
+    Args:
+        settings: The CDC settings shared by every database.
+        name: The database's (its service's) name.
+    """
+    return settings.model_copy(
+        update={
+            "connector_name": f"{settings.connector_name}-{name}",
+            "server_name": f"{settings.server_name}_{name}",
+            "slot_name": f"{settings.slot_name}_{name}"[:63],
+            "publication_name": f"{settings.publication_name}_{name}"[:63],
+        }
+    )
+
+
 def connector_password(settings: CdcSettings) -> str:
     """What the connector's ``database.password`` holds: the reference, else the password read
     from cdc_password_file.
@@ -237,5 +256,6 @@ __all__ = [
     "connector_password",
     "connector_settings",
     "masked",
+    "per_database",
     "role_password",
 ]

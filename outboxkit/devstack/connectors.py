@@ -17,6 +17,7 @@ from cdc import settings as cdc_settings
 from cdc.config import ConnectorSettings, build_connector_config
 from cdc.preflight import drop_slot
 from cdc.roles import admin_connection
+from cdc.settings import CdcSettings
 from outboxkit.devstack import connect
 from outboxkit.devstack.processes import alive, wait_until
 from outboxkit.devstack.secrets import SecretStore
@@ -43,9 +44,12 @@ class StackView(Protocol):
     def write_pgpass(self) -> None: ...
 
 
-def connector_settings(stack: StackView, database_url: str) -> ConnectorSettings:
+def connector_settings(
+    stack: StackView, database_url: str, settings: CdcSettings | None = None
+) -> ConnectorSettings:
     """Connector settings for the stack's database, as Connect must reach it (the operator's
-    `cdc.settings.connector_settings`, with the stack's secrets)."""
+    `cdc.settings.connector_settings` of ``settings``, else the stack's, with the stack's
+    secrets)."""
     parsed = make_url(database_url)
     if not parsed.database:
         parsed = parsed.set(database=stack.settings.database_name)
@@ -53,7 +57,7 @@ def connector_settings(stack: StackView, database_url: str) -> ConnectorSettings
     # the worker sees the stack's secrets, so Connect's REST API, its config topic and its logs
     # only ever show the placeholder.
     return replace(
-        cdc_settings.connector_settings(stack.settings, parsed),
+        cdc_settings.connector_settings(settings or stack.settings, parsed),
         database_password=_password_placeholder(stack, stack.settings.cdc_role),
     )
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 import shutil
 import signal
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import make_url
 
 from cdc import roles
+from cdc import settings as cdc_settings
 from cdc.config import ConnectorSettings
 from cdc.connect import ConnectClient, ConnectError
 from migrations import runner
@@ -301,13 +301,8 @@ class Stack:
             roles.restrict_messages(conn, writer=name)
         service_url = self.service_database_url(name)
         runner.upgrade(service_url)
-        base = self.connector_settings(service_url)
-        cs = replace(
-            base,
-            name=f"{self.settings.connector_name}-{name}",
-            server_name=f"{self.settings.server_name}_{name}",
-            slot_name=f"{self.settings.slot_name}_{name}"[:63],
-            publication_name=f"{self.settings.publication_name}_{name}"[:63],
+        cs = connectors.connector_settings(
+            self, service_url, cdc_settings.per_database(self.settings, name)
         )
         connectors.register(self, state, cs)
         return service_url

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from cdc import settings as cdc_settings
 from cdc.config import ConnectorSettings, build_connector_config
 from cdc.limits import WORKER_SETTINGS
+from cdc.settings import CdcSettings, per_database
 from outboxkit.devstack.connect import DIRECTORY_CONFIG_PROVIDER, SECRETS_PROVIDER
-from outboxkit.devstack.settings import StackSettings
 from outboxkit.kubernetes.kafka import API, CONNECT_GROUP, CONNECT_TOPICS, REPLICATION_FACTOR
 from outboxkit.kubernetes.shape import CONNECT_SECRETS_DIR, Shape, metadata, postgres_secret
 from outboxkit.kubernetes.shape import resources as limits
@@ -17,30 +18,23 @@ CDC_VOLUME = "cdc-password"
 
 
 def connector_settings(shape: Shape, service: str) -> ConnectorSettings:
-    """The outbox connector of ``service``'s database, named as `outboxkit dev saga prepare` names
-    it (outboxkit.devstack.stack.Stack.add_service), the CDC password a config-provider
-    reference that Connect resolves from the mounted Secret."""
-    stack = StackSettings.model_fields
-    default = {name: info.default for name, info in stack.items()}
+    """The outbox connector of ``service``'s database, built by the code `outboxkit cdc apply`
+    runs (`cdc.settings.connector_settings`) and named as the dev stack names it
+    (`cdc.settings.per_database`); the CDC password a config-provider reference that Connect
+    resolves from the mounted Secret. The settings are the defaults and the shape's choices,
+    never the environment of whoever renders."""
     _, key = postgres_secret(shape.cdc_role)
-    return ConnectorSettings(
-        name=f"{default['connector_name']}-{service}",
-        database_host=shape.database_host,
-        database_port=shape.database_port,
-        database_name=service,
-        database_user=shape.cdc_role,
-        database_password=f"${{{SECRETS_PROVIDER}:{CONNECT_SECRETS_DIR}:{key}}}",
-        publication_autocreate="disabled",
-        server_name=f"{default['server_name']}_{service}",
-        slot_name=f"{default['slot_name']}_{service}"[:63],
-        publication_name=f"{default['publication_name']}_{service}"[:63],
-        heartbeat_interval_ms=default["heartbeat_interval_ms"],
-        poll_interval_ms=default["poll_interval_ms"],
-        topic_prefix=shape.topic_prefix,
-        payload_encoding=default["payload_encoding"],
-        exactly_once=default["connect_exactly_once"],
-        message_prefix=default["message_prefix"],
+    shared = CdcSettings.model_validate(
+        {
+            "connect_database_host": shape.database_host,
+            "connect_database_port": shape.database_port,
+            "cdc_role": shape.cdc_role,
+            "cdc_password_reference": f"${{{SECRETS_PROVIDER}:{CONNECT_SECRETS_DIR}:{key}}}",
+            "topic_prefix": shape.topic_prefix,
+        }
     )
+    database = f"postgresql+psycopg://{shape.database_host}:{shape.database_port}/{service}"
+    return cdc_settings.connector_settings(per_database(shared, service), database)
 
 
 def _maven(group: str, artifact: str, version: str) -> dict[str, str]:
