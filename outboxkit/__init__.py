@@ -1,8 +1,17 @@
-"""The `outboxkit` command line, the saga demo and the benchmarks."""
+"""The `outboxkit` command line, the saga demo and the benchmarks.
 
-from importlib.metadata import PackageNotFoundError, version
+Every framework package imports the kernel through this package, so it imports nothing else
+and reads its version only when asked."""
 
-try:
-    __version__ = version("outboxkit")
-except PackageNotFoundError:  # run from a source tree that was never installed
-    __version__ = "0+unknown"
+from __future__ import annotations
+
+
+def __getattr__(name: str) -> str:
+    if name != "__version__":
+        raise AttributeError(f"module 'outboxkit' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("outboxkit")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "0+unknown"

@@ -1,5 +1,6 @@
-"""`outboxkit dev stack|demo|saga|chaos|bench`: what runs the local dev stack and the example
-saga, apart from the operator's commands (these read the dev stack's settings, StackSettings)."""
+"""`outboxkit dev stack|demo|saga|chaos|bench|kubernetes`: what runs the local dev stack and
+the example saga (and renders its Kubernetes manifests), apart from the operator's commands
+(these read the dev stack's settings, StackSettings)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,13 @@ from outboxkit.commands.parsing import HelpFormatter, SubParsers
 
 def add_parser(sub: SubParsers) -> None:
     from outboxkit.bench import cli as bench
-    from outboxkit.commands import chaos, demo, saga, stack
+    from outboxkit.commands import chaos, demo, kubernetes, saga, stack
 
-    help = "the local dev stack, the example saga, its fault campaign and the benchmarks"
+    help = (
+        "the local dev stack, the example saga, its fault campaign, the benchmarks and the "
+        "saga's Kubernetes manifests"
+    )
     dev = sub.add_parser("dev", help=help, description=help, formatter_class=HelpFormatter)
     commands = dev.add_subparsers(dest="dev_command", metavar="COMMAND", required=True)
-    for group in (stack, demo, saga, chaos, bench):
+    for group in (stack, demo, saga, chaos, bench, kubernetes):
         group.add_parser(commands)

@@ -1,6 +1,6 @@
 """Kubernetes manifests of the saga's whole shape (Strimzi Kafka and Connect, the outbox
 connectors, the services, the Spark consumer jobs, the set-up job), rendered as plain dicts
-from one `Shape`; `outboxkit kubernetes render` writes them as YAML."""
+from one `Shape`; `outboxkit dev kubernetes render` writes them as YAML."""
 
 from outboxkit.kubernetes.render import manifests, render_yaml, write_manifests
 from outboxkit.kubernetes.shape import Shape

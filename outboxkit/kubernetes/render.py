@@ -11,7 +11,7 @@ from outboxkit.kubernetes import connect, kafka, spark, workloads
 from outboxkit.kubernetes.shape import Shape
 
 HEADER = (
-    "# Rendered by `outboxkit kubernetes render`; edit the renderer (outboxkit/kubernetes/),\n"
+    "# Rendered by `outboxkit dev kubernetes render`; edit the renderer (outboxkit/kubernetes/),\n"
     "# not this file: tests/unit/test_kubernetes.py checks it equals a fresh render.\n"
 )
 

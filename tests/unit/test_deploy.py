@@ -832,7 +832,14 @@ PROMETHEUS_OWN = {"up"}
 # What the client library appends to a counter's or a histogram's name in the exposition.
 EXPOSITION_SUFFIXES = ("_total", "_created", "_bucket", "_count", "_sum")
 PROMQL_KEYWORDS = {"bool", "offset", "and", "or", "unless", "inf", "nan"}
-METRIC_PACKAGES = ("service_template", "spark_consumers", "outboxkit/saga", "inbox", "outbox", "cdc")
+METRIC_PACKAGES = (
+    "service_template",
+    "spark_consumers",
+    "outboxkit/saga",
+    "inbox",
+    "outbox",
+    "cdc",
+)
 
 
 def python_containers() -> list[str]:

@@ -1,4 +1,4 @@
-"""deploy/kubernetes/: the manifests `outboxkit kubernetes render` writes, checked against the
+"""deploy/kubernetes/: the manifests `outboxkit dev kubernetes render` writes, checked against the
 resources' published schemas (tests/schemas/kubernetes/README.md) and against the compose
 file's shape; no cluster runs here."""
 
@@ -214,7 +214,7 @@ def test_a_kind_without_a_schema_here_is_an_error():
 def test_the_committed_manifests_equal_a_fresh_render():
     rendered = {name: render_yaml(objs) for name, objs in manifests(Shape()).items()}
     committed = {p.name: p.read_text() for p in RENDERED.glob("*.yaml")}
-    assert committed == rendered, "run: outboxkit kubernetes render --out deploy/kubernetes"
+    assert committed == rendered, "run: outboxkit dev kubernetes render --out deploy/kubernetes"
 
 
 def test_the_command_renders_with_its_defaults(tmp_path: Path):
@@ -227,6 +227,13 @@ def test_the_command_renders_with_its_defaults(tmp_path: Path):
     assert "(default: outboxkit)" in " ".join(
         command_help(parser, ["kubernetes", "render", "--help"]).split()
     )
+
+
+def test_the_command_defaults_are_the_shapes():
+    shape = Shape()
+    written = {k: v for k, v in command.DEFAULTS.items() if k != "image"}
+    assert written == {k: getattr(shape, k) for k in written}
+    assert shape.image.startswith("outboxkit:")
 
 
 def command_help(parser: argparse.ArgumentParser, argv: list[str]) -> str:

@@ -49,7 +49,7 @@ FRAMEWORK = (
 OPERATOR = [
     "outboxkit/settings.py",
     *(f"outboxkit/commands/{name}.py" for name in ("db", "outbox", "cdc", "consume", "inbox")),
-    *(f"outboxkit/commands/{name}.py" for name in ("audit", "schemas")),
+    *(f"outboxkit/commands/{name}.py" for name in ("audit", "schemas", "cdc_setup")),
 ]
 MAX_LINES = 400
 
