@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,6 +20,9 @@ if TYPE_CHECKING:
 def _consume(args: argparse.Namespace, settings: Settings) -> int:
     from outboxkit.commands.errors import load_job
 
+    # The jobs' modules are found in the current folder, as uvicorn and the spark-submit
+    # driver (spark_consumers.submit) find theirs: a console script's path has only its bin/.
+    sys.path.insert(0, os.getcwd())
     jobs = [load_job(spec) for spec in args.jobs]  # a bad reference fails before Spark starts
     from rich.console import Console
 

@@ -79,3 +79,24 @@ def test_a_bad_job_reference(tmp_path: Path) -> None:
         "outboxkit: error: bad job reference 'nowhere:job': cannot be loaded: No module named "
         f"'nowhere'; expected {JOB_FORM}"
     )
+
+
+def test_a_job_module_in_the_current_folder_is_found(tmp_path: Path) -> None:
+    """The console script (not ``python -m``, which puts the folder on the path itself) loads
+    ``module:attr`` from the folder it runs in, as uvicorn does."""
+    (tmp_path / "shopjobs.py").write_text("job = 1\n")
+    script = Path(sys.executable).parent / "outboxkit"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOXKIT_")}
+    clean.pop("PYTHONPATH", None)
+    done = subprocess.run(
+        [str(script), "consume", "shopjobs:job"],
+        capture_output=True,
+        text=True,
+        env=clean,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert one_line(done, USAGE) == (
+        "outboxkit: error: bad job reference 'shopjobs:job': is a int, not a "
+        f"spark_consumers.Job; expected {JOB_FORM}"
+    )

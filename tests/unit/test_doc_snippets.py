@@ -15,12 +15,17 @@ from tests.doc_snippets import (
     pages,
     python_blocks,
     run_page,
-    runs_from_wheel,
+    runs_as_shell,
 )
 
 UNIT_PAGES = [
-    p for p in pages() if python_blocks(p) and not needs_stack(p) and not runs_from_wheel(p)
+    p for p in pages() if python_blocks(p) and not needs_stack(p) and not runs_as_shell(p)
 ]
+# Each shell-session page and the integration test that runs it.
+SHELL_PAGES = {
+    "README.md": "tests/integration/test_readme_quickstart.py",
+    "docs/how-to/install.md": "tests/integration/test_wheel_install.py",
+}
 COMMAND = re.compile(r"\boutboxkit\s+([a-z][\w-]*)(?:\s+([a-z][\w|-]*))?")
 
 
@@ -46,8 +51,23 @@ def test_every_python_block_is_run_by_one_test() -> None:
         )
         found = python_blocks(page)
         assert len(found) == len(fences), f"{_name(page)}: a python fence was not parsed"
-        if found and not runs_from_wheel(page):  # a wheel page: test_wheel_install.py
+        if found and not runs_as_shell(page):  # a shell page: its test in SHELL_PAGES
             assert (page in UNIT_PAGES) != (page in STACK_PAGES), _name(page)
+
+
+def test_every_shell_page_has_its_test() -> None:
+    shell = {_name(p) for p in pages() if runs_as_shell(p)}
+    assert shell == set(SHELL_PAGES), "a page marked as a shell session needs its test"
+    for page, test in SHELL_PAGES.items():
+        assert page in (ROOT / test).read_text(encoding="utf-8"), f"{test} does not run {page}"
+
+
+def test_getting_started_shows_the_readme_quickstart() -> None:
+    """One source: getting-started includes the README's quickstart section, no copy of it."""
+    page = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    assert '--8<-- "README.md:quickstart"' in page
+    assert not python_blocks(ROOT / "docs" / "getting-started.md")
+    assert blocks(ROOT / "README.md", "quickstart")
 
 
 def test_stack_pages_have_blocks() -> None:
