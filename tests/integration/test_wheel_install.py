@@ -1,13 +1,18 @@
 """The wheel, built and installed in a fresh venv outside the repository, runs the page
 "Install on your own infrastructure" (docs/how-to/install.md) end to end: its blocks in order,
-from that venv, with the session stack's Postgres, Kafka and Connect as external services."""
+from that venv, with the session stack's Postgres, Kafka and Connect as external services.
+
+Besides what the page states it substitutes, the test builds the wheel with ``uv build`` and
+creates the venv and installs the wheel with its dependencies with uv (``uv venv``, ``uv pip
+install``; uv comes with the ``dev`` extra) where the page says ``python3 -m venv`` and
+``pip install``: uv links the packages from its cache instead of unpacking and compiling them
+(pyspark alone is hundreds of MB). It installs ``--offline`` from that cache when every
+dependency is there, else from the index."""
 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
-import sys
 import time
 import uuid
 import zipfile
@@ -15,14 +20,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
+from uv import find_uv_bin
 
-from cdc.preflight import drop_slot
 from outboxkit.devstack.artifacts import cached_spark_jars
 from outboxkit.devstack.connect import SECRETS_PROVIDER
 from outboxkit.devstack.stack import Stack
-from tests.doc_snippets import ROOT, wheel_script
+from tests.doc_snippets import ROOT, shell_script
+from tests.integration.shell_session import drop_service, run_session
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -37,9 +42,12 @@ def top_level(record_paths: list[str]) -> set[str]:
     return {p.split("/")[0] for p in record_paths if not p.split("/")[0].endswith(".dist-info")}
 
 
+UV = find_uv_bin()
+
+
 def build_wheel(dist: Path) -> Path:
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(ROOT)],
+        [UV, "build", "--wheel", "-q", "--out-dir", str(dist), str(ROOT)],
         check=True,
         capture_output=True,
         timeout=300,
@@ -59,7 +67,17 @@ def clean_environment(passfile: str) -> dict[str, str]:
     env["PATH"] = os.pathsep.join(path)
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     env["PGPASSFILE"] = passfile
+    env["UV_PYTHON_DOWNLOADS"] = "never"  # the venv on the python3 the page names
     return env
+
+
+def uv_install(wheel: str) -> dict[str, str]:
+    """The page's venv and install lines, done by uv: from its cache when it has everything."""
+    install = f"{UV} pip install --python .venv/bin/python '{wheel}[service,spark]'"
+    return {
+        r"python3 -m venv \.venv": f"{UV} venv --python python3 .venv",
+        r"\.venv/bin/pip install \S+": f"{install} --offline || {install}",
+    }
 
 
 @pytest.fixture
@@ -102,23 +120,13 @@ def own_infrastructure(stack: Stack, tmp_path: Path) -> Iterator[dict[str, str]]
     try:
         yield settings
     finally:
-        stack.connect_client().delete(settings["OUTBOXKIT_CONNECTOR_NAME"])
-        server = create_engine(admin.set(database="postgres"), isolation_level="AUTOCOMMIT")
-        deadline = time.monotonic() + 20
-        with server.connect() as conn:
-            while True:  # the walsender may take a moment to let the slot go
-                try:
-                    exists = "SELECT 1 FROM pg_replication_slots WHERE slot_name = :s"
-                    if conn.execute(text(exists), {"s": settings["OUTBOXKIT_SLOT_NAME"]}).first():
-                        drop_slot(conn, settings["OUTBOXKIT_SLOT_NAME"])
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
-            conn.execute(text("DROP DATABASE IF EXISTS shop WITH (FORCE)"))
-            conn.execute(text(f'DROP ROLE IF EXISTS shop, "{cdc_role}"'))
-        server.dispose()
+        drop_service(
+            stack,
+            connector=settings["OUTBOXKIT_CONNECTOR_NAME"],
+            slot=settings["OUTBOXKIT_SLOT_NAME"],
+            database="shop",
+            roles=["shop", cdc_role],
+        )
         stack.secrets.file(cdc_role).unlink(missing_ok=True)
 
 
@@ -139,33 +147,12 @@ def test_the_wheel_installs_and_runs_the_install_page(
     (work / wheel.name).write_bytes(wheel.read_bytes())
     jars = ",".join(str(j) for j in cached_spark_jars(stack.settings.cache_dir))
     script = work / "install.sh"
-    script.write_text(wheel_script(PAGE, own_infrastructure, {r"--packages \S+": f"--jars {jars}"}))
-    log = work / "install.log"
-    with log.open("w") as out:
-        shell = subprocess.Popen(
-            ["bash", str(script)],
-            cwd=work,
-            env=clean_environment(str(make_url(stack.database_url()).query["passfile"])),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            code = shell.wait(timeout=600)
-        finally:
-            for sig in (signal.SIGTERM, signal.SIGKILL):  # uvicorn and spark-submit, backgrounded
-                try:
-                    os.killpg(shell.pid, sig)
-                except ProcessLookupError:
-                    break
-                time.sleep(3)
-    tails = "\n".join(
-        f"--- {name}\n" + "\n".join(p.read_text().splitlines()[-40:])
-        for name in ("install.log", "service.log", "consumer.log")
-        if (p := work / name).exists()
-    )
+    substitute = {r"--packages \S+": f"--jars {jars}", **uv_install(wheel.name)}
+    script.write_text(shell_script(PAGE, own_infrastructure, substitute))
+    passfile = str(make_url(stack.database_url()).query["passfile"])
+    code, tails = run_session(script, clean_environment(passfile), timeout=600)
     assert code == 0, tails
-    output = log.read_text()
+    output = (work / "session.log").read_text()
     assert "order paid" in output, tails
     connector = own_infrastructure["OUTBOXKIT_CONNECTOR_NAME"]
     assert f"connector {connector}: unchanged" in output, tails  # the second apply
