@@ -57,7 +57,9 @@ class TopicIdentities:
         described = admin.describe_topics(
             TopicCollection(list(topics)), request_timeout=ADMIN_TIMEOUT_SECONDS
         )
-        cluster_id = str(cluster.result(timeout=ADMIN_TIMEOUT_SECONDS).cluster_id)
+        # The wait outlasts the request's own timeout, so an unreachable cluster ends in
+        # librdkafka's KafkaException (with its reason), not in a bare TimeoutError.
+        cluster_id = str(cluster.result(timeout=ADMIN_TIMEOUT_SECONDS + 5).cluster_id)
         found: dict[str, TopicIdentity] = {}
         for topic, future in described.items():
             try:

@@ -1,5 +1,5 @@
 """The usual mistakes end in one line that says the fix, no traceback, and the documented exit
-code: an unreachable database or Kafka Connect, a bad setting, a job reference that does not
+code: an unreachable database, Kafka or Kafka Connect, a bad setting, a job reference that does not
 load. (A database without the framework's tables: tests/integration/test_operator_commands.py.)"""
 
 from __future__ import annotations
@@ -64,6 +64,23 @@ def test_an_unreachable_kafka_connect(tmp_path: Path, free_port: int) -> None:
         f"outboxkit: error: cannot reach Kafka Connect at {url}: [Errno 111] Connection refused; "
         "check OUTBOXKIT_CONNECT_URL"
     )
+
+
+def test_an_unreachable_kafka(tmp_path: Path, free_port: int) -> None:
+    servers = f"127.0.0.1:{free_port}"
+    done = outboxkit(
+        tmp_path,
+        *("inbox", "rebase", "--consumer", "payments", "--topic", "outbox.event.order"),
+        OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS=servers,
+        OUTBOXKIT_DATABASE_URL=f"postgresql+psycopg://shop@{servers}/shop",
+    )
+    # librdkafka logs each failed connection on stderr itself ("%3|...|FAIL|"); ours ends it.
+    ours = [line for line in done.stderr.splitlines() if not line.startswith("%")]
+    assert "Traceback" not in done.stderr and done.returncode == UNREACHABLE, done.stderr
+    assert len(ours) == 1 and ours[0].startswith(
+        f"outboxkit: error: cannot reach Kafka at {servers}: "
+    )
+    assert ours[0].endswith("; check OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS"), ours
 
 
 def test_a_bad_setting(tmp_path: Path) -> None:
