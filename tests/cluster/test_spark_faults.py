@@ -2,7 +2,7 @@
 under the workers (not in the driver), and kill -9 of an executor, then of a worker with its
 executors, while it applies a backlog leaves every event applied once (the lost attempts'
 transactions roll back; the retried tasks skip what committed by the inbox watermark). One
-backlog and one driver for both faults: each run of either costs a 20,000-event backlog and a
+backlog and one driver for both faults: each run of either costs a 12,000-event backlog and a
 driver's start on the cluster."""
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from outboxkit.devstack.state import Node
 from tests.faults.test_spark_faults import ROOT, consume_command
 from tests.spark_helpers import effect_stats, publish, wait_on_kafka
 
-EVENTS = 20_000
+# Each fault lands while a backlog of thousands of events is left (a quarter, then half applied).
+EVENTS = 12_000
 
 
 def descendants(pid: int) -> list[int]:

@@ -77,7 +77,10 @@ def records_in(bootstrap: str, topic: str) -> int:
 
 
 # First in the module: it runs before the session saga starts, so the two sagas (two Spark
-# drivers) do not compete for the machine.
+# drivers) do not compete for the machine. In the full run only: the default run covers a
+# topic prefix of one's own in the README quickstart's and the install page's tests, and
+# at-least-once Connect in the Connect-kill fault test.
+@pytest.mark.slow
 def test_saga_follows_the_stack_topic_prefix(alo_saga: Saga, at_least_once_stack: Stack) -> None:
     """On a stack whose connectors route events to ``alo.event.<aggregate>`` (on a Connect
     worker without exactly-once source), the saga creates, consumes and completes through

@@ -21,15 +21,18 @@ pytestmark = pytest.mark.integration
 
 def test_outbox_and_inbox_benchmarks_measure_every_variant(stack: Stack, tmp_path: Path) -> None:
     url = fresh_database(stack.database_url())
-    data, markdown = writes.run(url, tmp_path, transactions=64, reps=1, writers=(1, 4))
+    data, markdown = writes.run(url, tmp_path, transactions=64, reps=2, writers=(1, 4))
     rates = data["transactions_per_second"]
     assert set(rates) == {f"{w} / {v}" for w in (1, 4) for v in writes.VARIANTS}
     assert all(r["samples"] and r["min"] > 0 for r in rates.values())
     assert "| 4 | outbox, delete mode |" in markdown and "| 1 | outbox, message mode |" in markdown
     wal = data["wal_bytes_per_transaction"]
-    for w in (1, 4):  # every outbox variant writes more WAL than the business row alone
-        base = wal[f"{w} / no outbox"][0]
-        assert all(wal[f"{w} / {v}"][0] > base for v in writes.VARIANTS[1:]), wal
+    # Every outbox variant writes more WAL than the business row alone. The WAL position is the
+    # cluster's, so other writers (a connector's heartbeat, autovacuum after earlier tests) only
+    # ever add to a sample: the least of two samples is the variant's own.
+    for w in (1, 4):
+        base = min(wal[f"{w} / no outbox"])
+        assert all(min(wal[f"{w} / {v}"]) > base for v in writes.VARIANTS[1:]), wal
     assert all(c[0] > 0 for c in data["client_cpu_us_per_transaction"].values())
     assert Path(data["plots"][0]).stat().st_size > 0
 

@@ -11,6 +11,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from sqlalchemy import text
 
@@ -57,6 +58,7 @@ def test_status_json_reports_every_component(stack):
     assert config is not None and config["exactly.once.support"] == "required"
 
 
+@pytest.mark.slow  # the dev stack's own restart path; the full run takes it
 def test_broker_keeps_its_data_across_down_keep_data_and_up():
     # The postgres user must be able to enter the directory: not under pytest's 0700 tmp.
     base = Path(tempfile.mkdtemp(prefix="outboxkit-kept-"))
