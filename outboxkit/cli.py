@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from outboxkit.commands import errors
-from outboxkit.commands.parsing import HelpFormatter, Run
+from outboxkit.parsers import HelpFormatter, Run
 
 DESCRIPTION = (
     "Exactly-once events between services: transactional outbox, Debezium, Kafka, Spark, inbox. "

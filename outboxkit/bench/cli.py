@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outboxkit.commands.parsing import SubParsers, command
+from outboxkit.parsers import SubParsers, command
 
 if TYPE_CHECKING:
     from outboxkit.devstack.settings import StackSettings

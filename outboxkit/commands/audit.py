@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from outboxkit.commands.parsing import SubParsers, command
+from outboxkit.parsers import SubParsers, command
 
 if TYPE_CHECKING:
     from outboxkit.settings import Settings

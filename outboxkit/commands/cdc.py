@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from outboxkit.commands import cdc_setup
-from outboxkit.commands.parsing import SubParsers, add_url, command, group
+from outboxkit.parsers import SubParsers, add_url, command, group
 
 if TYPE_CHECKING:
     from cdc.connect import ConnectClient, ConnectorStatus

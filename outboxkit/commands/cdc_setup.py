@@ -11,7 +11,7 @@ import re
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
-from outboxkit.commands.parsing import SubParsers, add_url, command
+from outboxkit.parsers import SubParsers, add_url, command
 
 if TYPE_CHECKING:
     import psycopg

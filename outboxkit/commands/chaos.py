@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outboxkit.commands.parsing import SubParsers, command
 from outboxkit.commands.saga import recorded_saga, service_replicas
+from outboxkit.parsers import SubParsers, command
 
 if TYPE_CHECKING:
     from outboxkit.devstack.settings import StackSettings

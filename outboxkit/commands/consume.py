@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outboxkit.commands.parsing import SubParsers, command
+from outboxkit.parsers import SubParsers, command
 
 if TYPE_CHECKING:
     from outboxkit.settings import Settings

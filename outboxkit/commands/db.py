@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from outboxkit.commands.parsing import SubParsers, add_url, command, group
+from outboxkit.parsers import SubParsers, add_url, command, group
 
 if TYPE_CHECKING:
     from outboxkit.settings import Settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from outboxkit.commands.parsing import SubParsers, command
+from outboxkit.parsers import SubParsers, command
 
 if TYPE_CHECKING:
     from outboxkit.devstack.settings import StackSettings

@@ -4,7 +4,7 @@ the example saga (and renders its Kubernetes manifests), apart from the operator
 
 from __future__ import annotations
 
-from outboxkit.commands.parsing import HelpFormatter, SubParsers
+from outboxkit.parsers import HelpFormatter, SubParsers
 
 
 def add_parser(sub: SubParsers) -> None:

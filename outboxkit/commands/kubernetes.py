@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outboxkit.commands.parsing import HelpFormatter
+from outboxkit.parsers import HelpFormatter
 
 if TYPE_CHECKING:
     from outboxkit.kubernetes.shape import Shape

@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 import outboxkit
-from outboxkit.commands.parsing import HelpFormatter
+from outboxkit.parsers import HelpFormatter
 
 if TYPE_CHECKING:
     from outboxkit.settings import Settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from outboxkit.commands.parsing import SubParsers, add_url, command, group
+from outboxkit.parsers import SubParsers, add_url, command, group
 
 if TYPE_CHECKING:
     from outboxkit.settings import Settings

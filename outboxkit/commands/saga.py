@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from outboxkit.commands.parsing import SubParsers, command, group
+from outboxkit.parsers import SubParsers, command, group
 
 if TYPE_CHECKING:
     from outboxkit.devstack.settings import StackSettings

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from outboxkit.commands.errors import CommandError
-from outboxkit.commands.parsing import SubParsers, command, group
+from outboxkit.parsers import SubParsers, command, group
 
 if TYPE_CHECKING:
     from outbox.contracts import Contracts

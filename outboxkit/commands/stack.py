@@ -7,7 +7,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
-from outboxkit.commands.parsing import SubParsers, command, group
+from outboxkit.parsers import SubParsers, command, group
 
 if TYPE_CHECKING:
     from outboxkit.devstack.settings import StackSettings

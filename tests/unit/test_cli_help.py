@@ -13,7 +13,7 @@ import pytest
 
 from outboxkit.bench.cli import SCENARIOS
 from outboxkit.cli import build_parser
-from outboxkit.commands.parsing import HelpFormatter
+from outboxkit.parsers import HelpFormatter
 from outboxkit.saga_harness import faults
 from spark_consumers.job import DEFAULT_TRIGGER_SECONDS
 
