@@ -156,6 +156,9 @@ def worker_of(chain: list[int], executors: dict[int, int]) -> int | None:
     return None
 
 
+# In the full run: the default run's executor and worker kills (tests/cluster) need executors
+# under the cluster shape's workers, and fail without them.
+@pytest.mark.slow
 def test_tasks_run_in_executors_under_both_workers_and_none_is_left(cluster: Cluster) -> None:
     state = spark.master_state(cluster.master_webui_port)
     assert state is not None and state.alive
