@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import (
     Column,
     DateTime,
+    Index,
     Integer,
     MetaData,
     String,
@@ -42,4 +43,30 @@ outbox_heartbeat_table = Table(
     Column("id", Integer, primary_key=True),
     Column("beat_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("note", Text, nullable=True),
+)
+
+# Scheduled messages (`outbox.scheduled`): an outbox row's columns, held until ``deliver_at`` on
+# the database's clock, then moved into the outbox by a releaser. ``key``: the caller's name for
+# the message, to cancel or replace it (unique among the pending ones).
+outbox_scheduled_table = Table(
+    "outbox_scheduled",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("aggregatetype", String(255), nullable=False),
+    Column("aggregateid", String(255), nullable=False),
+    Column("type", String(255), nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("traceparent", String(55), nullable=True),
+    Column("headers", JSONB(none_as_null=True), nullable=True),
+    Column("schema_version", Integer, nullable=False, server_default=text("1")),
+    Column("deliver_at", DateTime(timezone=True), nullable=False),
+    Column("key", String(255), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Index("ix_outbox_scheduled_due", "deliver_at", "id"),
+    Index(
+        "ux_outbox_scheduled_key",
+        "key",
+        unique=True,
+        postgresql_where=text("key IS NOT NULL"),
+    ),
 )
