@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args
 
 from sqlalchemy.orm import Session
 
-from outbox import at_commit
+from outbox import at_commit, scheduled
 from outbox.statements import Row, emit_messages, write_rows
 from outboxkit.kernel.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -114,6 +114,43 @@ class Outbox:
             session: The caller's session; its transaction gets the events, uncommitted.
             events: The events, written in this order.
         """
+        envelopes, rows = self._rows(session, events)
+        if self.mode == "delete" and self.at_commit and at_commit.defer(session, rows):
+            return envelopes
+        at_commit.flush(session)  # events waiting for the commit go first: the WAL keeps order
+        if self.mode == "message":
+            emit_messages(session, self.message_prefix, rows)
+        else:
+            write_rows(session, rows, delete=self.mode == "delete")
+        return envelopes
+
+    def schedule_many(
+        self, session: Session, events: Sequence[NewEvent], dues: Sequence[scheduled.Due]
+    ) -> list[Envelope]:
+        """Validate every event as `publish_many` does, then write them to the scheduled
+        messages in ``session``'s transaction, each due as its ``dues`` says (`outbox.scheduled`):
+        a releaser moves each into the outbox once due. Nothing is written when one is invalid.
+
+        Args:
+            session: The caller's session; its transaction gets the messages, uncommitted.
+            events: The events, in the order they are scheduled.
+            dues: When each is due, and its key (`outbox.scheduled.due_of`).
+        """
+        if len(dues) != len(events):
+            raise ValueError("schedule_many takes one due per event")
+        envelopes, rows = self._rows(session, events)
+        scheduled.schedule_rows(session, rows, dues)
+        return envelopes
+
+    def release_writer(self) -> scheduled.Write:
+        """How a releaser writes due messages into this outbox (`outbox.scheduled.Releaser`)."""
+        return scheduled.writer(self.mode, self.message_prefix)
+
+    def _rows(
+        self, session: Session, events: Sequence[NewEvent]
+    ) -> tuple[list[Envelope], list[Row]]:
+        """Every event validated: its envelope and its outbox row (InvalidEvent when one cannot
+        travel)."""
         if not isinstance(session, Session):
             raise InvalidEvent(f"publish needs a SQLAlchemy Session, got {type(session).__name__}")
         rows, envelopes = [], []
@@ -129,11 +166,4 @@ class Outbox:
             )
             envelopes.append(envelope)
             rows.append(Row.of(envelope, payload_json))
-        if self.mode == "delete" and self.at_commit and at_commit.defer(session, rows):
-            return envelopes
-        at_commit.flush(session)  # events waiting for the commit go first: the WAL keeps order
-        if self.mode == "message":
-            emit_messages(session, self.message_prefix, rows)
-        else:
-            write_rows(session, rows, delete=self.mode == "delete")
-        return envelopes
+        return envelopes, rows

@@ -116,14 +116,14 @@ def write_rows(session: Session, rows: Sequence[Row], *, delete: bool) -> None:
         return
     if len(rows) == 1:
         if delete:
-            _execute(session, [(WRITE_DELETED_ONE, rows[0])], one_event=True)
+            execute(session, [(WRITE_DELETED_ONE, rows[0])], one_event=True)
             return
         insert: Statement = (INSERT_ONE, rows[0])
         remove: Statement = (DELETE_ONE, (rows[0].id,))
     else:
         insert = (INSERT_MANY, tuple(list(column) for column in zip(*rows, strict=True)))
         remove = (DELETE_MANY, ([r.id for r in rows],))
-    _execute(session, [insert, remove] if delete else [insert], one_event=len(rows) == 1)
+    execute(session, [insert, remove] if delete else [insert], one_event=len(rows) == 1)
 
 
 def emit_messages(session: Session, prefix: str, rows: Sequence[Row]) -> None:
@@ -136,10 +136,10 @@ def emit_messages(session: Session, prefix: str, rows: Sequence[Row]) -> None:
         emit: Statement = (EMIT_ONE, (prefix, *fields[0]))
     else:
         emit = (EMIT_MANY, (prefix, *(list(column) for column in zip(*fields, strict=True))))
-    _execute(session, [emit], one_event=len(rows) == 1)
+    execute(session, [emit], one_event=len(rows) == 1)
 
 
-def _execute(session: Session, statements: Sequence[Statement], *, one_event: bool) -> None:
+def execute(session: Session, statements: Sequence[Statement], *, one_event: bool) -> None:
     """Run ``statements`` in order in ``session``'s transaction: on its psycopg connection, in
     one round trip when there are several (pipeline mode, libpq 14 and later); through
     SQLAlchemy's ``text()`` for other drivers. ``one_event``: they write one event (on the

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     DateTime,
+    Identity,
     Index,
     Integer,
     MetaData,
@@ -61,8 +63,10 @@ outbox_scheduled_table = Table(
     Column("schema_version", Integer, nullable=False, server_default=text("1")),
     Column("deliver_at", DateTime(timezone=True), nullable=False),
     Column("key", String(255), nullable=True),
+    # Messages due at the same time are released in the order they were scheduled.
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    Index("ix_outbox_scheduled_due", "deliver_at", "id"),
+    Index("ix_outbox_scheduled_due", "deliver_at", "seq"),
     Index(
         "ux_outbox_scheduled_key",
         "key",

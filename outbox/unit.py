@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from opentelemetry.trace import SpanKind
 from sqlalchemy.orm import Session
 
+from outbox import scheduled
 from outbox.contracts import Event
 from outbox.publish import NewEvent, Outbox
 from outboxkit.kernel.envelope import Envelope
@@ -117,6 +119,102 @@ class UnitOfWork:
         Args:
             events: The events, written in this order.
         """
+        return self._traced(events, lambda traced: self.outbox.publish_many(self.session, traced))
+
+    def schedule(
+        self,
+        *,
+        aggregate_type: str,
+        aggregate_id: str,
+        event_type: str,
+        payload: Any,
+        at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        key: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        caused_by: Envelope | None = None,
+    ) -> Envelope:
+        """Validate the event and schedule it in this unit's transaction: it reaches the
+        outbox, then Kafka, no earlier than ``at`` or ``delay`` seconds after this transaction
+        started, on the database's clock (`outbox.scheduled`), exactly once. Rolled back with
+        the transaction like any write.
+
+        Args:
+            aggregate_type: What the event is about (``order``); it names the Kafka topic.
+            aggregate_id: Which one: the Kafka key.
+            event_type: What happened, or what to do (``PaymentTimedOut``).
+            payload: The event's body, any JSON-serializable value.
+            at: When it is due (timezone-aware); give this or ``delay``.
+            delay: Seconds (or a timedelta) after this transaction's start.
+            key: Your name for it (``payment-timeout:o-1``) to cancel it with
+                `cancel_scheduled`; scheduling again under a pending key replaces that message.
+            headers: Extra Kafka headers, or None.
+            caused_by: The consumed event it follows from, whose trace it continues.
+        """
+        event = NewEvent(aggregate_type, aggregate_id, event_type, payload, headers, caused_by)
+        return self.schedule_many([event], [scheduled.due_of(at, delay, key)])[0]
+
+    def schedule_event(
+        self,
+        event: Event,
+        *,
+        at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        key: str | None = None,
+        aggregate_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        caused_by: Envelope | None = None,
+    ) -> Envelope:
+        """`schedule` a typed event (`outbox.contracts.Event`), validated by its model.
+
+        Args:
+            event: The typed event.
+            at: When it is due (timezone-aware); give this or ``delay``.
+            delay: Seconds (or a timedelta) after this transaction's start.
+            key: Your name for it, to cancel or replace it (see `schedule`).
+            aggregate_id: The aggregate id; None takes the model's key field's value.
+            headers: Extra Kafka headers, or None.
+            caused_by: The consumed event it follows from, whose trace it continues.
+        """
+        new = event.new_event(aggregate_id=aggregate_id, headers=headers, caused_by=caused_by)
+        return self.schedule_many([new], [scheduled.due_of(at, delay, key)])[0]
+
+    def schedule_many(
+        self, events: Sequence[NewEvent], dues: Sequence[scheduled.Due]
+    ) -> list[Envelope]:
+        """Validate every event, then schedule them all in one statement, each due as its
+        ``dues`` says (`outbox.scheduled.due_of`); nothing is written when one is invalid.
+
+        Args:
+            events: The events, in the order they are scheduled.
+            dues: When each is due, and its key.
+        """
+        return self._traced(
+            events,
+            lambda traced: self.outbox.schedule_many(self.session, traced, dues),
+            published=False,  # not yet: the releaser publishes them when due
+        )
+
+    def cancel_scheduled(self, *keys: str) -> int:
+        """Cancel the pending messages scheduled under ``keys``, in this unit's transaction (so
+        the cancel commits with what made it needed); how many were pending. A message already
+        released is past cancelling: it is not counted, and its consumer gets it.
+
+        Args:
+            keys: The keys the messages were scheduled under.
+        """
+        return scheduled.cancel(self.session, keys)
+
+    def _traced(
+        self,
+        events: Sequence[NewEvent],
+        write: Callable[[Sequence[NewEvent]], list[Envelope]],
+        *,
+        published: bool = True,
+    ) -> list[Envelope]:
+        """``write`` the events, each with a publish span (a child of its cause's or of the
+        unit's) whose context its ``traceparent`` carries; with ``published``, add them to
+        `published`."""
         started = [self._publish_span(e) for e in events]
         with_trace = [
             e
@@ -125,7 +223,7 @@ class UnitOfWork:
             for e, s in zip(events, started, strict=True)
         ]
         try:
-            envelopes = self.outbox.publish_many(self.session, with_trace)
+            envelopes = write(with_trace)
         except Exception as exc:
             for s in started:
                 if s is not None:
@@ -134,7 +232,8 @@ class UnitOfWork:
         for s, envelope in zip(started, envelopes, strict=True):
             if s is not None:
                 s.end({"outboxkit.event.id": str(envelope.event_id)})
-        self.published.extend(envelopes)
+        if published:
+            self.published.extend(envelopes)
         return envelopes
 
     def _applying(self, event: Envelope) -> TraceContext:

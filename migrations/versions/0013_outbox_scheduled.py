@@ -33,12 +33,14 @@ def upgrade() -> None:
         sa.Column("schema_version", sa.Integer, nullable=False, server_default=sa.text("1")),
         sa.Column("deliver_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("key", sa.String(255), nullable=True),
+        # Scheduling order: messages due at the same time are released in the order scheduled.
+        sa.Column("seq", sa.BigInteger, sa.Identity(always=True), nullable=False),
         sa.Column(
             "created_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()
         ),
     )
     # The releaser reads the due rows in their order; cancelling finds a row by its key.
-    op.create_index("ix_outbox_scheduled_due", "outbox_scheduled", ["deliver_at", "id"])
+    op.create_index("ix_outbox_scheduled_due", "outbox_scheduled", ["deliver_at", "seq"])
     op.create_index(
         "ux_outbox_scheduled_key",
         "outbox_scheduled",
