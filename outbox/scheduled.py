@@ -52,6 +52,7 @@ __all__ = [
 
 DEFAULT_LIMIT = 500  # messages per release transaction
 DEFAULT_MAX_RATE = 5_000.0  # messages per second a releaser moves at most (a backlog's pace)
+ERROR_PAUSE = 30.0  # the longest wait between passes that keep failing
 DEFAULT_POLL_SECONDS = 0.2  # the longest a releaser sleeps: a message's release lag beyond due
 
 # The advisory lock one releaser at a time holds for its transaction (any constant; this is
@@ -300,17 +301,21 @@ class Releaser:
         return done
 
     def _run(self) -> None:
+        failures = 0
         while not self._stop.is_set():
             started = time.monotonic()
             try:
                 done = self.run_once()
             except Exception as exc:
+                failures += 1
                 if is_transient(exc):
                     log.warning("releasing scheduled messages: %s", str(exc).splitlines()[0])
-                else:
+                elif failures == 1:
                     log.exception("releasing scheduled messages failed")
-                self._stop.wait(self.poll)
+                # an outage or a missing migration: fewer tries, up to one each ERROR_PAUSE s
+                self._stop.wait(min(ERROR_PAUSE, self.poll * 2**failures))
                 continue
+            failures = 0
             self._stop.wait(self._pause(done, time.monotonic() - started))
 
     def _pause(self, done: Released, took: float) -> float:

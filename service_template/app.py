@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,8 +102,23 @@ def create_app(
         settings.kafka_bootstrap_servers,
         settings.kafka_security.resolve(),
     )
-    app = FastAPI(title=title or settings.name, description=description)
-    app.state.service = ServiceApp(settings, engine, metrics, tuple(migrations))
+    service = ServiceApp(settings, engine, metrics, tuple(migrations))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # Every replica releases scheduled messages when due; one at a time does (a lock).
+        release = settings.outbox.release
+        releaser = release.releaser(engine, service.outbox, metrics.release.released)
+        if releaser is not None:
+            releaser.start()
+        try:
+            yield
+        finally:
+            if releaser is not None:
+                await run_in_threadpool(releaser.stop)
+
+    app = FastAPI(title=title or settings.name, description=description, lifespan=lifespan)
+    app.state.service = service
     errors.install(app)
     openapi.install(app)
 

@@ -12,6 +12,7 @@ from sqlalchemy.engine import Engine
 
 from inbox.lag import read_lags
 from inbox.operations import parked_counts
+from outbox.metrics import ReleaseMetrics
 from outboxkit.kernel.envelope import Envelope
 from outboxkit.kernel.kafka.offsets import PartitionOffsets
 from outboxkit.kernel.kafka.security import PLAINTEXT, KafkaSecurity
@@ -90,6 +91,7 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(InboxCollector(engine, consumers, bootstrap, kafka_security))
+        self.release = ReleaseMetrics(self.registry, engine)
 
     def published(self, events: Iterable[Envelope]) -> None:
         """Count events whose transaction committed (a `PublishedObserver`)."""

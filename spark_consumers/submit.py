@@ -45,6 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.jobs:
         parser().error("name at least one JOB (module:attr of a Job)")
     from spark_consumers.job import load_job
+    from spark_consumers.release import releasing
     from spark_consumers.runner import run_jobs
     from spark_consumers.summary import SliceSummary
 
@@ -57,13 +58,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         applied, parked = sum(r.applied for r in rows), sum(r.parked for r in rows)
         print(f"{name} batch {batch_id}: {applied} applied, {parked} parked", flush=True)
 
-    run_jobs(
-        jobs,
-        checkpoint=Path(args.checkpoint),
-        trigger_seconds=args.trigger,
-        once=args.once,
-        on_batch=report,
-    )
+    with releasing([] if args.once else jobs):  # the scheduled messages the handlers write
+        run_jobs(
+            jobs,
+            checkpoint=Path(args.checkpoint),
+            trigger_seconds=args.trigger,
+            once=args.once,
+            on_batch=report,
+        )
     return 0
 
 

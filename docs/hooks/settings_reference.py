@@ -62,6 +62,14 @@ SETTINGS: tuple[Documented, ...] = (
         note="A model composed into a service's settings as its `outbox` field: set with the "
         "service's prefix and the nested delimiter (e.g. `ORDERS_OUTBOX__MODE=retain`).",
     ),
+    Documented(
+        "outbox.settings.ReleaseSettings",
+        prefix="<PREFIX>OUTBOX__RELEASE__",
+        note="The `release` field of `OutboxSettings`: the releaser of scheduled messages each "
+        "service replica runs (e.g. `ORDERS_OUTBOX__RELEASE__POLL_SECONDS=0.1`). The consumer "
+        "driver runs one per database with the defaults (`outboxkit consume --no-release`: "
+        "none).",
+    ),
     Documented("outboxkit.kernel.kafka.security.KafkaSecuritySettings"),
     Documented("cdc.endpoints.EndpointSettings"),
     Documented("cdc.settings.CdcSettings"),

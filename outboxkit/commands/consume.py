@@ -28,6 +28,7 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
 
     from outboxkit.endpoints import spark_jars
     from spark_consumers.job import DEFAULT_TRIGGER_SECONDS
+    from spark_consumers.release import releasing
     from spark_consumers.runner import run_jobs
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
@@ -56,17 +57,20 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
         if metrics is not None:
             metrics.on_batch(name, batch_id, rows)
 
+    releases = [] if args.once or args.no_release else jobs
+    registry = None if metrics is None else metrics.registry
     try:
-        run_jobs(
-            jobs,
-            checkpoint=Path(args.checkpoint),
-            trigger_seconds=DEFAULT_TRIGGER_SECONDS if args.trigger is None else args.trigger,
-            once=args.once,
-            on_batch=on_batch,
-            jars=spark_jars(settings),
-            shared=not args.query_per_job,
-            listeners=listeners,
-        )
+        with releasing(releases, registry=registry):  # what the handlers schedule
+            run_jobs(
+                jobs,
+                checkpoint=Path(args.checkpoint),
+                trigger_seconds=DEFAULT_TRIGGER_SECONDS if args.trigger is None else args.trigger,
+                once=args.once,
+                on_batch=on_batch,
+                jars=spark_jars(settings),
+                shared=not args.query_per_job,
+                listeners=listeners,
+            )
     finally:
         if metrics is not None:
             metrics.close()
@@ -108,6 +112,12 @@ def add_parser(sub: SubParsers) -> None:
         "--query-per-job",
         action="store_true",
         help="one streaming query per job (default: one per Kafka cluster, each topic read once)",
+    )
+    consume.add_argument(
+        "--no-release",
+        action="store_true",
+        help="run no releaser of scheduled messages here (default: one per jobs' database; "
+        "the services' replicas run theirs)",
     )
     consume.add_argument(
         "--metrics-port",
