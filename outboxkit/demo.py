@@ -16,6 +16,15 @@ from outboxkit.devstack.settings import StackSettings
 from outboxkit.devstack.stack import Stack
 from outboxkit.kernel import tracing
 
+# Orders wait 20 s for their payment, then are cancelled; 5% of them come from customers whose
+# card gateway answers after 25 s: their capture, late, is refunded.
+DEMO_TIMING: dict[str, Any] = {
+    "payment_timeout": 20.0,
+    "shipping_timeout": 60.0,
+    "slow_gateway": 25.0,
+    "slow_share": 0.05,
+}
+
 
 def run_demo(
     settings: StackSettings, *, orders: int = 300, keep_running: bool = False, seed: int = 7
@@ -32,6 +41,7 @@ def run_demo(
         stack.dir / "saga",
         echo=lambda line: console.print(f"[dim]{line}[/dim]"),
         replicas=replicas,
+        **DEMO_TIMING,
     )
     started = time.monotonic()
     try:
@@ -48,7 +58,10 @@ def run_demo(
         over = f", round-robin over {replicas} orders replicas" if replicas > 1 else ""
         console.print(
             f"placing {orders} orders (30% vip customers, amounts around the credit limits, "
-            f"scarce gizmos, 10% retried with the same Idempotency-Key{over})"
+            f"scarce gizmos, 10% retried with the same Idempotency-Key{over}; "
+            f"{DEMO_TIMING['slow_share']:.0%} from customers whose card gateway answers after "
+            f"{DEMO_TIMING['slow_gateway']:g} s, past the {DEMO_TIMING['payment_timeout']:g} s "
+            "payment timeout)"
         )
         placed = saga.place_orders(orders, seed=seed)
         with Progress(
@@ -136,6 +149,13 @@ def _print_report(console: Console, report: Any) -> None:
         ),
     )
     console.print(checks)
+    if report.late:
+        late = report.late
+        console.print(
+            f"timeouts: {late['timed out']} orders cancelled by their timer; "
+            f"{late['captured late']} of them captured late, "
+            f"{late['captured late, refunded']} of those refunded"
+        )
     console.print("[bold green]all invariants hold[/]" if report.ok else "[bold red]FAILED[/]")
 
 

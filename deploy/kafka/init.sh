@@ -70,6 +70,7 @@ grant setup cluster literal kafka-cluster Describe
 # their own. The inbox-lag metric's consumer (group outboxkit-metrics) only reads end offsets.
 grant orders topic literal "${TOPIC_PREFIX}payment" Read Describe
 grant orders topic literal "${TOPIC_PREFIX}shipment" Read Describe
+grant orders topic literal "${TOPIC_PREFIX}timeout" Read Describe
 grant payments topic literal "${TOPIC_PREFIX}order" Read Describe
 grant payments topic literal "${TOPIC_PREFIX}shipment" Read Describe
 grant shipping topic literal "${TOPIC_PREFIX}payment" Read Describe
@@ -99,4 +100,5 @@ outbox_topic() {  # NAME
 outbox_topic "${TOPIC_PREFIX}order"
 outbox_topic "${TOPIC_PREFIX}payment"
 outbox_topic "${TOPIC_PREFIX}shipment"
+outbox_topic "${TOPIC_PREFIX}timeout"
 echo "kafka-init: SCRAM users, ACLs and outbox topics in place"

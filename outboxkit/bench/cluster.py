@@ -194,9 +194,7 @@ def measure_saga(stack: Stack, shape: Shape, workdir: Path, sizes: Sizes) -> dic
     from outboxkit.saga_harness.processes import Saga
 
     prefix = stack.settings.topic_prefix
-    topics = [
-        topic_for(t, topic_prefix=prefix) for t in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT)
-    ]
+    topics = [topic_for(t, topic_prefix=prefix) for t in rules.AGGREGATES]
     admin = AdminClient(stack.kafka_client_config())
     wanted = [NewTopic(t, shape.partitions, replication_factor=-1) for t in topics]
     for done in admin.create_topics(wanted).values():

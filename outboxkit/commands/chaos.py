@@ -31,7 +31,11 @@ def chaos_command(args: argparse.Namespace, settings: StackSettings) -> int:
     kinds = faults.check(args.kinds or faults.offered(shape), shape)
     stack = Stack(settings, echo=echo)
     stack.up()
-    saga = recorded_saga(stack) or Saga(stack, stack.dir / "saga", echo=echo)
+    # A new saga times orders out and holds a share of payments past the timeout, so the
+    # campaign exercises late replies too (as the demo does).
+    from outboxkit.demo import DEMO_TIMING
+
+    saga = recorded_saga(stack) or Saga(stack, stack.dir / "saga", echo=echo, **DEMO_TIMING)
     saga.echo = echo
     try:
         if not saga.database_urls:

@@ -15,11 +15,7 @@ CONNECT_TOPICS = "_outboxkit-connect"
 REPLICATION_FACTOR = 3
 MIN_INSYNC_REPLICAS = 2
 # The topics each service's consumer job reads (deploy/kafka/init.sh grants the same).
-READS = {
-    "orders": (rules.PAYMENT, rules.SHIPMENT),
-    "payments": (rules.ORDER, rules.SHIPMENT),
-    "shipping": (rules.PAYMENT,),
-}
+READS = rules.READS
 
 
 def _cluster_label(shape: Shape) -> dict[str, str]:
@@ -101,7 +97,7 @@ def topic_name(shape: Shape, aggregate: str) -> str:
 def topics(shape: Shape) -> list[dict[str, Any]]:
     """The outbox topics, RF 3, created before the connectors write them."""
     found = []
-    for aggregate in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT):
+    for aggregate in rules.AGGREGATES:
         meta = metadata(shape, f"outbox-{aggregate}", "kafka")
         meta["labels"].update(_cluster_label(shape))
         spec = {"topicName": topic_name(shape, aggregate), "replicas": REPLICATION_FACTOR}

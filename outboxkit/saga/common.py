@@ -3,7 +3,7 @@ the replies their handlers publish."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import Field
@@ -30,6 +30,25 @@ class SagaServiceSettings(ServiceSettings, ConsumerSettings):
         description="most Kafka records a micro-batch reads: small enough to keep a hop short "
         "under load",
     )
+    payment_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="orders: an order not paid this long after it was placed is cancelled "
+        "(a capture arriving later is refunded)",
+    )
+    slow_gateway_seconds: float = Field(
+        default=0.0,
+        ge=0,
+        description="payments: the card gateway of `slow-` customers answers this long after "
+        "the order was placed (until then their capture is retried later); 0: at once. The "
+        "demo holds payments back past the payment timeout with it",
+    )
+    shipping_timeout_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="orders: a paid order not shipped this long after its capture was applied "
+        "is cancelled (its payment refunded, a shipment scheduled later cancelled)",
+    )
 
 
 def migrations_of(service: str) -> Migrations:
@@ -50,10 +69,17 @@ def settings_of(service: str) -> SagaServiceSettings:
     return Settings(name=service, consumers=[service])  # type: ignore[call-arg]
 
 
-def job_of(service: str, aggregate_types: tuple[str, ...], handlers: BatchHandler) -> Job:
+def job_of(
+    service: str,
+    aggregate_types: tuple[str, ...],
+    handlers: BatchHandler | Callable[[SagaServiceSettings], BatchHandler],
+) -> Job:
     """The consumer job of ``service``: the topics of ``aggregate_types`` under the configured
-    prefix, into the service's database, publishing through the service's outbox."""
+    prefix, into the service's database, publishing through the service's outbox; ``handlers``
+    as they are, or made from the service's settings."""
     settings = settings_of(service)
+    if not isinstance(handlers, BatchHandler):
+        handlers = handlers(settings)
     if not settings.kafka_bootstrap_servers:
         raise ValueError(f"{service.upper()}_KAFKA_BOOTSTRAP_SERVERS is not set")
     return Job(

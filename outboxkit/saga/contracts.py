@@ -52,6 +52,30 @@ class OrderPlaced(_SagaEvent):
     amount: Amount
 
 
+class OrderCancelled(_SagaEvent):
+    """The order was cancelled by its timer: a capture, even a late one, is refunded."""
+
+    event_type = rules.ORDER_CANCELLED
+    aggregate_type = rules.ORDER
+    reason: Reason
+
+
+class _Timer(_SagaEvent):
+    """A timer the orders service schedules for itself (a scheduled message): the step it
+    waits for did not answer in time when it arrives, unless it was cancelled before."""
+
+    aggregate_type = rules.TIMEOUT
+    seconds: Annotated[float, Field(ge=0)]
+
+
+class PaymentTimedOut(_Timer):
+    event_type = rules.PAYMENT_TIMED_OUT
+
+
+class ShippingTimedOut(_Timer):
+    event_type = rules.SHIPPING_TIMED_OUT
+
+
 class _PaymentSettled(_SagaEvent):
     aggregate_type = rules.PAYMENT
     customer: Customer
@@ -88,13 +112,21 @@ class ShipmentFailed(_ShipmentDone):
     event_type = rules.SHIPMENT_FAILED
 
 
+class ShipmentCancelled(_ShipmentDone):
+    event_type = rules.SHIPMENT_CANCELLED
+
+
 CONTRACTS = Contracts(
     [
         OrderPlaced,
+        OrderCancelled,
+        PaymentTimedOut,
+        ShippingTimedOut,
         PaymentCaptured,
         PaymentDeclined,
         PaymentRefunded,
         ShipmentScheduled,
         ShipmentFailed,
+        ShipmentCancelled,
     ]
 )

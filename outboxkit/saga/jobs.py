@@ -14,15 +14,15 @@ from spark_consumers.job import Job
 
 
 def payments() -> Job:
-    return job_of("payments", (rules.ORDER, rules.SHIPMENT), payments_service.HANDLERS)
+    return job_of("payments", rules.READS["payments"], payments_service.handlers)
 
 
 def shipping() -> Job:
-    return job_of("shipping", (rules.PAYMENT,), shipping_service.HANDLERS)
+    return job_of("shipping", rules.READS["shipping"], shipping_service.HANDLERS)
 
 
 def orders() -> Job:
-    return job_of("orders", (rules.PAYMENT, rules.SHIPMENT), orders_service.HANDLERS)
+    return job_of("orders", rules.READS["orders"], orders_service.handlers)
 
 
 ALL = ("outboxkit.saga.jobs:payments", "outboxkit.saga.jobs:shipping", "outboxkit.saga.jobs:orders")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Request
@@ -29,17 +31,21 @@ from sqlalchemy.orm import Session
 
 from inbox import BatchHandler
 from outbox import unnested, unnested_rows
+from outbox.scheduled import due_of
 from outboxkit.kernel.envelope import Envelope
 from outboxkit.saga import rules
-from outboxkit.saga.common import migrations_of, settings_of
+from outboxkit.saga.common import SagaServiceSettings, migrations_of, settings_of
 from outboxkit.saga.contracts import (
     CONTRACTS,
     MAX_ITEMS,
     Amount,
     Customer,
     Item,
+    OrderCancelled,
     OrderPlaced,
+    PaymentTimedOut,
     Quantity,
+    ShippingTimedOut,
     Sku,
 )
 from outboxkit.saga.order_metrics import OrdersCollector
@@ -188,6 +194,14 @@ def place_order(
         uow.publish_event(
             OrderPlaced(order_id=order_id, customer=body.customer, items=items, amount=body.amount)
         )
+        # Cancelled if no payment answers in time: scheduled in this transaction, so an order
+        # never exists without its timer.
+        seconds = request.app.state.service.settings.payment_timeout_seconds
+        uow.schedule_event(
+            PaymentTimedOut(order_id=order_id, seconds=seconds),
+            delay=seconds,
+            key=rules.timer_key(rules.PAYMENT_TIMED_OUT, order_id),
+        )
         # The view GET /orders/{id} would read now, from what was written (no second read).
         view = OrderView(**placed, created_at=created_at, timeline=[TimelineEntry(**entry, at=at)])
         return 201, view.model_dump(mode="json")
@@ -211,9 +225,22 @@ def get_order(order_id: Annotated[str, Path(pattern=ORDER_ID)], uow: UoW) -> Any
 # -- consumer: payment and shipment events move the order ----------------------------------
 
 
-def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
-    """Apply a partition's payment and shipment events to their orders: lock the orders, fold
-    the events in offset order, write the moves and the timeline in one statement each."""
+@dataclass(frozen=True)
+class Timeouts:
+    """How long an order waits for each step before it is cancelled, in seconds."""
+
+    payment: float = 120.0
+    shipping: float = 120.0
+
+
+def apply_slice(
+    events: Sequence[Envelope], uow: UnitOfWork, timeouts: Timeouts = Timeouts()
+) -> None:
+    """Apply a partition's payment, shipment and timer events to their orders: lock the orders,
+    fold the events in offset order, write the moves and the timeline in one statement each;
+    then the timers: a paid order gets its shipping timer (its payment timer cancelled), an
+    order made final has its pending timers cancelled, and one cancelled by a timer is
+    announced (`OrderCancelled`) so that its payment is refunded, however late it comes."""
     ids = sorted({rules.order_of(e) for e in events})
     rows = uow.session.execute(
         select(orders.c.id, orders.c.status)
@@ -226,6 +253,41 @@ def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
         uow.session.execute(_MOVE, unnested_rows(_MOVED, moves.statuses.items()))
     if moves.timeline:
         uow.session.execute(insert(timeline), [_entry(e, s) for e, s in moves.timeline])
+    _timers(uow, moves, timeouts)
+
+
+def _timers(uow: UnitOfWork, moves: rules.OrderMoves, timeouts: Timeouts) -> None:
+    done = [rules.timer_key(t, o) for o in moves.finished for t in rules.TIMERS]
+    done += [rules.timer_key(rules.PAYMENT_TIMED_OUT, rules.order_of(e)) for e in moves.paid]
+    if done:
+        uow.cancel_scheduled(*done)
+    if moves.paid:
+        uow.schedule_many(
+            [
+                ShippingTimedOut(order_id=rules.order_of(e), seconds=timeouts.shipping).new_event(
+                    caused_by=e
+                )
+                for e in moves.paid
+            ],
+            [
+                due_of(None, timeouts.shipping, rules.timer_key(rules.SHIPPING_TIMED_OUT, o))
+                for o in (rules.order_of(e) for e in moves.paid)
+            ],
+        )
+    if moves.timed_out:
+        uow.publish_many(
+            [
+                OrderCancelled(order_id=rules.order_of(e), reason=_timed_out(e)).new_event(
+                    caused_by=e
+                )
+                for e in moves.timed_out
+            ]
+        )
+
+
+def _timed_out(timer: Envelope) -> str:
+    step = "payment" if timer.event_type == rules.PAYMENT_TIMED_OUT else "shipping"
+    return f"{step} timed out after {timer.payload['seconds']:g} s"
 
 
 _MOVED = unnested("moved", id=String(), status=String())
@@ -239,18 +301,33 @@ _MOVE = (
 )
 
 
+_SERVICE_OF = {rules.PAYMENT: "payments", rules.SHIPMENT: "shipping", rules.TIMEOUT: "orders"}
+
+
 def _entry(event: Envelope, status_after: str) -> dict[str, Any]:
     return {
         "order_id": rules.order_of(event),
         "event_id": str(event.event_id),
         "event_type": event.event_type,
-        "service": "payments" if event.aggregate_type == rules.PAYMENT else "shipping",
+        "service": _SERVICE_OF[event.aggregate_type],
         "status_after": status_after,
         "detail": {"reason": event.payload.get("reason")},
     }
 
 
-HANDLERS = BatchHandler(apply_slice, frozenset(rules.ORDER_MOVES), CONTRACTS.problem)
+def handlers_for(timeouts: Timeouts) -> BatchHandler:
+    """The orders consumer's handler, with these timeouts."""
+    apply = functools.partial(apply_slice, timeouts=timeouts)
+    return BatchHandler(apply, frozenset(rules.ORDER_MOVES), CONTRACTS.problem)
+
+
+def handlers(settings: SagaServiceSettings) -> BatchHandler:
+    """The orders consumer's handler, with the timeouts of the service's settings."""
+    timeouts = Timeouts(settings.payment_timeout_seconds, settings.shipping_timeout_seconds)
+    return handlers_for(timeouts)
+
+
+HANDLERS = handlers_for(Timeouts())
 
 
 def app() -> FastAPI:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Annotated, Any
@@ -24,11 +26,16 @@ from sqlalchemy import (
     update,
 )
 
-from inbox import BatchHandler
+from inbox import BatchHandler, RetryLater
 from outbox import unnested, unnested_rows
 from outboxkit.kernel.envelope import Envelope
 from outboxkit.saga import rules
-from outboxkit.saga.common import migrations_of, publish_replies, settings_of
+from outboxkit.saga.common import (
+    SagaServiceSettings,
+    migrations_of,
+    publish_replies,
+    settings_of,
+)
 from outboxkit.saga.contracts import CONTRACTS
 from outboxkit.saga.rules import ORDER_ID
 from service_template import UnitOfWork, create_app, unit_of_work
@@ -80,10 +87,17 @@ def list_payments(
     return [dict(r) for r in rows.mappings()]
 
 
-def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
+def apply_slice(events: Sequence[Envelope], uow: UnitOfWork, slow_gateway: float = 0.0) -> None:
     """Apply a partition's order and shipment events to the payments: lock the payments the
-    refunds read, fold the events in offset order, write each kind of change in one statement."""
-    refunds = {rules.order_of(e) for e in events if e.event_type == rules.SHIPMENT_FAILED}
+    refunds read, fold the events in offset order, write each kind of change in one statement.
+
+    A `slow-` customer's card gateway answers ``slow_gateway`` seconds after the order was
+    placed: until then the slice raises `RetryLater`, the inbox applies it event by event, and
+    that order's events wait for their delayed retry while the others go on."""
+    wait = rules.gateway_wait(events, slow_gateway, time.time()) if slow_gateway else 0.0
+    if wait > 0:
+        raise RetryLater(f"the card gateway answers in {wait:.1f} s", after=wait)
+    refunds = {rules.order_of(e) for e in events if e.event_type in _REFUNDING}
     done = rules.settle_payments(_locked(uow, refunds) if refunds else {}, events)
     if done.created:
         rows = [asdict(p) for p in done.created.values()]
@@ -124,11 +138,31 @@ _CHANGE = (
 )
 
 
-HANDLERS = BatchHandler(
-    apply_slice,
-    frozenset({rules.ORDER_PLACED, rules.SHIPMENT_FAILED, rules.SHIPMENT_SCHEDULED}),
-    CONTRACTS.problem,
+_REFUNDING = (rules.SHIPMENT_FAILED, rules.ORDER_CANCELLED)  # events that may refund a capture
+
+
+def handlers_for(slow_gateway: float) -> BatchHandler:
+    """The payments consumer's handler, its `slow-` customers' gateway answering that late."""
+    return BatchHandler(
+        functools.partial(apply_slice, slow_gateway=slow_gateway), TYPES, CONTRACTS.problem
+    )
+
+
+def handlers(settings: SagaServiceSettings) -> BatchHandler:
+    """The payments consumer's handler, as the service's settings describe it."""
+    return handlers_for(settings.slow_gateway_seconds)
+
+
+TYPES = frozenset(
+    {
+        rules.ORDER_PLACED,
+        rules.ORDER_CANCELLED,
+        rules.SHIPMENT_FAILED,
+        rules.SHIPMENT_SCHEDULED,
+        rules.SHIPMENT_CANCELLED,
+    }
 )
+HANDLERS = handlers_for(0.0)
 
 
 def app() -> FastAPI:

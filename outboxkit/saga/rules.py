@@ -11,22 +11,36 @@ from typing import Any
 from outboxkit.kernel.envelope import Envelope
 
 ORDER, PAYMENT, SHIPMENT = "order", "payment", "shipment"  # aggregate types (topic suffixes)
+TIMEOUT = "timeout"  # the orders service's own timers, scheduled messages it consumes itself
+AGGREGATES = (ORDER, PAYMENT, SHIPMENT, TIMEOUT)
+# The aggregate types (topics) each service's consumer job reads.
+READS = {
+    "orders": (PAYMENT, SHIPMENT, TIMEOUT),
+    "payments": (ORDER, SHIPMENT),
+    "shipping": (PAYMENT,),
+}
 
 # Event types by producer.
-ORDER_PLACED = "OrderPlaced"
+ORDER_PLACED, ORDER_CANCELLED = "OrderPlaced", "OrderCancelled"
+PAYMENT_TIMED_OUT, SHIPPING_TIMED_OUT = "PaymentTimedOut", "ShippingTimedOut"  # timers
 PAYMENT_CAPTURED, PAYMENT_DECLINED, PAYMENT_REFUNDED = (
     "PaymentCaptured",
     "PaymentDeclined",
     "PaymentRefunded",
 )
-SHIPMENT_SCHEDULED, SHIPMENT_FAILED = "ShipmentScheduled", "ShipmentFailed"
+SHIPMENT_SCHEDULED, SHIPMENT_FAILED, SHIPMENT_CANCELLED = (
+    "ShipmentScheduled",
+    "ShipmentFailed",
+    "ShipmentCancelled",
+)
 
 PENDING, PAID, SHIPPED, CANCELLED = "PENDING", "PAID", "SHIPPED", "CANCELLED"
 FINAL = (SHIPPED, CANCELLED)
 CAPTURED, DECLINED, REFUNDED = "CAPTURED", "DECLINED", "REFUNDED"  # payment statuses
-SCHEDULED, FAILED = "SCHEDULED", "FAILED"  # shipment statuses
+SCHEDULED, FAILED, SHIPMENT_VOID = "SCHEDULED", "FAILED", "CANCELLED"  # shipment statuses
 
 VIP_PREFIX, VIP_LIMIT, STANDARD_LIMIT = "vip-", 1000, 500
+SLOW_PREFIX = "slow-"  # customers whose card gateway answers late (`gateway_wait`)
 
 # How each payment or shipment event moves an order, by the order's status (others stay).
 ORDER_MOVES = {
@@ -37,7 +51,18 @@ ORDER_MOVES = {
     SHIPMENT_SCHEDULED: {PENDING: SHIPPED, PAID: SHIPPED},
     SHIPMENT_FAILED: {},  # the refund that follows cancels the order
     PAYMENT_REFUNDED: {PENDING: CANCELLED, PAID: CANCELLED},
+    # A timer cancels the order still waiting for that step; the refund and the shipment's
+    # cancellation follow (OrderCancelled), and replies arriving late move it no more.
+    PAYMENT_TIMED_OUT: {PENDING: CANCELLED},
+    SHIPPING_TIMED_OUT: {PAID: CANCELLED},
+    SHIPMENT_CANCELLED: {},
 }
+TIMERS = (PAYMENT_TIMED_OUT, SHIPPING_TIMED_OUT)
+
+
+def timer_key(event_type: str, order_id: str) -> str:
+    """The key an order's timer is scheduled under, to cancel it once its step is done."""
+    return f"{event_type}:{order_id}"
 
 
 def credit_limit(customer: str) -> int:
@@ -51,6 +76,18 @@ def payment_decision(customer: str, amount: int) -> tuple[bool, str]:
     if amount <= limit:
         return True, f"within limit {limit}"
     return False, f"amount {amount} over limit {limit}"
+
+
+def gateway_wait(events: Iterable[Envelope], slow_seconds: float, now: float) -> float:
+    """Seconds until the card gateway answers for every order placed among ``events``: a
+    `slow-` customer's answers ``slow_seconds`` after the order was placed (``now`` and the
+    events' times in epoch seconds); 0 when all have answered."""
+    waits = [
+        e.created_at.timestamp() + slow_seconds - now
+        for e in events
+        if e.event_type == ORDER_PLACED and str(e.payload["customer"]).startswith(SLOW_PREFIX)
+    ]
+    return max([0.0, *waits])
 
 
 ORDER_ID = r"^[0-9a-fA-F-]{1,36}$"  # order ids are UUIDs; anything else is a 422, never a query
@@ -81,10 +118,14 @@ class Reply:
 
 @dataclass(frozen=True)
 class OrderMoves:
-    """What a slice of payment and shipment events does to the orders."""
+    """What a slice of payment, shipment and timer events does to the orders."""
 
     statuses: dict[str, str]  # order id -> its status after the slice, for the orders it moved
     timeline: list[tuple[Envelope, str]]  # each event, with the status it left its order in
+    paid: list[Envelope] = field(default_factory=list)  # captures that made an order PAID
+    timed_out: list[Envelope] = field(default_factory=list)  # timers that cancelled an order
+    # Orders the slice made final: their timers are cancelled (whichever is still pending).
+    finished: list[str] = field(default_factory=list)
 
 
 def follow_orders(statuses: Mapping[str, str], events: Sequence[Envelope]) -> OrderMoves:
@@ -92,14 +133,25 @@ def follow_orders(statuses: Mapping[str, str], events: Sequence[Envelope]) -> Or
     ValueError for an event of an unknown order."""
     now = dict(statuses)
     timeline = []
+    paid, timed_out, finished = [], [], []
     for event in events:
         order_id = order_of(event)
         if order_id not in now:
             raise ValueError(f"{event.event_type} for unknown order {order_id}")
         before = now[order_id]
-        now[order_id] = ORDER_MOVES[event.event_type].get(before, before)
-        timeline.append((event, now[order_id]))
-    return OrderMoves({i: s for i, s in now.items() if s != statuses[i]}, timeline)
+        after = now[order_id] = ORDER_MOVES[event.event_type].get(before, before)
+        timeline.append((event, after))
+        if after == before:
+            continue
+        if after == PAID:
+            paid.append(event)
+        elif after in FINAL:
+            finished.append(order_id)
+            if event.event_type in TIMERS:
+                timed_out.append(event)
+    moved = {i: s for i, s in now.items() if s != statuses[i]}
+    paid = [e for e in paid if now[order_of(e)] == PAID]  # not those the slice moved on
+    return OrderMoves(moved, timeline, paid, timed_out, finished)
 
 
 # -- payments: capture or decline each order, refund when its shipment failed ---------------
@@ -138,13 +190,19 @@ def settle_payments(known: Mapping[str, Payment], events: Sequence[Envelope]) ->
     """Capture or decline each placed order by the credit-limit rule and refund the captured
     payment of each failed shipment, in offset order. ``known``: the current payments of the
     refunded orders; a refund of a payment that is not CAPTURED raises ValueError, and so does a
-    second order placed under one id (a payment already in the table fails its INSERT)."""
+    second order placed under one id (a payment already in the table fails its INSERT). An
+    order cancelled by its timer (``OrderCancelled``: ``known`` has its payment too) gets its
+    capture refunded, however late the capture came; a declined or refunded payment stays."""
     done = Settlement(known)
     for event in events:
         if event.event_type == ORDER_PLACED:
             _capture(done, event)
         elif event.event_type == SHIPMENT_FAILED:
             _refund(done, event)
+        elif event.event_type == ORDER_CANCELLED:
+            payment = done.payment(order_of(event))
+            if payment is not None and payment.status == CAPTURED:
+                _refund(done, event)
     return done
 
 
@@ -198,8 +256,9 @@ class Reservation:
     """What a slice of payment events does in the warehouse."""
 
     available: dict[str, int]  # stock per SKU as the slice leaves it
-    taken: dict[str, int] = field(default_factory=dict)  # SKU -> quantity the slice reserved
-    shipments: list[Shipment] = field(default_factory=list)
+    taken: dict[str, int] = field(default_factory=dict)  # SKU -> quantity reserved (- returned)
+    shipments: list[Shipment] = field(default_factory=list)  # new, as the slice leaves them
+    cancelled: list[Shipment] = field(default_factory=list)  # known ones the slice cancelled
     replies: list[Reply] = field(default_factory=list)
 
 
@@ -211,21 +270,50 @@ def wanted(items: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return quantities
 
 
-def skus_wanted(events: Iterable[Envelope]) -> list[str]:
-    """The SKUs the captured payments among ``events`` ask for, sorted (the locking order)."""
-    captured = (e for e in events if e.event_type == PAYMENT_CAPTURED)
-    return sorted({sku for e in captured for sku in wanted(e.payload["items"])})
+def skus_wanted(events: Iterable[Envelope], known: Iterable[Shipment] = ()) -> list[str]:
+    """The SKUs the captured payments among ``events`` ask for and those ``known`` shipments
+    hold (a refund returns them), sorted (the locking order)."""
+    captured = (e.payload["items"] for e in events if e.event_type == PAYMENT_CAPTURED)
+    held = (s.items for s in known if s.status == SCHEDULED)
+    return sorted({sku for items in (*captured, *held) for sku in wanted(items)})
 
 
-def reserve_stock(available: Mapping[str, int], events: Sequence[Envelope]) -> Reservation:
+def reserve_stock(
+    available: Mapping[str, int],
+    events: Sequence[Envelope],
+    known: Mapping[str, Shipment] | None = None,
+) -> Reservation:
     """For each captured payment in offset order, reserve every item of its order or none,
     against the stock as the slice leaves it (``available``: the current stock of
-    ``skus_wanted``; a SKU not in it has none). Other events change nothing."""
+    ``skus_wanted``; a SKU not in it has none). A refund of an order whose shipment is
+    scheduled (in this slice, or in ``known``: the refunded orders' shipments) cancels it and
+    returns its stock: the payment was refunded because the order was cancelled, and its
+    shipment must not leave. Other events change nothing."""
     done = Reservation(dict(available))
     for event in events:
         if event.event_type == PAYMENT_CAPTURED:
             _reserve(done, event)
+        elif event.event_type == PAYMENT_REFUNDED:
+            _cancel_shipment(done, event, known or {})
     return done
+
+
+def _cancel_shipment(done: Reservation, event: Envelope, known: Mapping[str, Shipment]) -> None:
+    order_id = order_of(event)
+    new = next((s for s in done.shipments if s.order_id == order_id), None)
+    shipment = new or known.get(order_id)
+    if shipment is None or shipment.status != SCHEDULED:
+        return
+    cancelled = replace(shipment, status=SHIPMENT_VOID, reason="cancelled: payment refunded")
+    if new is not None:
+        done.shipments[done.shipments.index(new)] = cancelled
+    else:
+        done.cancelled.append(cancelled)
+    for sku, qty in wanted(shipment.items).items():
+        done.available[sku] = done.available.get(sku, 0) + qty
+        done.taken[sku] = done.taken.get(sku, 0) - qty
+    payload = {"order_id": order_id, "reason": "payment refunded"}
+    done.replies.append(Reply(event, SHIPMENT, SHIPMENT_CANCELLED, payload))
 
 
 def _reserve(done: Reservation, event: Envelope) -> None:

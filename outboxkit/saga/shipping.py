@@ -92,13 +92,29 @@ def set_stock(engine: Engine, levels: Mapping[str, int], *, overwrite: bool = Tr
 def apply_slice(events: Sequence[Envelope], uow: UnitOfWork) -> None:
     """Apply a partition's payment events: lock the stock of every SKU they want, reserve in
     offset order against the stock as it goes, write the stock and the shipments at once."""
-    skus = rules.skus_wanted(events)
-    done = rules.reserve_stock(_locked(uow, skus) if skus else {}, events)
+    refunded = sorted({rules.order_of(e) for e in events if e.event_type == rules.PAYMENT_REFUNDED})
+    known = _shipments(uow, refunded) if refunded else {}
+    skus = rules.skus_wanted(events, known.values())
+    done = rules.reserve_stock(_locked(uow, skus) if skus else {}, events, known)
     if done.taken:
         uow.session.execute(_TAKE, unnested_rows(_RESERVED, sorted(done.taken.items())))
     if done.shipments:
         uow.session.execute(insert(shipments), [asdict(s) for s in done.shipments])
+    if done.cancelled:
+        rows = ((s.order_id, s.status, s.reason) for s in done.cancelled)
+        uow.session.execute(_CANCEL, unnested_rows(_CANCELLED, rows))
     publish_replies(uow, done.replies)
+
+
+def _shipments(uow: UnitOfWork, order_ids: Sequence[str]) -> dict[str, rules.Shipment]:
+    """The shipments of ``order_ids``, locked in order id order."""
+    rows = uow.session.execute(
+        select(shipments.c.order_id, shipments.c.status, shipments.c.reason, shipments.c["items"])
+        .where(shipments.c.order_id.in_(order_ids))
+        .order_by(shipments.c.order_id)
+        .with_for_update()
+    ).all()
+    return {r.order_id: rules.Shipment(r.order_id, r.status, r.reason, r[3]) for r in rows}
 
 
 def _locked(uow: UnitOfWork, skus: Sequence[str]) -> dict[str, int]:
@@ -112,6 +128,12 @@ def _locked(uow: UnitOfWork, skus: Sequence[str]) -> dict[str, int]:
     return {sku: available for sku, available in rows}
 
 
+_CANCELLED = unnested("cancelled", order_id=String(), status=String(), reason=Text())
+_CANCEL = (
+    update(shipments)
+    .where(shipments.c.order_id == _CANCELLED.c.order_id)
+    .values(status=_CANCELLED.c.status, reason=_CANCELLED.c.reason)
+)
 _RESERVED = unnested("reserved", sku=String(), qty=Integer())
 _TAKE = (
     update(stock)

@@ -107,6 +107,8 @@ class Campaign:
     # Why report_ok is false: each saga invariant broken (with up to five order ids), retried
     # POSTs answered with another order, consumers audited without a ledger.
     problems: list[str] = field(default_factory=list)
+    # Orders cancelled by their timer, captured late anyway, and refunded (`Report.late`).
+    late_captures: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -217,6 +219,9 @@ def run(
     everything = placed + probes
     echo(f"waiting until all {len(everything)} orders are final")
     stuck = saga.wait_final(everything, timeout=final_timeout)
+    # An outage delays a timer as it delays any event: the bound past a timeout grows with it.
+    longest = max((r.recovery for r in done), default=0.0)
+    saga.timeout_bound = max(saga.timeout_bound, longest + 30.0)
     report: Report = saga.report(placed, warm=probes)
     audits = saga.audit()
     return Campaign(
@@ -233,6 +238,7 @@ def run(
         report_ok=report.ok and all(a["exact"] for a in audits),
         audits=audits,
         problems=problems(report, audits),
+        late_captures=report.late,
     )
 
 

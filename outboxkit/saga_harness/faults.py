@@ -236,7 +236,7 @@ def saga_topics(stack: Stack) -> list[str]:
     from outboxkit.kernel.wire.record import topic_for
 
     prefix = stack.settings.topic_prefix
-    return [topic_for(t, topic_prefix=prefix) for t in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT)]
+    return [topic_for(t, topic_prefix=prefix) for t in rules.AGGREGATES]
 
 
 def saga_connectors(stack: Stack, saga: Saga) -> list[str]:

@@ -5,14 +5,25 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import Engine
 
 from outboxkit.saga import orders, payments, rules, shipping
 from outboxkit.saga_harness.load import Placed
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """The orders' timeouts a run used, and how long past one an order may still wait (the
+    timer's release, its hop through Kafka and a micro-batch, and any outage in between)."""
+
+    payment: float
+    shipping: float
+    bound: float = 30.0
 
 
 @dataclass
@@ -26,6 +37,9 @@ class Report:
     violations: dict[str, list[str]]
     retried_same_order: int
     retried_total: int
+    # Orders cancelled by a timer, those of them whose payment was captured anyway (late), and
+    # of those the ones refunded (all of them, when the saga holds).
+    late: dict[str, int] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -38,19 +52,31 @@ class Report:
 
 
 def check(
-    engines: Mapping[str, Engine], placed: list[Placed], *, warm: list[Placed] | None = None
+    engines: Mapping[str, Engine],
+    placed: list[Placed],
+    *,
+    warm: list[Placed] | None = None,
+    timeouts: Timeouts | None = None,
 ) -> Report:
     """Invariants across the three databases (``engines`` by service), duplicates, and
     POST -> final latencies (``warm`` orders are checked like the others but left out of the
     latencies). Orders whose retried POST created another order are counted as failed retries
-    and not checked further."""
+    and not checked further. With ``timeouts``: no order waited for its payment, or once paid
+    for its shipment, longer than its timeout plus the bound."""
     measured = [p for p in placed if p.retry_mapped]
     placed = [*(warm or []), *placed]
     ids = [p.order_id for p in placed if p.retry_mapped]
     with engines["orders"].connect() as conn:
         rows = conn.execute(
-            select(orders.orders.c.id, orders.orders.c.status, orders.orders.c.final_at)
+            select(
+                orders.orders.c.id,
+                orders.orders.c.status,
+                orders.orders.c.final_at,
+                orders.orders.c.created_at,
+            )
         ).all()
+        waited = _waits(conn, ids)
+        timed_out = _timed_out(conn, ids)
         # Orders created since the first of these POSTs (a retry creating a second order
         # would show here; earlier runs on the same database do not).
         since = datetime.fromtimestamp(min(p.posted_at for p in placed), UTC)
@@ -93,10 +119,29 @@ def check(
             and pay.get(i) != payments.REFUNDED
         ],
         "shipment without capture": [i for i in ship if log[(i, "captured")] == 0],
-        "refund without failed shipment": [
-            i for i, s in pay.items() if s == payments.REFUNDED and ship.get(i) != shipping.FAILED
+        "refund of an order not cancelled": [
+            i for i, s in pay.items() if s == payments.REFUNDED and status.get(i) != rules.CANCELLED
+        ],
+        "shipment scheduled for an order not shipped": [
+            i for i, s in ship.items() if s == shipping.SCHEDULED and status.get(i) != rules.SHIPPED
         ],
     }
+    if timeouts is not None:
+        created = {r.id: r.created_at for r in rows}
+        violations["waited past its payment timeout"] = [
+            i
+            for i in ids
+            if i in waited
+            and (waited[i][0] - created[i]).total_seconds() > timeouts.payment + timeouts.bound
+        ]
+        violations["waited past its shipping timeout"] = [
+            i
+            for i in ids
+            if i in waited
+            and waited[i][1] is not None
+            and final_at.get(i) is not None
+            and (final_at[i] - waited[i][1]).total_seconds() > timeouts.shipping + timeouts.bound
+        ]
     duplicates = {
         "orders beyond one per POST": int(order_rows) - len(placed),
         "captures beyond one per order": sum(
@@ -112,6 +157,12 @@ def check(
         if final_at.get(p.order_id) is not None
     ]
     retried = [p for p in placed if p.retried]
+    captured_late = [i for i in timed_out if log[(i, "captured")]]
+    late = {
+        "timed out": len(timed_out),
+        "captured late": len(captured_late),
+        "captured late, refunded": sum(1 for i in captured_late if pay.get(i) == payments.REFUNDED),
+    }
     return Report(
         orders=len(placed),
         by_status=dict(Counter(status.get(i, "MISSING") for i in ids)),
@@ -120,4 +171,31 @@ def check(
         violations=violations,
         retried_same_order=sum(1 for p in retried if p.retry_mapped),
         retried_total=len(retried),
+        late=late,
     )
+
+
+def _waits(conn: Any, ids: list[str]) -> dict[str, tuple[datetime, datetime | None]]:
+    """Per order of ``ids`` that left PENDING: when it did, and when it became PAID (None:
+    never), from its timeline (the orders database's clock, as the timers')."""
+    found = conn.execute(
+        text(
+            "SELECT order_id, min(at) FILTER (WHERE status_after <> :pending) AS left_pending, "
+            "min(at) FILTER (WHERE status_after = :paid) AS paid FROM order_timeline "
+            "WHERE order_id = ANY(:ids) GROUP BY order_id"
+        ),
+        {"pending": rules.PENDING, "paid": rules.PAID, "ids": ids},
+    ).all()
+    return {r.order_id: (r.left_pending, r.paid) for r in found if r.left_pending is not None}
+
+
+def _timed_out(conn: Any, ids: list[str]) -> list[str]:
+    """The orders of ``ids`` that a timer cancelled (their first CANCELLED entry is a timer's)."""
+    found = conn.execute(
+        text(
+            "SELECT DISTINCT ON (order_id) order_id, event_type FROM order_timeline "
+            "WHERE order_id = ANY(:ids) AND status_after = :cancelled ORDER BY order_id, at, id"
+        ),
+        {"ids": ids, "cancelled": rules.CANCELLED},
+    ).all()
+    return [r.order_id for r in found if r.event_type in rules.TIMERS]

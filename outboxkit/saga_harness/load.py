@@ -87,16 +87,21 @@ def place_orders(
     concurrency: int = 8,
     retry_share: float = 0.1,
     rate: float | None = None,
+    slow_share: float = 0.0,
 ) -> list[Placed]:
     """POST ``count`` orders to the orders service at ``url`` (one URL, or its replicas': the
     orders go to them in turn): a mix of standard and vip customers, amounts around the credit
     limits, some gizmos (scarce); a share retried with the same Idempotency-Key, on the next
     replica. With ``rate``, order n is posted at n / rate seconds after the start (an
-    open-loop load)."""
+    open-loop load). ``slow_share``: the share of orders from `slow-` customers, whose card
+    gateway answers late (the payments service's ``slow_gateway_seconds``)."""
     rng = random.Random(seed)
+    slow = random.Random(seed + 1)  # its own draws: the other choices stay those of the seed
     plans = []
     for n in range(count):
         customer = f"vip-{n % 17}" if rng.random() < 0.3 else f"cust-{n % 53}"
+        if slow_share and slow.random() < slow_share:
+            customer = f"{rules.SLOW_PREFIX}{n % 11}"
         items = [{"sku": rng.choice(["widget", "gadget"]), "qty": rng.randint(1, 3)}]
         if rng.random() < 0.3:
             items.append({"sku": "gizmo", "qty": 1})

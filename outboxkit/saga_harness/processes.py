@@ -37,7 +37,7 @@ from outboxkit.kernel import retry
 from outboxkit.kernel.engines import engine_for
 from outboxkit.kernel.wire.record import topic_for
 from outboxkit.saga import rules, shipping
-from outboxkit.saga.common import SERVICES, migrations_of
+from outboxkit.saga.common import SERVICES, SagaServiceSettings, migrations_of
 from outboxkit.saga.jobs import ALL as JOBS
 from outboxkit.saga_harness import invariants, load
 from outboxkit.saga_harness.invariants import Report
@@ -91,6 +91,14 @@ class Saga:
     # OTEL_* settings of every process (e.g. OTEL_EXPORTER_OTLP_ENDPOINT), over the ones in the
     # environment; each process gets its own OTEL_SERVICE_NAME (orders, ..., consumers).
     telemetry: dict[str, str] = field(default_factory=dict)
+    # Time in the saga: the orders' timeouts (None: the services' defaults), how late the card
+    # gateway answers for `slow-` customers, and the share of orders `place_orders` gives them.
+    payment_timeout: float | None = None
+    shipping_timeout: float | None = None
+    slow_gateway: float | None = None
+    slow_share: float = 0.0
+    # How long past its timeout an order may wait before the invariants call it stuck.
+    timeout_bound: float = 30.0
     urls: dict[str, str] = field(default_factory=dict)
     database_urls: dict[str, str] = field(default_factory=dict)
     pids: dict[str, int] = field(default_factory=dict)
@@ -210,9 +218,7 @@ class Saga:
             self._connect_database(service, url)
         admin = AdminClient(self.stack.kafka_client_config())
         prefix = self.stack.settings.topic_prefix
-        wanted = [
-            topic_for(t, topic_prefix=prefix) for t in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT)
-        ]
+        wanted = [topic_for(t, topic_prefix=prefix) for t in rules.AGGREGATES]
         existing = set(admin.list_topics(timeout=10).topics)
         # The brokers' default replication factor: 3 on the cluster shape, 1 on a single node.
         missing = [
@@ -252,6 +258,13 @@ class Saga:
             env[f"{upper}_OUTBOX__MODE"] = settings.outbox_mode
             if settings.message_prefix is not None:
                 env[f"{upper}_OUTBOX__MESSAGE_PREFIX"] = settings.message_prefix
+            for name, value in (
+                ("PAYMENT_TIMEOUT_SECONDS", self.payment_timeout),
+                ("SHIPPING_TIMEOUT_SECONDS", self.shipping_timeout),
+                ("SLOW_GATEWAY_SECONDS", self.slow_gateway),
+            ):
+                if value is not None:
+                    env[f"{upper}_{name}"] = str(value)
         master = self.stack.spark_master()
         if master:  # the stack's Spark cluster: the driver submits its jobs' tasks there
             env["OUTBOXKIT_SPARK_MASTER"] = master
@@ -443,6 +456,7 @@ class Saga:
             concurrency=concurrency,
             retry_share=retry_share,
             rate=rate,
+            slow_share=self.slow_share,
         )
 
     def warm_up(self, timeout: float = 300) -> Placed:
@@ -465,7 +479,16 @@ class Saga:
 
     def report(self, placed: list[Placed], *, warm: list[Placed] | None = None) -> Report:
         """`invariants.check` across this saga's three databases."""
-        return invariants.check(self.engines, placed, warm=warm)
+        return invariants.check(self.engines, placed, warm=warm, timeouts=self.timeouts())
+
+    def timeouts(self) -> invariants.Timeouts:
+        """The orders' timeouts these processes run with, and the bound past them."""
+        defaults = SagaServiceSettings.model_fields
+        return invariants.Timeouts(
+            self.payment_timeout or float(defaults["payment_timeout_seconds"].default),
+            self.shipping_timeout or float(defaults["shipping_timeout_seconds"].default),
+            self.timeout_bound,
+        )
 
     def audit(self) -> list[dict[str, Any]]:
         """`outboxkit audit` of the three consumer jobs (as JSON): every event on their topics

@@ -58,7 +58,10 @@ def otlp() -> Iterator[OtlpReceiver]:
 
 @pytest.fixture(scope="package")
 def saga(stack: Stack, otlp: OtlpReceiver) -> Iterator[Saga]:
-    with running_saga(stack, telemetry=otlp.env()) as run:
+    # Orders time out after a minute; a `slow-` customer's payment answers after 65 s (tests
+    # that want late captures give the load a share of them: `saga.slow_share`).
+    timing = {"payment_timeout": 60.0, "slow_gateway": 65.0}
+    with running_saga(stack, telemetry=otlp.env(), **timing) as run:
         yield run
 
 

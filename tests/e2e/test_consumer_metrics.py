@@ -18,11 +18,7 @@ from outboxkit.saga import rules
 from outboxkit.saga_harness.processes import PARTITIONS, Saga
 
 # The topics each saga job reads (outboxkit.saga.jobs).
-JOB_TOPICS = {
-    "payments": (rules.ORDER, rules.SHIPMENT),
-    "shipping": (rules.PAYMENT,),
-    "orders": (rules.PAYMENT, rules.SHIPMENT),
-}
+JOB_TOPICS = rules.READS
 Key = tuple[str, str, str, int]  # consumer job, consumer, topic, partition
 Samples = dict[tuple[str, Key], float]
 

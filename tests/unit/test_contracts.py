@@ -298,7 +298,7 @@ def test_the_saga_contracts_match_their_committed_schemas(
     from outboxkit.cli import main
 
     assert main(["schemas", "check", "--contracts", "outboxkit.saga.contracts:CONTRACTS"]) == 0
-    assert "6 contracts checked" in capsys.readouterr().out
+    assert "10 contracts checked" in capsys.readouterr().out
 
 
 def test_a_contract_never_exported_is_named(tmp_path: Path) -> None:

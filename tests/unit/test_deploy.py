@@ -724,7 +724,7 @@ def outbox_topics() -> set[str]:
     from outboxkit.saga import rules
 
     prefix = environment("kafka-init")["TOPIC_PREFIX"]
-    return {topic_for(t, topic_prefix=prefix) for t in (rules.ORDER, rules.PAYMENT, rules.SHIPMENT)}
+    return {topic_for(t, topic_prefix=prefix) for t in rules.AGGREGATES}
 
 
 def readable_topics(principal: str) -> set[str]:

@@ -33,6 +33,10 @@ VALID = {
     rules.PAYMENT_REFUNDED: {"amount": 120, "reason": "out of stock: widget"},
     rules.SHIPMENT_SCHEDULED: {"reason": "reserved"},
     rules.SHIPMENT_FAILED: {"reason": "out of stock: widget"},
+    rules.SHIPMENT_CANCELLED: {"reason": "payment refunded"},
+    rules.ORDER_CANCELLED: {"reason": "payment timed out after 30 s"},
+    rules.PAYMENT_TIMED_OUT: {"seconds": 30},
+    rules.SHIPPING_TIMED_OUT: {"seconds": 2.5},
 }
 AGGREGATE = {
     rules.ORDER_PLACED: rules.ORDER,
@@ -41,6 +45,10 @@ AGGREGATE = {
     rules.PAYMENT_REFUNDED: rules.PAYMENT,
     rules.SHIPMENT_SCHEDULED: rules.SHIPMENT,
     rules.SHIPMENT_FAILED: rules.SHIPMENT,
+    rules.SHIPMENT_CANCELLED: rules.SHIPMENT,
+    rules.ORDER_CANCELLED: rules.ORDER,
+    rules.PAYMENT_TIMED_OUT: rules.TIMEOUT,
+    rules.SHIPPING_TIMED_OUT: rules.TIMEOUT,
 }
 
 

@@ -227,9 +227,18 @@ class FakeUnitOfWork:
     def __init__(self, rows: list[Any]) -> None:
         self.session = FakeSession(rows)
         self.published: list[list[Any]] = []
+        self.cancelled: list[str] = []
+        self.scheduled: list[tuple[Any, Any]] = []
 
     def publish_many(self, events: list[Any]) -> None:
         self.published.append(events)
+
+    def cancel_scheduled(self, *keys: str) -> int:
+        self.cancelled.extend(keys)
+        return len(keys)
+
+    def schedule_many(self, events: list[Any], dues: list[Any]) -> None:
+        self.scheduled.extend(zip(events, dues, strict=True))
 
 
 def statements(uow: FakeUnitOfWork) -> list[str]:
