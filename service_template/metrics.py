@@ -21,8 +21,9 @@ log = logging.getLogger(__name__)
 
 
 class InboxCollector(Collector):
-    """Read at scrape time: watermark, lag and parked count per consumer. Lag needs Kafka (the
-    partition's end offset) and follows the one rule of `inbox.lag.PartitionLag`."""
+    """Read at scrape time: watermark, lag, parked count and records waiting to retry per
+    consumer. Lag needs Kafka (the partition's end offset) and follows the one rule of
+    `inbox.lag.PartitionLag`."""
 
     def __init__(
         self,
@@ -43,10 +44,16 @@ class InboxCollector(Collector):
         held = GaugeMetricFamily(
             "outboxkit_inbox_parked", "records parked for redrive", labels=["consumer"]
         )
+        later = GaugeMetricFamily(
+            "outboxkit_inbox_retrying",
+            "parked records waiting for a delayed retry",
+            labels=["consumer"],
+        )
         try:
             with self.engine.connect() as conn:
                 lags = read_lags(conn, self.consumers, self.offsets)
                 waiting = parked_counts(conn, self.consumers)
+                retrying = parked_counts(conn, self.consumers, retrying=True)
         except Exception as exc:
             log.warning("inbox metrics unavailable: %s", exc)
             return
@@ -58,7 +65,8 @@ class InboxCollector(Collector):
                 lag.add_metric(key, each.lag)
         for consumer in self.consumers or waiting:
             held.add_metric([consumer], waiting.get(consumer, 0))
-        yield from (mark, lag, held)
+            later.add_metric([consumer], retrying.get(consumer, 0))
+        yield from (mark, lag, held, later)
 
 
 class Metrics:
@@ -91,7 +99,7 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(InboxCollector(engine, consumers, bootstrap, kafka_security))
-        self.release = ReleaseMetrics(self.registry, engine)
+        self.release = ReleaseMetrics(self.registry, {engine.url.database or "service": engine})
 
     def published(self, events: Iterable[Envelope]) -> None:
         """Count events whose transaction committed (a `PublishedObserver`)."""

@@ -9,6 +9,8 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from sqlalchemy.engine import Engine
+
 from outbox.scheduled import Releaser
 from outbox.settings import ReleaseSettings
 from outboxkit.kernel.engines import engine_for
@@ -23,22 +25,20 @@ def releasing(
     ``settings`` disables them); with a Prometheus ``registry``, their metrics go there."""
     settings = settings or ReleaseSettings()
     started: list[Releaser] = []
-    engines = []
+    engines: dict[str, tuple[Engine, Job]] = {}
+    for job in jobs if settings.enabled else ():
+        url = job.engine_url()
+        name = url.database or url.render_as_string(hide_password=True)
+        if name not in engines:
+            engines[name] = (engine_for(url, "consumer", pool_size=1), job)
     try:
-        seen: set[str] = set()
-        for job in jobs:
-            url = job.engine_url()
-            name = url.render_as_string(hide_password=True)
-            if name in seen or not settings.enabled:
-                continue
-            seen.add(name)
-            engine = engine_for(url, "consumer", pool_size=1)
-            engines.append(engine)
-            on_release = None
-            if registry is not None:
-                from outbox.metrics import ReleaseMetrics
+        on_release = None
+        if registry is not None and engines:
+            from outbox.metrics import ReleaseMetrics
 
-                on_release = ReleaseMetrics(registry, engine).released
+            metrics = ReleaseMetrics(registry, {n: e for n, (e, _) in engines.items()})
+            on_release = metrics.released
+        for engine, job in engines.values():
             releaser = settings.releaser(engine, job.outbox, on_release)
             if releaser is not None:
                 started.append(releaser.start())
@@ -46,5 +46,5 @@ def releasing(
     finally:
         for releaser in started:
             releaser.stop()
-        for engine in engines:
+        for engine, _ in engines.values():
             engine.dispose()
