@@ -124,8 +124,9 @@ def test_cli_reference_documents_every_command_and_argument(site: Path) -> None:
             for option in action.option_strings:
                 assert option in page, f"{' '.join(words)} {option} missing"
             for choice in action.choices or ():
-                sub_command = " ".join((*words, str(choice)))
-                assert sub_command in page, f"{sub_command} missing from the CLI reference"
+                # a positional's choices are sub-commands; an option's, the values it takes
+                named = str(choice) if action.option_strings else " ".join((*words, str(choice)))
+                assert named in page, f"{' '.join(words)}: {named} missing from the CLI reference"
             assert action.help, f"{' '.join(words)} {action.dest}: add help text to its parser"
             assert html.unescape(action.help.split("\n")[0].strip()) in page
 
