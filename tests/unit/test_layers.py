@@ -14,12 +14,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Each package and what it may import (the README's table says the same in words).
 # A room is a top-level package, or one of the packages under `outboxkit` that is a layer of its
-# own (the kernel at the bottom; the dev stack, the example saga and its harness near the top).
-KERNEL, DEVSTACK, SAGA, HARNESS = (
+# own (the kernel at the bottom; the dev stack, the example saga and its harness near the top;
+# the test harness users run their services in, above the framework, which never imports it).
+KERNEL, DEVSTACK, SAGA, HARNESS, TESTING = (
     "outboxkit.kernel",
     "outboxkit.devstack",
     "outboxkit.saga",
     "outboxkit.saga_harness",
+    "outboxkit.testing",
 )
 MAY_IMPORT: dict[str, set[str]] = {
     KERNEL: set(),
@@ -32,10 +34,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     DEVSTACK: {KERNEL, "outbox", "cdc", "migrations"},
     SAGA: {KERNEL, "outbox", "inbox", "migrations", "service_template", "spark_consumers"},
     HARNESS: {KERNEL, "outbox", "cdc", "inbox", SAGA, DEVSTACK},
+    TESTING: {KERNEL, "outbox", "inbox", "migrations", "service_template", "spark_consumers"},
 }
 # The application sits on top: it may import every other package.
 MAY_IMPORT["outboxkit"] = set(MAY_IMPORT)
-SUB_ROOMS = (KERNEL, DEVSTACK, SAGA, HARNESS)
+SUB_ROOMS = (KERNEL, DEVSTACK, SAGA, HARNESS, TESTING)
 FRAMEWORK = (
     KERNEL,
     "outbox",
