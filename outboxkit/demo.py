@@ -16,12 +16,12 @@ from outboxkit.devstack.settings import StackSettings
 from outboxkit.devstack.stack import Stack
 from outboxkit.kernel import tracing
 
-# Orders wait 20 s for their payment, then are cancelled; 5% of them come from customers whose
-# card gateway answers after 25 s: their capture, late, is refunded.
+# Orders wait 30 s for their payment, then are cancelled; 5% of them come from customers whose
+# card gateway answers after 35 s: their capture, late, is refunded.
 DEMO_TIMING: dict[str, Any] = {
-    "payment_timeout": 20.0,
+    "payment_timeout": 30.0,
     "shipping_timeout": 60.0,
-    "slow_gateway": 25.0,
+    "slow_gateway": 35.0,
     "slow_share": 0.05,
 }
 

@@ -229,6 +229,11 @@ def _capture(done: Settlement, event: Envelope) -> None:
 def _refund(done: Settlement, event: Envelope) -> None:
     order_id, reason = order_of(event), event.payload.get("reason")
     payment = done.payment(order_id)
+    if payment is not None and payment.status == REFUNDED:
+        # Refunded already: the order's timer cancelled it while its shipment was failing
+        # (or the other way round). One refund is owed, and it was made.
+        done.log.append((order_id, "refund-owed", event))
+        return
     if payment is None or payment.status != CAPTURED:
         raise ValueError(f"refund for order {order_id}: payment is {payment and payment.status}")
     refunded = replace(payment, status=REFUNDED, reason=f"refunded: {reason}")

@@ -120,3 +120,14 @@ def test_the_orders_handler_schedules_cancels_and_announces_its_timers():
     [[announced]] = uow.published
     assert announced.event_type == rules.ORDER_CANCELLED
     assert announced.payload == {"order_id": ORDER_2, "reason": "payment timed out after 30 s"}
+
+
+def test_a_shipment_failing_after_the_timers_refund_is_not_refunded_twice():
+    captured = {ORDER_1: rules.Payment(ORDER_1, "ada", 100, rules.CAPTURED, "within limit 500")}
+    failed = shipment(rules.SHIPMENT_FAILED)
+    done = rules.settle_payments(captured, [cancelled(), failed])
+    assert done.changed[ORDER_1].status == rules.REFUNDED
+    assert [r.event_type for r in done.replies] == [rules.PAYMENT_REFUNDED]
+    assert [a for _, a, _ in done.log] == ["refunded", "refund-owed"]
+    other_way = rules.settle_payments(captured, [failed, cancelled()])
+    assert [r.event_type for r in other_way.replies] == [rules.PAYMENT_REFUNDED]
