@@ -5,7 +5,9 @@ skipped."""
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW, Inbox
 from inbox.handlers import BatchHandler, Handler, Handlers, as_batch
-from inbox.operations import RedriveResult, redrive, status
+from inbox.operations import status
+from inbox.redrives import RedriveResult, redrive, retry_due
+from inbox.retries import RetryLater, RetryPolicy
 from inbox.slice import BatchResult, HandlerOutcome
 from inbox.tables import metadata
 from inbox.typed import typed_batch, typed_handler
@@ -21,9 +23,12 @@ __all__ = [
     "Handlers",
     "Inbox",
     "RedriveResult",
+    "RetryLater",
+    "RetryPolicy",
     "as_batch",
     "metadata",
     "redrive",
+    "retry_due",
     "status",
     "typed_batch",
     "typed_handler",

@@ -22,6 +22,7 @@ from inbox.decision import Action, PartitionView
 from inbox.handlers import BatchHandler, Handlers, as_batch
 from inbox.position import OffsetsMoved, Superseded, TopicIdentity, judge_identity, merged
 from inbox.recorder import Locked, Recorder
+from inbox.retries import RetryPolicy
 from inbox.slice import BatchResult, HandlerFailed, SliceApplier, SliceOutcome
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
@@ -57,7 +58,12 @@ class Inbox:
         window: Offsets of applied event ids kept per partition against re-sends; 0 keeps
             none: the watermark alone, exact only for a producer that never writes an event
             twice.
-        max_attempts: Runs of a failing handler before its record is parked.
+        max_attempts: Runs of a failing handler before its record is parked (a passing failure,
+            see ``retry``, is not run again at once but later).
+        retry: When a record whose handler failed for a passing reason (`inbox.RetryLater`, a
+            timeout, a lock or serialization conflict) is retried: it waits parked, holding its
+            key, until `inbox.retry_due` redrives it (the consumer driver does every second);
+            ``RetryPolicy(attempts=0)`` parks every failure for a person.
         optimistic: The slice through the batch handler at once; when a handler raises, the
             transaction is rolled back and the slice redone record by record in a new one (a
             savepoint per record). False: record by record from the start (two more round trips
@@ -74,6 +80,7 @@ class Inbox:
     handlers: Handlers
     window: int = DEFAULT_WINDOW
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     optimistic: bool = True
     outbox: Outbox = field(default_factory=Outbox)
     on_published: PublishedObserver | None = None
@@ -92,7 +99,7 @@ class Inbox:
     @cached_property
     def slices(self) -> SliceApplier:
         """What applies this consumer's decided slices."""
-        return SliceApplier(self.consumer, self.batch, self.outbox, self.max_attempts)
+        return SliceApplier(self.consumer, self.batch, self.outbox, self.max_attempts, self.retry)
 
     def handles(self, event_type: str) -> bool:
         """True when a handler exists for ``event_type``.
@@ -280,7 +287,7 @@ class Inbox:
             fresh = [read(r) for r in records if r.offset > mark]
             done = SliceOutcome(BatchResult(topic, partition, mark))
             for item in fresh:
-                done.count(item, Action.PARK, reason, 0)
+                done.count(item, Action.PARK, reason, 0)  # for a person: the data's fault
             recorder.park(session, done.parked, identity.topic_id if identity else None)
             recorder.advance(
                 session,

@@ -1,11 +1,10 @@
 """Operating an inbox, for operators and metrics: status, watermarks, parked records (list,
-show, skip), redrive (in key order) and explicit rewind."""
+show, skip), redrive (in key order: `inbox.redrives`) and explicit rewind."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -22,14 +21,13 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from inbox.parked_rows import parked_headers as parked_headers
+from inbox.parked_rows import parked_record
 from inbox.recorder import Recorder
-from inbox.slice import HandlerOutcome
+from inbox.redrives import RedriveResult as RedriveResult
+from inbox.redrives import redrive as redrive
+from inbox.redrives import retry_due as retry_due
 from inbox.tables import parked, recent_ids, skipped, watermarks
-from outboxkit.kernel.envelope import Envelope
-from outboxkit.kernel.wire.record import KafkaRecord, read
-
-if TYPE_CHECKING:
-    from inbox.apply import Inbox
 
 
 def status(engine: Engine, consumer: str | None = None) -> list[dict[str, Any]]:
@@ -75,8 +73,11 @@ def status(engine: Engine, consumer: str | None = None) -> list[dict[str, Any]]:
 def list_parked(
     engine: Engine, consumer: str | None = None, limit: int = 100
 ) -> list[dict[str, Any]]:
-    """Parked records, oldest first, with their readable copies (not their raw bytes)."""
-    query = select(*(c for c in parked.c if c.name not in RAW)).order_by(parked.c.id).limit(limit)
+    """Parked records, oldest first, with their readable copies (not their raw bytes nor their
+    history, which `show` gives) and when each is retried (``retry_at``; None: parked for a
+    person)."""
+    listed = (c for c in parked.c if c.name not in RAW and c.name != "history")
+    query = select(*listed).order_by(parked.c.id).limit(limit)
     if consumer:
         query = query.where(parked.c.consumer == consumer)
     with engine.connect() as conn:
@@ -101,11 +102,16 @@ def stopped_partitions(conn: Connection, consumer: str) -> dict[tuple[str, int],
     return {(t, int(p)): str(why) for t, p, why in conn.execute(query).all()}
 
 
-def parked_counts(conn: Connection, consumers: Sequence[str]) -> dict[str, int]:
-    """Parked records per consumer of ``consumers`` (all when empty)."""
+def parked_counts(
+    conn: Connection, consumers: Sequence[str], *, retrying: bool = False
+) -> dict[str, int]:
+    """Parked records per consumer of ``consumers`` (all when empty); ``retrying``: only those
+    waiting for a delayed retry."""
     query = select(parked.c.consumer, func.count()).group_by(parked.c.consumer)
     if consumers:
         query = query.where(parked.c.consumer.in_(consumers))
+    if retrying:
+        query = query.where(parked.c.retry_at.is_not(None))
     return {c: int(n) for c, n in conn.execute(query).all()}
 
 
@@ -167,28 +173,6 @@ def _forget_above(session: Session, scope: Sequence[ColumnElement[bool]], offset
         )
 
 
-def parked_headers(row: Any) -> list[tuple[str, bytes | None]]:
-    """A parked (or skipped) row's headers back as the record had them, byte for byte."""
-    names = row.header_names or ()
-    return [
-        (bytes(n).decode("utf-8", "surrogatepass"), None if v is None else bytes(v))
-        for n, v in zip(names, row.header_values or (), strict=True)
-    ]
-
-
-def parked_record(row: Any) -> KafkaRecord:
-    """The Kafka record a parked (or skipped) row was made from, byte for byte."""
-    return KafkaRecord(
-        row.topic,
-        row.partition,
-        row.offset,
-        None if row.raw_key is None else bytes(row.raw_key),
-        None if row.payload is None else bytes(row.payload),
-        parked_headers(row),
-        row.timestamp_ms,
-    )
-
-
 def show(engine: Engine, parked_id: int) -> dict[str, Any] | None:
     """One parked record or skipped record, everything about it: the readable copies, and the
     raw key, value and headers as bytes (None when no record has that id)."""
@@ -226,91 +210,16 @@ def skip(engine: Engine, parked_id: int, *, by: str, reason: str) -> dict[str, A
             raise LookupError(f"no parked record with id {parked_id}")
         row = found
         who, why = literal(by[:255]).label("skipped_by"), literal(reason).label("reason")
+        kept = [c for c in parked.c if c.name in skipped.c]  # not when it would be retried
         session.execute(
             insert(skipped).from_select(
-                [*(c.name for c in parked.c), "skipped_by", "reason"],
-                select(*parked.c, who, why).where(where),
+                [*(c.name for c in kept), "skipped_by", "reason"],
+                select(*kept, who, why).where(where),
             )
         )
         session.execute(delete(parked).where(where))
         recorder.recheck_parked(session, row.topic, row.partition)
     return {k: v for k, v in row._mapping.items() if k not in RAW}
-
-
-@dataclass(frozen=True)
-class RedriveResult:
-    """What a redrive did: applied, skipped as already applied, still parked.
-
-    Attributes:
-        applied: Parked records the handlers applied this time (now unparked).
-        skipped: Parked records already applied (their event id in the window), unparked.
-        still_parked: Records that failed again, or wait behind a failing record of their key.
-    """
-
-    applied: int
-    skipped: int
-    still_parked: int
-
-
-def redrive(inbox: Inbox, topic: str, partition: int, key: str | None = None) -> RedriveResult:
-    """Apply a partition's parked records again, per key in offset order.
-
-    A record that still fails stays parked (attempts and error updated) and keeps the later
-    records of its key parked behind it. Runs under the partition's watermark lock, so it never
-    interleaves with the apply loop.
-
-    Args:
-        inbox: The consumer's inbox, with the handlers that apply the records now.
-        topic: The topic of the partition whose parked records are redriven.
-        partition: The partition whose parked records are redriven.
-        key: Redrive only this record key's parked records (all keys when None).
-    """
-    applied = skipped = still = 0
-    recorder = inbox.recorder
-    published: list[Envelope] = []
-    with Session(inbox.engine) as session, session.begin():
-        recorder.lock(session, topic, partition)
-        rows = recorder.parked_rows(session, topic, partition, key)
-        seen = set(recorder.recent(session, topic, partition, (r.event_id for r in rows)))
-        blocked: set[bytes | None] = set()  # raw keys
-        for row in rows:
-            if row.raw_key in blocked:
-                still += 1
-                continue
-            if row.event_id in seen:
-                recorder.unpark(session, row.id)
-                skipped += 1
-                continue
-            outcome = _redrive_one(inbox, session, topic, row)
-            if outcome.ok:
-                recorder.unpark(session, row.id)
-                if row.event_id:
-                    applied_now = [(row.event_id, row.offset)]
-                    recorder.remember(session, topic, partition, applied_now)
-                    recorder.append_ledger(session, topic, partition, applied_now)
-                    seen.add(row.event_id)
-                published.extend(outcome.published)
-                applied += 1
-            else:
-                recorder.still_failing(session, row.id, str(outcome.error))
-                blocked.add(row.raw_key)
-                still += 1
-        recorder.recheck_parked(session, topic, partition)
-    if published and inbox.on_published is not None:
-        inbox.on_published(published)
-    return RedriveResult(applied=applied, skipped=skipped, still_parked=still)
-
-
-def _redrive_one(inbox: Inbox, session: Session, topic: str, row: Any) -> HandlerOutcome:
-    decoded = read(parked_record(row))
-    if decoded.envelope is None:
-        return HandlerOutcome(0, f"undecodable: {decoded.problem}")
-    if not inbox.handles(decoded.envelope.event_type):
-        return HandlerOutcome(0, f"unknown event type {decoded.envelope.event_type!r}")
-    invalid = inbox.batch.invalid(decoded.envelope)
-    if invalid is not None:
-        return HandlerOutcome(0, f"invalid payload: {invalid}")
-    return inbox.slices.apply_one(session, decoded.envelope)
 
 
 # The raw-bytes columns of a parked row (shown by `show`, left out of listings).

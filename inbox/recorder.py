@@ -4,47 +4,22 @@ parked records of one consumer, as the apply loop, redrive and the consumer runn
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Exists,
-    Table,
-    delete,
-    exists,
-    func,
-    insert,
-    select,
-    update,
-)
+from sqlalchemy import insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from inbox import statements
 from inbox.decision import prune_floor
+from inbox.parked_rows import Executor, ParkedRows
 from inbox.position import TopicIdentity, from_json, to_json
-from inbox.tables import (
-    ERROR_CHARS,
-    EVENT_ID_CHARS,
-    EVENT_TYPE_CHARS,
-    HEADER_NAME_CHARS,
-    HEADER_VALUE_CHARS,
-    HEADERS_SHOWN,
-    KEY_CHARS,
-    ledger,
-    parked,
-    watermarks,
-)
+from inbox.tables import ledger, watermarks
 from outboxkit.kernel.wire.position import Position
-from outboxkit.kernel.wire.record import CANONICAL_UUID, Decoded, key_bytes, key_text, readable
-
-Executor = Session | Connection
+from outboxkit.kernel.wire.record import CANONICAL_UUID
 
 
 @dataclass(frozen=True)
@@ -61,26 +36,14 @@ class Locked:
 
 
 @dataclass(frozen=True)
-class Recorder:
-    """One consumer's inbox rows. ``window``: offsets per partition over which applied event ids
-    are kept against re-sends (0: none, the watermark alone). ``ledger``: every applied event
-    is also appended to the ledger (`inbox.tables.ledger`)."""
+class Recorder(ParkedRows):
+    """One consumer's inbox rows (its parked records: `inbox.parked_rows`). ``window``: offsets
+    per partition over which applied event ids are kept against re-sends (0: none, the
+    watermark alone). ``ledger``: every applied event is also appended to the ledger
+    (`inbox.tables.ledger`)."""
 
-    consumer: str
     window: int = 0
     ledger: bool = False
-
-    def match(self, table: Table, topic: str, partition: int) -> tuple[ColumnElement[bool], ...]:
-        """Filter of ``table`` to this consumer's rows of one topic partition."""
-        return (
-            table.c.consumer == self.consumer,
-            table.c.topic == topic,
-            table.c.partition == partition,
-        )
-
-    def _named(self, topic: str, partition: int) -> dict[str, Any]:
-        """The parameters of `inbox.statements` that name one partition of this consumer."""
-        return {"p_consumer": self.consumer, "p_topic": topic, "p_partition": partition}
 
     # -- watermark ---------------------------------------------------------------------------
     def lock(self, session: Session, topic: str, partition: int) -> int:
@@ -254,114 +217,6 @@ class Recorder:
                 for event_id, offset in applied
             ],
         )
-
-    # -- parked records ------------------------------------------------------------------------
-    def parked_keys(
-        self, session: Session, topic: str, partition: int, keys: Iterable[str | None]
-    ) -> frozenset[str]:
-        """Which of ``keys`` (as `outboxkit.kernel.wire.record.key_text` reads them) have a parked
-        record waiting for redrive."""
-        wanted = {key_bytes(k) for k in keys if k is not None}
-        if not wanted:
-            return frozenset()
-        digests = ",".join(hashlib.md5(k).hexdigest() for k in wanted)  # hex: no commas
-        rows = session.execute(
-            statements.PARKED_KEYS,
-            {**self._named(topic, partition), "p_md5s": digests},
-        )
-        return frozenset(key_text(r[0]) or "" for r in rows if r[0] in wanted)
-
-    def park(
-        self,
-        session: Session,
-        records: Sequence[tuple[Decoded, str, int]],
-        topic_id: str | None = None,
-    ) -> None:
-        """Keep records that were not applied, each with why and after how many attempts, in one
-        statement (once per offset of the topic incarnation ``topic_id``); migration 0011's
-        trigger marks their partitions' watermark rows as having parked records
-        (`Locked.any_parked`). Whatever the records' bytes, the insert cannot fail on them: the
-        raw bytes go to bytea columns, the text columns get readable, bounded copies."""
-        if not records:
-            return
-        rows = [
-            self._parked_row(decoded, reason, attempts) | {"topic_id": topic_id}
-            for decoded, reason, attempts in records
-        ]
-        session.execute(
-            pg_insert(parked)
-            .values(rows)
-            .on_conflict_do_nothing(constraint="uq_inbox_parked_offset")
-        )
-
-    def recheck_parked(self, session: Session, topic: str, partition: int) -> None:
-        """Set the partition's `Locked.any_parked` from the parked records left (after redrive
-        or skip took some away; the caller holds the lock)."""
-        session.execute(
-            update(watermarks)
-            .where(*self.match(watermarks, topic, partition))
-            .values(any_parked=self._any_parked(topic, partition))
-        )
-
-    def _any_parked(self, topic: str, partition: int) -> Exists:
-        """Whether the partition has parked records, as a column's value."""
-        return exists().where(*self.match(parked, topic, partition))
-
-    def _parked_row(self, decoded: Decoded, reason: str, attempts: int) -> dict[str, Any]:
-        record = decoded.record
-        headers = list(record.headers or ())
-        return {
-            "consumer": self.consumer,
-            "topic": record.topic,
-            "partition": record.partition,
-            "offset": record.offset,
-            "raw_key": record.key,
-            "payload": record.value,
-            "header_names": [name.encode("utf-8", "surrogatepass") for name, _ in headers],
-            "header_values": [value for _, value in headers],
-            "timestamp_ms": record.timestamp_ms,
-            "key": readable(record.key, KEY_CHARS),
-            "event_id": readable(decoded.event_id, EVENT_ID_CHARS),
-            "event_type": readable(decoded.event_type, EVENT_TYPE_CHARS),
-            "headers": {
-                readable(name, HEADER_NAME_CHARS): readable(value, HEADER_VALUE_CHARS)
-                for name, value in headers[:HEADERS_SHOWN]
-            },
-            "error": readable(reason, ERROR_CHARS),
-            "attempts": attempts,
-        }
-
-    def parked_rows(
-        self, session: Session, topic: str, partition: int, key: str | None = None
-    ) -> Sequence[Row[Any]]:
-        """The partition's parked records in the order they were parked (of one key when given):
-        offset order within a topic's incarnation, an older incarnation's first."""
-        query = select(parked).where(*self.match(parked, topic, partition)).order_by(parked.c.id)
-        if key is not None:
-            raw = key_bytes(key)
-            query = query.where(_md5_in({raw}), parked.c.raw_key == raw)
-        return session.execute(query).all()
-
-    def unpark(self, session: Session, parked_id: int) -> None:
-        """Remove a parked record (applied, or found already applied)."""
-        session.execute(delete(parked).where(parked.c.id == parked_id))
-
-    def still_failing(self, session: Session, parked_id: int, error: str) -> None:
-        """A redrive of a parked record failed again: count it and keep the newest error."""
-        session.execute(
-            update(parked)
-            .where(parked.c.id == parked_id)
-            .values(
-                error=readable(error, ERROR_CHARS),
-                attempts=parked.c.attempts + 1,
-                last_seen=func.now(),
-            )
-        )
-
-
-def _md5_in(keys: Iterable[bytes]) -> ColumnElement[bool]:
-    """md5(raw_key) among the keys' (the indexed expression; equal digests, then equal keys)."""
-    return func.md5(parked.c.raw_key).in_(sorted(hashlib.md5(k).hexdigest() for k in keys))
 
 
 def canonical_uuids(ids: Iterable[str | None]) -> str:

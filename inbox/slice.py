@@ -17,7 +17,9 @@ from sqlalchemy.orm import Session
 
 from inbox.decision import Action, Decider, Decision, Incoming, PartitionView
 from inbox.handlers import BatchHandler
+from inbox.parked_rows import Parking
 from inbox.position import OffsetsMoved
+from inbox.retries import RetryPolicy, retry_after
 from inbox.tracing import RecordSpans, ended
 from outbox.publish import Outbox
 from outbox.unit import UnitOfWork
@@ -70,11 +72,15 @@ class HandlerOutcome:
         attempts: How many times the handler ran (0: the event was not handed to it).
         error: Why it did not apply (the last failure, or why it was not run); None: applied.
         published: The events it published in the attempt that applied.
+        passing: The failure was passing (`inbox.RetryPolicy.passing`): retried later.
+        after: The delay the handler asked for (`inbox.RetryLater`), else None.
     """
 
     attempts: int
     error: str | None = None
     published: tuple[Envelope, ...] = ()
+    passing: bool = False
+    after: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -87,16 +93,26 @@ class SliceOutcome:
 
     result: BatchResult
     applied: list[tuple[str, int]] = field(default_factory=list)  # (event id, offset)
-    parked: list[tuple[Decoded, str, int]] = field(default_factory=list)  # record, why, attempts
+    parked: list[Parking] = field(default_factory=list)
 
-    def count(self, item: Decoded, action: Action, reason: str = "", attempts: int = 1) -> None:
+    def count(
+        self,
+        item: Decoded,
+        action: Action,
+        reason: str = "",
+        attempts: int = 1,
+        retry_in: float | None = None,
+    ) -> None:
+        """Count ``item`` as given ``action``; a parked one waits ``retry_in`` seconds for a
+        delayed retry (None: parked for a person, or held behind its key)."""
         result = self.result
         result.counts[action] = result.counts.get(action, 0) + 1
         result.watermark = max(result.watermark, item.record.offset)
         if action is Action.APPLY and item.event_id is not None:
             self.applied.append((item.event_id, item.record.offset))
         elif action in (Action.PARK, Action.HOLD):
-            self.parked.append((item, reason, attempts))
+            failed = action is Action.PARK
+            self.parked.append(Parking(item, reason, attempts, failed, retry_in))
 
     def count_applied(self, items: Sequence[Decoded]) -> None:
         """`count` of every record of ``items`` (decoded, in offset order) as applied, at once."""
@@ -121,6 +137,7 @@ class SliceApplier:
     batch: BatchHandler
     outbox: Outbox
     max_attempts: int
+    retry: RetryPolicy
 
     def optimistic(
         self, session: Session, view: PartitionView, decoded: Sequence[Decoded]
@@ -146,8 +163,8 @@ class SliceApplier:
                 self.batch.apply(cast(list[Envelope], events), uow)
         except Exception as exc:  # a handler failed: redo record by record, retrying
             spans.end_all(f"the slice's handler failed, redone record by record: {exc!r}")
-            if is_transient(exc):  # the database went away: the whole batch is retried
-                raise
+            if is_transient(exc) and not self.passing(session, exc):
+                raise  # the database went away: the whole batch is retried
             raise HandlerFailed(f"{type(exc).__name__}: {exc}") from exc
         took = time.perf_counter() - started  # the slice's, shared by its applied events
         if fast:
@@ -181,6 +198,7 @@ class SliceApplier:
             decision = decider.decide(incoming)
             stopped((decision,))
             action, reason, attempts, took = decision.action, decision.reason, 1, None
+            retry_in = None
             traced = spans.start(item)
             if action is Action.APPLY:
                 assert item.envelope is not None  # decided APPLY: it decoded
@@ -191,8 +209,10 @@ class SliceApplier:
                     done.result.published.extend(outcome.published)
                 else:
                     action, reason = Action.PARK, str(outcome.error)
+                    if outcome.passing:  # waits for a delayed retry
+                        retry_in = self.retry.next_delay(0, outcome.after)
                     decider.parked(incoming)  # later records of this key wait behind it
-            done.count(item, action, reason, attempts)
+            done.count(item, action, reason, attempts, retry_in)
             ended(traced, action, reason, handler_seconds=took, attempts=attempts)
         return done
 
@@ -200,7 +220,8 @@ class SliceApplier:
         self, session: Session, envelope: Envelope, span: TraceContext | None = None
     ) -> HandlerOutcome:
         """Run the handler for one event in a savepoint, retrying up to ``max_attempts`` times
-        (``span``: the span applying it, which the events the handler publishes continue)."""
+        (``span``: the span applying it, which the events the handler publishes continue); a
+        passing failure is not retried here but later (`HandlerOutcome.passing`)."""
         error = ""
         event_spans = {str(envelope.event_id): span} if span is not None else None
         for attempt in range(1, self.max_attempts + 1):
@@ -210,11 +231,44 @@ class SliceApplier:
                     self.batch.apply([envelope], uow)
                 return HandlerOutcome(attempt, None, tuple(uow.published))
             except Exception as exc:  # a failing handler is retried, then parked; never lost
+                error = f"handler failed: {type(exc).__name__}: {exc}"
+                if self.passing(session, exc):
+                    log.warning("%s (retried later)", error)
+                    return HandlerOutcome(attempt, error, passing=True, after=retry_after(exc))
                 if is_transient(exc):  # not the event's fault: the batch is retried
                     raise
-                error = f"handler failed: {type(exc).__name__}: {exc}"
                 log.warning("%s (attempt %d/%d)", error, attempt, self.max_attempts)
         return HandlerOutcome(self.max_attempts, error)
+
+    def passing(self, session: Session, exc: BaseException) -> bool:
+        """True when the handler's ``exc`` is retried later: the policy is on, calls it
+        passing, and the session's connection is still usable. A lost connection (whatever
+        the handler raised about it) is not the event's fault: the batch is retried instead,
+        as before delayed retries existed."""
+        if not self.retry.enabled or not self.retry.passing(exc):
+            return False
+        return not lost_connection(session, exc)
+
+
+def lost_connection(session: Session, exc: BaseException) -> bool:
+    """True when ``exc`` or its causes say the connection was invalidated, or the session's
+    connection is gone (the savepoint's rollback failing on it raises instead)."""
+    from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DBAPIError) and current.connection_invalidated:
+            return True
+        if isinstance(current, DisconnectionError | InterfaceError):
+            return True
+        current = current.__cause__ or current.__context__
+    try:
+        connection = session.connection()
+    except Exception:  # a session that cannot hand out its connection has lost it
+        return True
+    return connection.invalidated or connection.closed
 
 
 # What every record of an `all_new` slice is decided (the offset is not read on that path).

@@ -125,18 +125,24 @@ def _record_columns() -> list[Column[Any]]:
         Column("attempts", Integer, nullable=False),
         Column("first_seen", DateTime(timezone=True), nullable=False, server_default=func.now()),
         Column("last_seen", DateTime(timezone=True), nullable=False, server_default=func.now()),
+        # Each failure, oldest first: {"at", "error", "retry_at"} (`inbox.retries`); empty for
+        # a record held behind its key.
+        Column("history", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     ]
 
 
 # Records not applied: undecodable, of an unknown type, whose handler kept failing, or held
 # behind one of those of the same key. Later records of a parked key are held until the key is
 # redriven, so per-key order survives. The key lookups go through md5(raw_key): a b-tree entry
-# of the raw key itself would refuse keys longer than a third of a page.
+# of the raw key itself would refuse keys longer than a third of a page. A record whose handler
+# failed for a passing reason waits for its delayed retry (``retry_at``, on the database's
+# clock; NULL: parked for a person), found by the retrier through the partial index.
 parked = Table(
     "inbox_parked",
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),
     *_record_columns(),
+    Column("retry_at", DateTime(timezone=True), nullable=True),
     UniqueConstraint(
         "consumer",
         "topic",
@@ -153,6 +159,12 @@ Index(
     parked.c.topic,
     parked.c.partition,
     func.md5(parked.c.raw_key),
+)
+Index(
+    "ix_inbox_parked_retry",
+    parked.c.consumer,
+    parked.c.retry_at,
+    postgresql_where=parked.c.retry_at.is_not(None),
 )
 
 # Parked records an operator chose not to apply (`outboxkit inbox skip`): moved here whole, with

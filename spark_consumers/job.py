@@ -11,6 +11,7 @@ from sqlalchemy.engine import URL, Engine
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW, Inbox
 from inbox.handlers import Handlers
+from inbox.retries import RetryPolicy
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
 from outboxkit.kernel.kafka.security import PLAINTEXT, KafkaSecurity
@@ -41,6 +42,11 @@ class Job:
             ``database_password_file``).
         bootstrap_servers: The Kafka cluster's bootstrap servers.
         max_attempts: Runs of a failing handler before its record is parked.
+        retry: When a record whose handler failed for a passing reason (`inbox.RetryLater`, a
+            timeout, a lock or serialization conflict) is retried: it waits parked, holding
+            its key, and the consumer driver redrives it when due (`inbox.RetryPolicy`; the
+            default retries 5 times, after 1, 4, 16, 64 and 256 s). ``RetryPolicy(attempts=0)``
+            parks it for a person at once.
         exactly_once_source: True when every topic is written with exactly-once delivery
             (Debezium on a Connect worker with KIP-618 exactly-once source): Connect re-sends
             nothing, and the only re-sends left are Debezium's own when it resumes, close
@@ -75,6 +81,7 @@ class Job:
     database_url: str
     bootstrap_servers: str
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     exactly_once_source: bool = False
     window: int | None = None
     max_offsets_per_trigger: int = DEFAULT_MAX_OFFSETS_PER_TRIGGER
@@ -109,6 +116,7 @@ class Job:
             self.handlers,
             window=self.dedup_window(),
             max_attempts=self.max_attempts,
+            retry=self.retry,
             outbox=self.outbox,
             on_published=on_published,
             ledger=self.ledger,

@@ -19,6 +19,7 @@ from spark_consumers.identity import TopicIdentities, prepare_start
 from spark_consumers.job import DEFAULT_TRIGGER_SECONDS, Job
 from spark_consumers.listeners import add_listeners
 from spark_consumers.progress import ProgressLog
+from spark_consumers.retrier import Retrier
 from spark_consumers.retry import RestartBudget
 from spark_consumers.sink import TRACE_SERVICE, inbox_sink
 from spark_consumers.summary import SliceSummary
@@ -238,6 +239,8 @@ def run_jobs(
 
     A failed query is started again from its checkpoint (the inbox skips what its batch had
     applied), a bounded number of times within a time window; then it raises RuntimeError.
+    Beside the queries, a thread redrives the parked records whose delayed retry is due, about
+    every second (`spark_consumers.retrier.Retrier`; not with ``once``).
 
     Args:
         jobs: The jobs to run.
@@ -275,6 +278,7 @@ def run_jobs(
 
     queries = [start(group) for group in groups]  # jobs are not hashable: by index
     stopping = threading.Event()
+    retrier = Retrier([] if once else jobs).start()
 
     def stop(signum: int, _frame: Any) -> None:
         stopping.set()
@@ -292,6 +296,7 @@ def run_jobs(
                         queries[n] = _restart(query, budgets[n], stopping, start, groups[n])
                 stopping.wait(1.0)
     finally:
+        retrier.stop()
         for query in queries:
             query.stop()  # waits for the running batch: its transactions commit or roll back
         for sig, handler in previous.items():

@@ -1,5 +1,5 @@
-"""`outboxkit inbox status|parked|show|skip|redrive|rewind|rebase`: a consumer's inbox state,
-its parked records and what an operator does with them."""
+"""`outboxkit inbox status|parked|show|skip|redrive|retry|rewind|rebase`: a consumer's inbox
+state, its parked records and what an operator does with them."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ def _parked(args: argparse.Namespace, settings: Settings) -> int:
     from inbox import operations
 
     rows = operations.list_parked(_engine(args, settings), args.consumer, limit=args.limit)
+    if not args.json:  # when each is retried, or that it waits for a person
+        rows = [{**r, "retry_at": r["retry_at"] or "parked"} for r in rows]
     return _print_rows("inbox parked", rows, as_json=args.json)
 
 
@@ -150,6 +152,36 @@ def _redrive(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if result.still_parked == 0 else 1
 
 
+def _retry(args: argparse.Namespace, settings: Settings) -> int:
+    """Redrive a job's parked records whose delayed retry is due: once, or every second until
+    interrupted (beside, or instead of, the consumer driver's retrier)."""
+    import time
+
+    from inbox import retry_due
+    from outbox import at_commit
+    from outboxkit.commands.errors import load_job
+    from outboxkit.kernel.engines import engine_for
+
+    job = load_job(args.job)
+    inbox = job.inbox(at_commit.attach(engine_for(job.engine_url(), "consumer", pool_size=1)))
+    try:
+        while True:
+            done = retry_due(inbox)
+            if args.once or done.applied or done.skipped or done.still_parked:
+                print(
+                    f"retry {inbox.consumer}: {done.applied} applied, {done.skipped} already "
+                    f"applied, {done.still_parked} still parked ({done.retrying} to retry)",
+                    flush=True,
+                )
+            if args.once:
+                return 0
+            time.sleep(args.every)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        inbox.engine.dispose()
+
+
 def _inbox_show(engine: Any, parked_id: int, *, as_json: bool, full: bool) -> int:
     """One parked (or skipped) record: readable fields, then the raw bytes (base64 in JSON)."""
     from inbox import operations
@@ -167,7 +199,13 @@ def _inbox_show(engine: Any, parked_id: int, *, as_json: bool, full: bool) -> in
         print(json.dumps(shown, indent=2, default=str))
         return 0
     for name, value in found.items():
-        if name not in raw:
+        if name == "history":
+            for entry in value or ():  # one failure a line, oldest first
+                retry = f", retry at {entry['retry_at']}" if entry.get("retry_at") else ""
+                print(f"{'failed':>13}: {entry.get('at')}: {entry.get('error')}{retry}")
+        elif name == "retry_at":
+            print(f"{'retry at':>13}: {value or 'parked: waits for a person'}")
+        elif name not in raw:
             print(f"{name:>13}: {value}")
     cut = None if full else 2000
     print(f"{'raw key':>13}: {_bytes(found['raw_key'], cut)}")
@@ -194,7 +232,9 @@ def _bytes(value: bytes | None, cut: int | None) -> str:
 
 def add_parser(sub: SubParsers) -> None:
     actions = group(
-        sub, "inbox", help="inbox state: status, parked (list, show, skip), redrive, rewind, rebase"
+        sub,
+        "inbox",
+        help="inbox state: status, parked (list, show, skip), redrive, retry, rewind, rebase",
     )
     status = command(actions, "status", _status, help="watermarks, window sizes and parked counts")
     status.add_argument("--consumer", help="the inbox consumer (default: every consumer)")
@@ -231,6 +271,18 @@ def add_parser(sub: SubParsers) -> None:
     redrive.add_argument("--topic", help="the topic (without --id)")
     redrive.add_argument("--partition", type=int, default=0, help="the partition (without --id)")
     redrive.add_argument("--key", help="only this key (default: every parked key)")
+    retry = command(
+        actions,
+        "retry",
+        _retry,
+        help="redrive a job's parked records whose delayed retry is due, every second (the "
+        "consumer driver does too)",
+    )
+    retry.add_argument(
+        "--job", required=True, metavar="MODULE:ATTR", help="the Job whose handlers apply"
+    )
+    retry.add_argument("--once", action="store_true", help="one pass, then exit")
+    retry.add_argument("--every", type=float, default=1.0, help="seconds between passes")
     rewind = command(
         actions,
         "rewind",
