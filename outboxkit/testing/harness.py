@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 
-import inbox as inbox_package
 from inbox.apply import Inbox
 from inbox.operations import list_parked
+from inbox.redrives import retry_due
 from inbox.tables import ledger
 from migrations.runner import FRAMEWORK, Migrations
 from outbox import at_commit, scheduled
@@ -305,15 +305,11 @@ class Harness:
         return scheduled.release_due(self.engine, write, now=self.now()).count
 
     def _retry(self) -> int:
-        # Delayed retries, where the inbox has them (`inbox.retry_due`).
-        retry_due = getattr(inbox_package, "retry_due", None)
-        if retry_due is None:
-            return 0
         now, done = self.now(), 0
         for consumer in self._consumers:
             result = retry_due(consumer.inbox, now=now)
             done += result.applied + result.skipped
-        return int(done)
+        return done
 
     def _capture(self) -> int:
         with self.engine.connect() as conn:

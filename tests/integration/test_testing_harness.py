@@ -211,7 +211,6 @@ def test_a_rolled_back_transaction_publishes_nothing(harness: Harness) -> None:
     assert harness.published() == []
 
 
-@pytest.mark.skipif(not hasattr(inbox, "RetryLater"), reason="the inbox has no delayed retries")
 def test_advance_redrives_a_delayed_retry_when_due(harness: Harness) -> None:
     LATER.add("not yet")
     post(harness, "a", "not yet")
