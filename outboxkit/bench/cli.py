@@ -12,7 +12,17 @@ from outboxkit.parsers import SubParsers, command
 if TYPE_CHECKING:
     from outboxkit.devstack.settings import StackSettings
 
-SCENARIOS = ("outbox", "cdc", "inbox", "pipeline", "saga", "service", "profile", "cluster")
+SCENARIOS = (
+    "outbox",
+    "cdc",
+    "inbox",
+    "pipeline",
+    "saga",
+    "service",
+    "profile",
+    "scheduled",
+    "cluster",
+)
 DEFAULT = SCENARIOS[:-1]  # cluster starts a stack per shape (about 20 min): only when named
 DATABASE_ONLY = ("outbox", "inbox", "profile")  # Postgres alone
 OWN_STACKS = ("cluster",)  # stacks of its own; the rest: the settings' stack
@@ -85,7 +95,7 @@ def _run_scenarios(
 ) -> int:
     from rich.markdown import Markdown
 
-    from outboxkit.bench import cdc, inbox, profile, report, saga, service, writes
+    from outboxkit.bench import cdc, inbox, profile, report, saga, scheduled, service, writes
 
     out = Path(args.out)
     reps = args.reps
@@ -111,6 +121,16 @@ def _run_scenarios(
             )
         elif scenario == "service":
             data, markdown = service.run(stack, out, reps=reps)
+        elif scenario == "scheduled":
+            data, markdown = scheduled.run(
+                stack,
+                fresh_database(server),
+                out,
+                rates=args.due_rates,
+                seconds=args.due_seconds,
+                transactions=args.transactions,
+                reps=reps,
+            )
         elif scenario == "cluster":
             data, markdown = _cluster(args, settings, out)
         else:
@@ -160,7 +180,9 @@ def add_parser(sub: SubParsers) -> None:
         "inbox (sink rows/s and dedup-state size), pipeline (outbox -> Spark inbox vs Debezium "
         "drain), saga (latency at fixed rates, capacity under a step load), service (the orders "
         "service alone: POSTs/s and CPU per POST, a flame graph with py-spy), profile (where "
-        "the inbox sink's time goes), cluster (the pipeline and the saga on stacks of several "
+        "the inbox sink's time goes), scheduled (a scheduled message's lag from its time to the "
+        "outbox and to Kafka at 100 and 1,000 due/s, and what scheduling costs next to "
+        "publishing), cluster (the pipeline and the saga on stacks of several "
         "shapes, each started and stopped in turn: 1 vs 3 brokers, Spark local[2] vs 1 and 2 "
         "workers, 4 vs 8 partitions; about 20 min). Default: all but cluster. "
         "`outboxkit dev bench publish` renders the figure tables of README.md, docs/index.md and "
@@ -178,7 +200,10 @@ def add_parser(sub: SubParsers) -> None:
         "--events", type=int, default=20_000, help="events per cdc/inbox/pipeline measurement"
     )
     bench.add_argument(
-        "--transactions", type=int, default=2000, help="transactions per outbox measurement"
+        "--transactions",
+        type=int,
+        default=2000,
+        help="transactions per outbox and scheduled-cost measurement",
     )
     bench.add_argument(
         "--sizes",
@@ -204,6 +229,15 @@ def add_parser(sub: SubParsers) -> None:
         "--trigger",
         type=float,
         help="saga: the consumers' seconds between micro-batches (default: the saga's, 0.25)",
+    )
+    bench.add_argument(
+        "--due-rates",
+        type=lambda s: tuple(float(x) for x in s.split(",")),
+        default=(100.0, 1000.0),
+        help="comma-separated rates of scheduled messages coming due, per second",
+    )
+    bench.add_argument(
+        "--due-seconds", type=float, default=25.0, help="seconds each due rate is held"
     )
     bench.add_argument("--keep-stack", action="store_true", help="leave a stack it started up")
     cluster = bench.add_argument_group("cluster scenario")

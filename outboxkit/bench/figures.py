@@ -300,6 +300,56 @@ def cluster(data: Mapping[str, Any]) -> str:
     return method + table + "\n" + _footer(data, "`./dev.sh bench cluster`")
 
 
+def scheduled(data: Mapping[str, Any]) -> str:
+    p, release = data["params"], data["params"]["release"]
+    rows = []
+    for rate, runs in data["release_lag"].items():
+        rows.append(
+            [f"{float(rate):,.0f}/s", f"{runs[0]['messages']:,}"]
+            + [
+                f"{_reps(list(r[hop] for r in runs), q)} s"
+                for hop in ("due_to_committed", "due_to_kafka")
+                for q in ("p50", "p99")
+            ]
+        )
+    lag = markdown_table(
+        ["due", "messages", "-> outbox p50", "-> outbox p99", "-> Kafka p50", "-> Kafka p99"],
+        rows,
+    )
+    us = data["us_per_event"]
+    sizes = sorted({int(k.split()[1]) for k in us})
+    cost = markdown_table(
+        ["events per transaction", "publish, µs per event", "schedule", "schedule / publish"],
+        [
+            [
+                size,
+                _rate(us[f"publish {size}"]),
+                _rate(us[f"schedule {size}"]),
+                _x(_med(us[f"schedule {size}"]) / _med(us[f"publish {size}"])),
+            ]
+            for size in sizes
+        ],
+    )
+    method = (
+        f"Messages due evenly at each rate for {p['seconds']:g} s, scheduled ahead and released "
+        f"by one releaser with the default settings (a pass at least every "
+        f"{release['poll_seconds']:g} s, up to {release['batch']} messages per transaction), "
+        f"delete mode, {p['reps']} repetitions (ranges are over the repetitions). Lag: from a "
+        "message's time to the commit of the transaction that released it, and to its record "
+        "read from Kafka (read_committed).\n\n"
+    )
+    cost_method = (
+        f"\nA transaction that schedules its events (due in an hour) next to one that publishes "
+        f"them, delete mode, one writer, {p['transactions']:,} transactions per measurement, the "
+        f"four in turn in each repetition; per event: the wall time / the events, median "
+        "(min-max).\n\n"
+    )
+    given = {"due-seconds": p["seconds"], "transactions": p["transactions"], "reps": p["reps"]}
+    defaults = {"due-seconds": 25.0, "transactions": TRANSACTIONS_DEFAULT, "reps": REPS_DEFAULT}
+    command = _command("scheduled", given, defaults)
+    return method + lag + cost_method + cost + "\n" + _footer(data, command)
+
+
 def chaos(data: Mapping[str, Any]) -> str:
     rows = [
         [f"`{kind}`", f["rounds"], f"{f['recovery_p50']:.1f} s", f"{f['recovery_max']:.1f} s"]
@@ -450,4 +500,5 @@ RENDER: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "chaos": chaos,
     "chaos-cluster": chaos,
     "profile": profile,
+    "scheduled": scheduled,
 }

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from outboxkit.bench import cdc, cluster, inbox, profile, writes
+from outboxkit.bench import cdc, cluster, inbox, profile, scheduled, writes
 from outboxkit.bench.cli import fresh_database
 from outboxkit.devstack.settings import StackSettings
 from outboxkit.devstack.stack import Stack
@@ -61,6 +61,31 @@ def test_cdc_benchmark_sees_every_event(stack: Stack, tmp_path: Path) -> None:
     assert json.dumps(data)  # the report is JSON-ready
     status = stack.connect_client().status(f"{stack.settings.connector_name}-{cdc.DATABASE}")
     assert status is not None and status.running  # resumed after the drain
+
+
+def test_scheduled_benchmark_times_each_message_and_each_variant(
+    stack: Stack, tmp_path: Path
+) -> None:
+    url = fresh_database(stack.database_url())
+    data, markdown = scheduled.run(
+        stack, url, tmp_path, rates=(50.0,), seconds=2.0, transactions=20, reps=1
+    )
+    [run] = data["release_lag"]["50"]
+    assert run["messages"] == 100
+    # Every message timed once to its release's commit and to Kafka, and released by the
+    # benchmark's releaser alone (nothing else releases on its database).
+    for hop in ("due_to_committed", "due_to_kafka", "releaser_lag"):
+        lag = run[hop]
+        assert lag["count"] == 100, hop
+        assert lag["p50"] <= lag["p99"] <= lag["max"], hop
+    assert run["releaser_lag"]["p50"] >= 0  # released no earlier than due
+    per_event = data["us_per_event"]
+    assert set(per_event) == {f"{a} {s}" for a in ("publish", "schedule") for s in (1, 10)}
+    assert all(v["samples"] and v["min"] > 0 for v in per_event.values())
+    assert data["params"]["release"]["batch"] == scheduled.ReleaseSettings().batch
+    assert "| 50/s | 100 |" in markdown and "| 10 |" in markdown
+    assert json.dumps(data, allow_nan=False)
+    assert Path(data["plots"][0]).stat().st_size > 0
 
 
 def test_pipeline_benchmark_applies_each_event_once(
