@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from outboxkit.kernel.errors import causes
+
 # Postgres errors a handler's statement can meet while the connection stays usable and the same
 # statement may succeed later: lock_not_available (NOWAIT, lock_timeout), deadlock_detected,
 # serialization_failure.
@@ -107,16 +109,14 @@ class RetryPolicy:
         Args:
             exc: The exception the handler raised.
         """
-        seen: set[int] = set()
-        current: BaseException | None = exc
-        while current is not None and id(current) not in seen:
-            seen.add(id(current))
-            if isinstance(current, (RetryLater, *self.transient)):
-                return True
-            if sqlstate(current) in self.sqlstates:
-                return True
+        for current in causes(exc, implicit=False):
             wrapped = getattr(current, "orig", None)  # SQLAlchemy's DBAPIError
-            current = current.__cause__ or (wrapped if isinstance(wrapped, BaseException) else None)
+            errors = (current, wrapped) if isinstance(wrapped, BaseException) else (current,)
+            for error in errors:
+                if isinstance(error, (RetryLater, *self.transient)):
+                    return True
+                if sqlstate(error) in self.sqlstates:
+                    return True
         return False
 
 
@@ -133,13 +133,9 @@ def sqlstate(exc: BaseException) -> str | None:
 
 def retry_after(exc: BaseException) -> float | None:
     """The delay a `RetryLater` among ``exc``'s explicit causes asked for, else None."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in causes(exc, implicit=False):
         if isinstance(current, RetryLater):
             return current.after
-        current = current.__cause__
     return None
 
 

@@ -24,7 +24,7 @@ from inbox.tracing import RecordSpans, ended
 from outbox.publish import Outbox
 from outbox.unit import UnitOfWork
 from outboxkit.kernel.envelope import Envelope
-from outboxkit.kernel.errors import is_transient
+from outboxkit.kernel.errors import causes, is_transient
 from outboxkit.kernel.tracing.context import TraceContext
 from outboxkit.kernel.wire.record import Decoded
 
@@ -255,15 +255,11 @@ def lost_connection(session: Session, exc: BaseException) -> bool:
     connection is gone (the savepoint's rollback failing on it raises instead)."""
     from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError
 
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in causes(exc):
         if isinstance(current, DBAPIError) and current.connection_invalidated:
             return True
         if isinstance(current, DisconnectionError | InterfaceError):
             return True
-        current = current.__cause__ or current.__context__
     try:
         connection = session.connection()
     except Exception:  # a session that cannot hand out its connection has lost it

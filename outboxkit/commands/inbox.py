@@ -127,17 +127,14 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
 
 def _redrive(args: argparse.Namespace, settings: Settings) -> int:
     """Apply a key's parked records again with the job's handlers; exit 1 if some stay parked."""
-    from outboxkit.commands.errors import CommandError, load_job
+    from outboxkit.commands.errors import CommandError
 
     if args.id is None and not args.topic:
         raise CommandError("redrive needs --topic (and --partition), or --id")
-    job = load_job(args.job)
+    inbox = _job_inbox(args.job)
     from inbox import operations
-    from outbox import at_commit
-    from outboxkit.kernel.engines import engine_for
     from outboxkit.kernel.wire.record import key_text
 
-    inbox = job.inbox(at_commit.attach(engine_for(job.engine_url(), "once")))
     topic, partition, key = args.topic, args.partition, args.key
     if args.id is not None:  # the parked record's partition and exact key
         found = operations.show(inbox.engine, int(args.id))
@@ -158,12 +155,8 @@ def _retry(args: argparse.Namespace, settings: Settings) -> int:
     import time
 
     from inbox import retry_due
-    from outbox import at_commit
-    from outboxkit.commands.errors import load_job
-    from outboxkit.kernel.engines import engine_for
 
-    job = load_job(args.job)
-    inbox = job.inbox(at_commit.attach(engine_for(job.engine_url(), "consumer", pool_size=1)))
+    inbox = _job_inbox(args.job)
     try:
         while True:
             done = retry_due(inbox)
@@ -180,6 +173,16 @@ def _retry(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     finally:
         inbox.engine.dispose()
+
+
+def _job_inbox(spec: str) -> Any:
+    """The inbox of the job ``spec`` names, on its database, for an operator command."""
+    from outbox import at_commit
+    from outboxkit.commands.errors import load_job
+    from outboxkit.kernel.engines import engine_for
+
+    job = load_job(spec)
+    return job.inbox(at_commit.attach(engine_for(job.engine_url(), "once")))
 
 
 def _inbox_show(engine: Any, parked_id: int, *, as_json: bool, full: bool) -> int:
@@ -264,9 +267,7 @@ def add_parser(sub: SubParsers) -> None:
         help="apply a key's parked records again, with a job's (fixed) handlers; exits 1 when "
         "some stay parked",
     )
-    redrive.add_argument(
-        "--job", required=True, metavar="MODULE:ATTR", help="the Job whose handlers apply"
-    )
+    _job(redrive)
     redrive.add_argument("--id", type=int, help="a parked record: redrive its key exactly")
     redrive.add_argument("--topic", help="the topic (without --id)")
     redrive.add_argument("--partition", type=int, default=0, help="the partition (without --id)")
@@ -278,9 +279,7 @@ def add_parser(sub: SubParsers) -> None:
         help="redrive a job's parked records whose delayed retry is due, every second (the "
         "consumer driver does too)",
     )
-    retry.add_argument(
-        "--job", required=True, metavar="MODULE:ATTR", help="the Job whose handlers apply"
-    )
+    _job(retry)
     retry.add_argument("--once", action="store_true", help="one pass, then exit")
     retry.add_argument("--every", type=float, default=1.0, help="seconds between passes")
     rewind = command(
@@ -319,6 +318,12 @@ def add_parser(sub: SubParsers) -> None:
 
 def _json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _job(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--job", required=True, metavar="MODULE:ATTR", help="the Job whose handlers apply"
+    )
 
 
 def _parked_id(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,6 @@
-"""Exceptions raised by the outbox package."""
+"""Exceptions raised by the outbox package, and how to tell an unreachable database."""
+
+from collections.abc import Iterator
 
 
 class OutboxError(Exception):
@@ -36,15 +38,27 @@ def is_transient(exc: BaseException) -> bool:
         ConnectionError,
         TimeoutError,
     )
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in causes(exc):
         if isinstance(current, DBAPIError) and current.connection_invalidated:
             return True
         if isinstance(current, unreachable):
             return True
         if isinstance(current, PendingRollbackError) and "reconnect" in str(current):
             return True  # "Can't reconnect until invalid transaction is rolled back"
-        current = current.__cause__ or current.__context__
     return False
+
+
+def causes(exc: BaseException, *, implicit: bool = True) -> Iterator[BaseException]:
+    """``exc``, then its causes: the explicit one (``raise ... from``), else, when
+    ``implicit``, the exception being handled when it was raised; each once.
+
+    Args:
+        exc: The error raised.
+        implicit: Follow ``__context__`` where there is no ``__cause__``.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or (current.__context__ if implicit else None)
