@@ -105,3 +105,36 @@ def test_out_of_stock_refunds_the_payment_and_cancels_the_order(saga: Harness) -
     ]
     assert stock(saga, "sku-rare") == 1
     saga.assert_applied_once()
+
+
+def test_a_payment_held_past_its_timeout_is_refunded_and_its_shipment_cancelled(
+    saga: Harness,
+) -> None:
+    """The payment answers late: the order's timer cancels it first; the capture that follows
+    is refunded, and the shipment scheduled for it is cancelled with its stock returned."""
+    order_id = place(saga, amount=100)
+    saga.hold(topic="outbox.event.payment")  # payments' replies do not arrive yet
+    saga.settle()
+    assert states(saga, order_id)["order"] == rules.PENDING
+    saga.advance(seconds=121)  # past the payment timeout (120 s by default)
+    assert states(saga, order_id)["order"] == rules.CANCELLED
+    saga.release_held()
+    saga.settle()
+    assert states(saga, order_id) == {
+        "order": rules.CANCELLED,
+        "payments": [rules.REFUNDED],
+        "shipments": [rules.SHIPMENT_VOID],
+    }
+    assert stock(saga, "sku-1") == 5
+    assert sorted(events(saga, order_id)) == sorted(
+        [
+            "OrderPlaced",
+            "PaymentTimedOut",
+            "OrderCancelled",
+            "PaymentCaptured",
+            "PaymentRefunded",
+            "ShipmentScheduled",
+            "ShipmentCancelled",
+        ]
+    )
+    saga.assert_applied_once()
