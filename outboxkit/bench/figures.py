@@ -340,9 +340,9 @@ def scheduled(data: Mapping[str, Any]) -> str:
     )
     cost_method = (
         f"\nA transaction that schedules its events (due in an hour) next to one that publishes "
-        f"them, delete mode, one writer, {p['transactions']:,} transactions per measurement, the "
-        f"four in turn in each repetition; per event: the wall time / the events, median "
-        "(min-max).\n\n"
+        f"them, delete mode, one writer, {p['transactions']:,} transactions of each per "
+        "repetition, the four taking turns every 50 transactions; per event: the wall time / "
+        "the events, median (min-max) over the repetitions.\n\n"
     )
     given = {"due-seconds": p["seconds"], "transactions": p["transactions"], "reps": p["reps"]}
     defaults = {"due-seconds": 25.0, "transactions": TRANSACTIONS_DEFAULT, "reps": REPS_DEFAULT}
