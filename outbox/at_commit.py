@@ -197,6 +197,10 @@ def run(
     for an ended transaction and never rolls it back, and its connection would go back to the
     pool inside a failed transaction."""
     pgconn = driver.pgconn
+    if commit and pgconn.transaction_status == pq.TransactionStatus.IDLE:
+        # Nothing but the events was sent (psycopg's BEGIN goes with the first statement): the
+        # message alone is one implicit transaction, and a COMMIT would only draw a warning.
+        commit = False
     message = b"; ".join([*calls, b"COMMIT"] if commit else calls)
     with as_sqlalchemy_errors((WRITE_DELETED_ONE, tuple(first))), driver.lock:
         pgconn.send_query(message)

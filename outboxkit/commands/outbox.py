@@ -48,6 +48,12 @@ def _release(args: argparse.Namespace, settings: Settings) -> int:
     import signal
     import threading
 
+    # Stop signals are taken from the start: one arriving while the releaser starts ends it
+    # cleanly too.
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda _signum, _frame: stopping.set())
+
     from outbox import scheduled
     from outbox.publish import Outbox
     from outbox.settings import ReleaseSettings
@@ -64,16 +70,14 @@ def _release(args: argparse.Namespace, settings: Settings) -> int:
 
     def count(done: scheduled.Released) -> None:
         released[0] += done.count
-        print(f"released {done.count} (p99 lag {max(done.lags):.2f} s), {released[0]} in all")
+        late = max(done.lags)
+        print(f"released {done.count} (latest {late:.2f} s past due), {released[0]} in all")
 
     policy = ReleaseSettings(
         poll_seconds=args.poll_seconds, batch=args.batch, max_rate=args.max_rate
     )
     releaser = policy.releaser(engine, outbox, count)
     assert releaser is not None
-    stopping = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda _signum, _frame: stopping.set())
     releaser.start()
     print(f"releasing scheduled messages into the outbox ({args.mode} mode); Ctrl-C stops")
     stopping.wait()

@@ -199,3 +199,41 @@ def _timed_out(conn: Any, ids: list[str]) -> list[str]:
         {"ids": ids, "cancelled": rules.CANCELLED},
     ).all()
     return [r.order_id for r in found if r.event_type in rules.TIMERS]
+
+
+def unsettled(engines: Mapping[str, Engine], ids: list[str]) -> list[str]:
+    """What a final state still waits for: the orders of ``ids`` cancelled while their payment
+    is CAPTURED or their shipment SCHEDULED (the refund or the shipment's cancellation is on
+    its way), and a note per consumer database holding records waiting for a delayed retry (a
+    late reply to come). Empty once every late reply was applied and compensated."""
+    with engines["orders"].connect() as conn:
+        cancelled = set(
+            conn.execute(
+                select(orders.orders.c.id).where(
+                    orders.orders.c.id.in_(ids), orders.orders.c.status == rules.CANCELLED
+                )
+            ).scalars()
+        )
+    waiting: list[str] = []
+    with engines["payments"].connect() as conn:
+        captured = conn.execute(
+            select(payments.payments.c.order_id).where(
+                payments.payments.c.status == payments.CAPTURED
+            )
+        ).scalars()
+        waiting += [i for i in captured if i in cancelled]
+    with engines["shipping"].connect() as conn:
+        scheduled = conn.execute(
+            select(shipping.shipments.c.order_id).where(
+                shipping.shipments.c.status == shipping.SCHEDULED
+            )
+        ).scalars()
+        waiting += [i for i in scheduled if i in cancelled]
+    for service, engine in engines.items():
+        with engine.connect() as conn:
+            retrying = conn.execute(
+                text("SELECT count(*) FROM inbox_parked WHERE retry_at IS NOT NULL")
+            ).scalar_one()
+        if retrying:
+            waiting.append(f"{service}: {retrying} record(s) waiting to retry")
+    return waiting

@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -474,8 +475,28 @@ class Saga:
         timeout: float = 600,
         progress: Callable[[int], None] | None = None,
     ) -> list[str]:
-        """`load.wait_final` on this saga's orders database."""
-        return load.wait_final(self.engines["orders"], placed, timeout=timeout, progress=progress)
+        """`load.wait_final` on this saga's orders database, then, within the same ``timeout``,
+        until the late replies are in and compensated (`invariants.unsettled`): a final order
+        may still have a late capture to refund. Returns what is still pending (empty: all
+        final and settled)."""
+        started = time.monotonic()
+        pending = load.wait_final(
+            self.engines["orders"], placed, timeout=timeout, progress=progress
+        )
+        if pending:
+            return pending
+        ids = [p.order_id for p in placed]
+        left: list[str] = []
+
+        def settled() -> bool:
+            nonlocal left
+            left = invariants.unsettled(self.engines, ids)
+            return not left
+
+        with contextlib.suppress(retry.WaitTimeout):
+            rest = max(1.0, timeout - (time.monotonic() - started))
+            retry.wait_until(settled, timeout=rest, what="the late replies compensated")
+        return left
 
     def report(self, placed: list[Placed], *, warm: list[Placed] | None = None) -> Report:
         """`invariants.check` across this saga's three databases."""

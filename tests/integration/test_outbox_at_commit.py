@@ -102,6 +102,28 @@ def test_the_row_travels_with_commit_and_arrives_intact(db):
     assert business(db) == ["b1"]
 
 
+def test_a_transaction_that_only_publishes_sends_its_events_alone_and_atomically(db):
+    """No statement went before the events, so no BEGIN was sent: the message is the calls
+    alone (one implicit transaction, all or nothing), without a COMMIT that would draw the
+    server's "no transaction in progress" warning."""
+    notices: list[str] = []
+    with Session(db) as session, session.begin():
+        driver = session.connection().connection.driver_connection
+        driver.add_notice_handler(lambda d: notices.append(d.message_primary))
+        publish(session, "alone-1")
+        publish(session, "alone-2")
+    assert notices == []
+    assert seen(db) == ["alone-1", "alone-2"]
+    with Session(db) as session, session.begin():  # the second call fails: neither is kept
+        publish(session, "alone-3")
+        publish(session, "alone-4")
+        pending = session.connection().connection.info[at_commit._PENDING]
+        pending.calls[-1] = b"SELECT 1/0"
+        with pytest.raises(Exception, match="division by zero"):
+            session.commit()
+    assert seen(db) == ["alone-1", "alone-2"] and notices == []
+
+
 def test_savepoints_and_rollbacks_take_exactly_what_they_published(db):
     with Session(db) as session, session.begin():
         publish(session, "a")
