@@ -164,14 +164,26 @@ def _mark(ok: bool, text: str) -> str:
 
 
 def _interesting(saga: Any, report: Any, placed: list[Any]) -> str | None:
-    """An order that went through compensation if there is one, else the first one."""
+    """An order whose payment came after its timer cancelled it, if there is one (the whole
+    story: timer, late capture, refund), else one that went through compensation, else the
+    first one."""
     from sqlalchemy import text
 
     with saga.engines["payments"].connect() as conn:
-        refunded = conn.execute(
-            text("SELECT order_id FROM payments WHERE status = 'REFUNDED' LIMIT 1")
-        ).scalar()
-    return refunded or (placed[0].order_id if placed else None)
+        refunded = list(
+            conn.execute(text("SELECT order_id FROM payments WHERE status = 'REFUNDED'")).scalars()
+        )
+    if refunded:
+        with saga.engines["orders"].connect() as conn:
+            late = conn.execute(
+                text(
+                    "SELECT order_id FROM order_timeline WHERE order_id = ANY(:ids) "
+                    "AND event_type = 'PaymentTimedOut' LIMIT 1"
+                ),
+                {"ids": refunded},
+            ).scalar()
+        return str(late or refunded[0])
+    return placed[0].order_id if placed else None
 
 
 def _print_timeline(console: Console, view: dict[str, Any]) -> None:

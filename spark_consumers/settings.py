@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW
+from inbox.retries import RetryPolicy
 from outboxkit.kernel.wire.record import TopicPrefixSettings, topic_for
 from spark_consumers.job import DEFAULT_MAX_OFFSETS_PER_TRIGGER
 from spark_consumers.retry import BATCH_RETRY
@@ -46,6 +47,21 @@ class ConsumerSettings(TopicPrefixSettings, BaseSettings):
         "query fails (the runner then restarts the query from its checkpoint)",
     )
 
+    retry_attempts: int = Field(
+        default=RetryPolicy.attempts,
+        ge=0,
+        description="delayed retries of a record whose handler failed for a passing reason, "
+        "before it is parked for a person; 0: none (inbox.RetryPolicy)",
+    )
+    retry_first_seconds: float = Field(
+        default=RetryPolicy.first, ge=0, description="seconds before the first delayed retry"
+    )
+    retry_factor: float = Field(
+        default=RetryPolicy.factor, ge=1, description="each delayed retry's delay, times this"
+    )
+    retry_cap_seconds: float = Field(
+        default=RetryPolicy.cap, ge=0, description="the longest delay between delayed retries"
+    )
     ledger: bool = Field(
         default=False,
         description="append every applied event to the inbox ledger, for `outboxkit audit` "
@@ -65,4 +81,10 @@ class ConsumerSettings(TopicPrefixSettings, BaseSettings):
             "max_attempts": self.max_handler_attempts,
             "batch_retry_seconds": self.batch_retry_seconds,
             "ledger": self.ledger,
+            "retry": RetryPolicy(
+                attempts=self.retry_attempts,
+                first=self.retry_first_seconds,
+                factor=self.retry_factor,
+                cap=self.retry_cap_seconds,
+            ),
         }

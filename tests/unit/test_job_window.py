@@ -44,3 +44,13 @@ def test_the_window_follows_the_source_unless_set(monkeypatch, env, window):
 
 def test_an_exactly_once_window_is_smaller_than_the_at_least_once_one():
     assert 0 < EXACTLY_ONCE_WINDOW < DEFAULT_WINDOW
+
+
+def test_the_delayed_retry_policy_comes_from_the_settings(monkeypatch):
+    from inbox import RetryPolicy
+
+    assert job(**Settings().job_options()).inbox(engine=None).retry == RetryPolicy()  # type: ignore[arg-type]
+    monkeypatch.setenv("WINDOWTEST_RETRY_ATTEMPTS", "2")
+    monkeypatch.setenv("WINDOWTEST_RETRY_FIRST_SECONDS", "0.5")
+    policy = job(**Settings().job_options()).inbox(engine=None).retry  # type: ignore[arg-type]
+    assert (policy.attempts, policy.first, policy.factor) == (2, 0.5, RetryPolicy().factor)
