@@ -8,7 +8,8 @@ import importlib.util
 import inspect
 
 # The framework's packages, in the order of an event's way: written, relayed, consumed, served;
-# then the migrations every database takes, and the shared kernel's names a service uses itself.
+# then the migrations every database takes, the shared kernel's names a service uses itself, and
+# the harness its tests run on.
 PACKAGES = (
     "outbox",
     "cdc",
@@ -17,6 +18,7 @@ PACKAGES = (
     "service_template",
     "migrations",
     "outboxkit.kernel",
+    "outboxkit.testing",
 )
 
 
