@@ -53,7 +53,7 @@ __all__ = [
 DEFAULT_LIMIT = 500  # messages per release transaction
 DEFAULT_MAX_RATE = 5_000.0  # messages per second a releaser moves at most (a backlog's pace)
 ERROR_PAUSE = 30.0  # the longest wait between passes that keep failing
-DEFAULT_POLL_SECONDS = 0.2  # the longest a releaser sleeps: a message's release lag beyond due
+DEFAULT_POLL_SECONDS = 1.0  # the longest a releaser sleeps (see Releaser: what it bounds)
 
 # The advisory lock one releaser at a time holds for its transaction (any constant; this is
 # hashtext('outboxkit.scheduled')).
@@ -250,10 +250,13 @@ def pending(engine: Engine) -> dict[str, Any]:
 
 class Releaser:
     """Releases due messages in a background thread until stopped: a pass, then, unless it
-    released a full batch, a sleep until the next message is due, at most ``poll`` seconds (so
-    a message scheduled meanwhile waits at most that long beyond its time). A backlog (after an
-    outage) is released in order at ``max_rate`` messages per second at most. An unreachable
-    database is logged and retried at the next poll.
+    released a full batch, a sleep until the next message is due, at most ``poll`` seconds. A
+    message pending at the last pass is released at its time; one scheduled since, for a time
+    before the next pass, waits at most ``poll`` seconds past it. Every process of a service
+    runs one and each pass is a transaction, so ``poll`` is also their idle cost (1 s: one
+    small transaction a second per process). A backlog (after an outage) is released in order
+    at ``max_rate`` messages per second at most. An unreachable database is logged and retried
+    at the next poll.
 
     Args:
         engine: The service's database.

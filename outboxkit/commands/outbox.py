@@ -127,6 +127,6 @@ def add_parser(sub: SubParsers) -> None:
         help="messages per second at most (a backlog's pace)",
     )
     release.add_argument(
-        "--poll-seconds", type=float, default=0.2, help="the longest sleep between passes"
+        "--poll-seconds", type=float, default=1.0, help="the longest sleep between passes"
     )
     add_url(release)
