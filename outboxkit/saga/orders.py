@@ -196,7 +196,9 @@ def place_order(
         )
         # Cancelled if no payment answers in time: scheduled in this transaction, so an order
         # never exists without its timer.
-        seconds = request.app.state.service.settings.payment_timeout_seconds
+        # (an app of the router on plain ServiceSettings, as tests build, takes the default)
+        settings = request.app.state.service.settings
+        seconds = getattr(settings, "payment_timeout_seconds", Timeouts.payment)
         uow.schedule_event(
             PaymentTimedOut(order_id=order_id, seconds=seconds),
             delay=seconds,
