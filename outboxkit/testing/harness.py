@@ -142,13 +142,21 @@ class Harness:
     # -- the services and the consumers -------------------------------------------------------
 
     def client(self, service: str) -> TestClient:
-        """The `TestClient` of the service named ``service`` (its settings' ``name``)."""
+        """The `TestClient` of the service named ``service`` (its settings' ``name``).
+
+        Args:
+            service: The service's name.
+        """
         if service not in self._clients:
             raise HarnessError(f"no service {service!r}; the harness runs {sorted(self._clients)}")
         return self._clients[service]
 
     def inbox(self, consumer: str) -> Inbox:
-        """The inbox of the job whose consumer is ``consumer`` (to redrive, say)."""
+        """The inbox of the job whose consumer is ``consumer`` (to redrive, say).
+
+        Args:
+            consumer: The job's consumer name.
+        """
         for each in self._consumers:
             if each.name == consumer:
                 return each.inbox
@@ -181,7 +189,14 @@ class Harness:
         self, *, seconds: float = 0, minutes: float = 0, hours: float = 0, days: float = 0
     ) -> int:
         """Move the harness clock forward, then `settle`: scheduled messages and delayed
-        retries due by the new time are released and delivered."""
+        retries due by the new time are released and delivered.
+
+        Args:
+            seconds: Seconds to move forward (added to the others).
+            minutes: Minutes to move forward.
+            hours: Hours to move forward.
+            days: Days to move forward.
+        """
         step = timedelta(seconds=seconds, minutes=minutes, hours=hours, days=days)
         if step < timedelta():
             raise ValueError("the harness clock only moves forward")
@@ -210,14 +225,24 @@ class Harness:
 
     def drop(self, *, times: int = 1, **match: Any) -> None:
         """Lose the next ``times`` slices holding a record that matches (as a task that died
-        before its transaction committed): the consumer reads them again on the next round."""
+        before its transaction committed): the consumer reads them again on the next round.
+
+        Args:
+            times: How many slices to lose.
+            **match: What the records must match (`Match`'s fields).
+        """
         self._drops.append(Drop(Match(**match), times))
 
     def redeliver(self, *, new_offset: bool = False, **match: Any) -> int:
         """Deliver the matching records again, then `settle`; how many records. At their
         offsets (a replay: a consumer restarted from an older checkpoint), to each consumer
         that read them; or, with ``new_offset``, written again at the end of their partitions
-        (a connector's re-send after a restart), for every consumer of the topic."""
+        (a connector's re-send after a restart), for every consumer of the topic.
+
+        Args:
+            new_offset: Write them again at new offsets instead of replaying the old ones.
+            **match: What the records must match (`Match`'s fields).
+        """
         wanted = Match(**match)
         found = [r for r in self.log.all() if wanted.matches(r)]
         for record in found:
@@ -240,7 +265,13 @@ class Harness:
         key: str | None = None,
     ) -> list[Envelope]:
         """The events committed since the harness started, in commit order (captured at the
-        latest `settle`), those matching the arguments given."""
+        latest `settle`), those matching the arguments given.
+
+        Args:
+            event_type: Only events of this type; None: any.
+            aggregate_type: Only events of this aggregate type; None: any.
+            key: Only events of this aggregate id; None: any.
+        """
         return [
             e
             for e in capture.envelopes(self._captured)
@@ -250,12 +281,20 @@ class Harness:
         ]
 
     def records(self, topic: str | None = None) -> list[KafkaRecord]:
-        """The records written, as a consumer reads them (of ``topic``, or all)."""
+        """The records written, as a consumer reads them (of ``topic``, or all).
+
+        Args:
+            topic: Only this topic's records; None: all.
+        """
         return [r for r in self.log.all() if topic is None or r.topic == topic]
 
     def actions(self, consumer: str | None = None) -> Counter[str]:
         """What the inboxes did with the records delivered (``apply``, ``skip_replay``,
-        ``skip_duplicate``, ``park``, ``hold``, ...), summed over the deliveries."""
+        ``skip_duplicate``, ``park``, ``hold``, ...), summed over the deliveries.
+
+        Args:
+            consumer: Only this consumer's deliveries; None: all.
+        """
         total: Counter[str] = Counter()
         for each in self.deliveries:
             if each.result is not None and consumer in (None, each.consumer):
@@ -264,7 +303,11 @@ class Harness:
 
     def applied(self, consumer: str | None = None) -> Counter[tuple[str, str]]:
         """How many times each event was applied, by (consumer, event id), from the inbox
-        ledger (what committed, redrives and retries included)."""
+        ledger (what committed, redrives and retries included).
+
+        Args:
+            consumer: Only this consumer's; None: every consumer's.
+        """
         query = select(ledger.c.consumer, ledger.c.event_id, func.count()).group_by(
             ledger.c.consumer, ledger.c.event_id
         )
@@ -274,7 +317,11 @@ class Harness:
             return Counter({(c, str(e)): n for c, e, n in conn.execute(query)})
 
     def parked(self, consumer: str | None = None) -> list[dict[str, Any]]:
-        """The records parked now (readable copies, with the reason), oldest first."""
+        """The records parked now (readable copies, with the reason), oldest first.
+
+        Args:
+            consumer: Only this consumer's; None: every consumer's.
+        """
         return list_parked(self.engine, consumer, limit=10_000)
 
     def assert_applied_once(self) -> None:

@@ -26,7 +26,12 @@ TopicPartition = tuple[str, int]
 
 
 def partition_of(key: bytes | None, partitions: int) -> int:
-    """The partition of a record with ``key``: a stable hash of it, the same in every run."""
+    """The partition of a record with ``key``: a stable hash of it, the same in every run.
+
+    Args:
+        key: The record's key (None: partition 0).
+        partitions: The topic's partition count.
+    """
     return 0 if key is None else zlib.crc32(key) % partitions
 
 
@@ -49,7 +54,12 @@ class Match:
     consumer: str | None = None
 
     def matches(self, record: KafkaRecord, consumer: str | None = None) -> bool:
-        """True when ``record``, delivered to ``consumer``, is one of these."""
+        """True when ``record``, delivered to ``consumer``, is one of these.
+
+        Args:
+            record: A record as a consumer reads it.
+            consumer: The consumer it goes to; None: any.
+        """
         if self.topic is not None and record.topic != self.topic:
             return False
         if self.consumer is not None and consumer is not None and consumer != self.consumer:
