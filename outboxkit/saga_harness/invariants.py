@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import func, select, text
 from sqlalchemy.engine import Engine
 
+from inbox.operations import parked_counts
 from outboxkit.saga import orders, payments, rules, shipping
 from outboxkit.saga_harness.load import Placed
 
@@ -231,9 +232,7 @@ def unsettled(engines: Mapping[str, Engine], ids: list[str]) -> list[str]:
         waiting += [i for i in scheduled if i in cancelled]
     for service, engine in engines.items():
         with engine.connect() as conn:
-            retrying = conn.execute(
-                text("SELECT count(*) FROM inbox_parked WHERE retry_at IS NOT NULL")
-            ).scalar_one()
+            retrying = sum(parked_counts(conn, [], retrying=True).values())
         if retrying:
             waiting.append(f"{service}: {retrying} record(s) waiting to retry")
     return waiting
