@@ -366,6 +366,77 @@ def chaos(data: Mapping[str, Any]) -> str:
     return summary + table
 
 
+def _amount(value: float | None, unit: str) -> str:
+    """A soak series' value in its unit (bytes as KB/MB/GB)."""
+    if value is None:
+        return "-"
+    if unit == "bytes":
+        return _size(value)
+    return f"{value:,.1f} {unit}" if unit in ("MiB", "s") else f"{value:,.0f}"
+
+
+def soak(data: Mapping[str, Any]) -> str:
+    """A soak run (`outboxkit dev soak`): the checks, a verdict per series, the faults."""
+    p, c = data["params"], data["checks"]
+    finals = ", ".join(f"{k} {v:,}" for k, v in sorted(c["by_status"].items()))
+    growing = data["growing"]
+    summary = (
+        f"{p['minutes']:g} min at {p['rate']:g} orders/s, a fault every {p['fault_every']:g} "
+        f"min ({len(data['faults'])} in all), a sample every {p['sample_seconds']:g} s: "
+        f"**{c['lost']} lost, {c['duplicates']} duplicate effects, {c['stuck']} stuck**, "
+        f"invariants {'hold' if c['report_ok'] else 'broken'} ({finals}); "
+        f"{c['unavailable']:,} client retries; POST -> final {c['latency_p50']:.1f} s p50 / "
+        f"{c['latency_p99']:.1f} s p99. Growing: {', '.join(growing) if growing else 'nothing'}."
+        "\n\n" + "".join(f"Problem: {problem}\n\n" for problem in c["problems"])
+    )
+    rows = [
+        [
+            f"`{t['series']}`",
+            *(_amount(t[k], t["unit"]) for k in ("first", "last", "max")),
+            _amount(t["slope_per_hour"], t["unit"]) + " /h",
+            f"**{t['verdict']}**" if t["verdict"] == "growing" else t["verdict"],
+            f"{_amount(t['bound'], t['unit'])}: {t['bound_why']}" if t["bound"] else "",
+        ]
+        for t in data["trends"]
+        if t["verdict"]
+    ]
+    series = markdown_table(
+        ["series", "first", "last", "max", "2nd-half slope", "verdict", "bound"], rows
+    )
+    struck = [
+        [f"{f['at'] / 60:.1f}", f"`{f['fault']}`", f["struck"], f"{f['recovery']:.1f} s"]
+        for f in data["faults"]
+    ]
+    faults = markdown_table(["at (min)", "fault", "struck", "recovery"], struck)
+    command = (
+        f"`outboxkit dev soak --minutes {p['minutes']:g} --rate {p['rate']:g} --fault-every "
+        f"{p['fault_every']:g} --sample-seconds {p['sample_seconds']:g} --seed {p['seed']}`"
+    )
+    return summary + series + "\n" + faults + "\n" + _footer(data, command)
+
+
+# Sections `outboxkit dev bench publish` adds to docs/benchmarks.md when their result comes in
+# and the page has no block for it yet.
+SECTIONS = {
+    "soak": """
+## Soak
+
+`outboxkit dev soak` runs the saga at a steady rate for an hour with a routine fault every five
+minutes (a Postgres crash, a broker restart, Connect's tasks restarted, a kill -9 of the
+consumer driver or of a service replica), samples every process, replication slot, inbox and
+outbox table and data folder every 15 s, then checks every order, the invariants and the audit.
+A series is flat when its growth over the second half is within 5% of its level (and a small
+absolute slack), bounded when it stays under what the stack enforces (the bound column), else
+growing. How to run it: [Operate](how-to/operate.md#soak-outboxkit-dev-soak).
+
+<!-- figures:soak -->
+<!-- /figures -->
+
+![soak: every series over the run, faults in red](benchmarks/soak.png)
+""",
+}
+
+
 def profile(data: Mapping[str, Any]) -> str:
     out = []
     for key, what in (("inbox_sink_seconds", "inbox sink"), ("outbox_write_seconds", "outbox")):
@@ -501,4 +572,5 @@ RENDER: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "chaos-cluster": chaos,
     "profile": profile,
     "scheduled": scheduled,
+    "soak": soak,
 }

@@ -14,11 +14,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from outboxkit.bench.figures import RENDER, Results, summary
+from outboxkit.bench.figures import RENDER, SECTIONS, Results, summary
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path("docs/benchmarks")  # the results the pages show, relative to the repository
 PAGES = (Path("README.md"), Path("docs/index.md"), Path("docs/benchmarks.md"))
+BENCHMARKS = PAGES[2]  # where a result's section (`figures.SECTIONS`) is added when missing
 BLOCK = re.compile(r"(<!-- figures:([a-z-]+) -->\n)(.*?)(<!-- /figures -->)", re.S)
 # A kernel release's local version names the machine it was built for: left out of the results.
 HOST = re.compile(r"(Linux-\d+(?:\.\d+)*)-[^\"\s]+?(?=-(?:x86_64|aarch64|arm64))")
@@ -48,6 +49,14 @@ def render(text: str, results: Results) -> str:
     return BLOCK.sub(fill, text)
 
 
+def with_sections(text: str, results: Results) -> str:
+    """``text`` with the section of each result that has one (`figures.SECTIONS`) added at its
+    end when the result is there and the page shows no block for it yet."""
+    shown = {m.group(2) for m in BLOCK.finditer(text)}
+    missing = [SECTIONS[name] for name in SECTIONS if name in results and name not in shown]
+    return text + "".join(missing)
+
+
 def stale(root: Path = ROOT, data: Path | None = None) -> list[Path]:
     """The pages whose figures differ from what the results give."""
     results = load(data or root / DATA)
@@ -70,7 +79,7 @@ def publish(root: Path = ROOT, source: Path | None = None) -> list[Path]:
     changed = []
     for page in PAGES:
         text = (root / page).read_text()
-        new = render(text, results)
+        new = render(with_sections(text, results) if page == BENCHMARKS else text, results)
         if new != text:
             (root / page).write_text(new)
             changed.append(page)

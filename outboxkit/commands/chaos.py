@@ -4,7 +4,8 @@ every invariant and the audit."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,8 @@ from outboxkit.parsers import SubParsers, command
 
 if TYPE_CHECKING:
     from outboxkit.devstack.settings import StackSettings
+    from outboxkit.devstack.stack import Stack
+    from outboxkit.saga_harness.processes import Saga
 
 
 def chaos_command(args: argparse.Namespace, settings: StackSettings) -> int:
@@ -20,29 +23,14 @@ def chaos_command(args: argparse.Namespace, settings: StackSettings) -> int:
     from rich.console import Console
 
     from outboxkit.bench.report import markdown_table, write
-    from outboxkit.devstack.stack import Stack
     from outboxkit.saga_harness import chaos, faults
-    from outboxkit.saga_harness.processes import Saga, drop_checkpoints
 
     console = Console()
     echo: Callable[[str], None] = lambda line: console.print(f"[dim]{line}[/dim]")  # noqa: E731
     # Checked against the shape the settings give, before anything starts.
     shape = faults.Shape.of(settings)
     kinds = faults.check(args.kinds or faults.offered(shape), shape)
-    stack = Stack(settings, echo=echo)
-    stack.up()
-    # A new saga times orders out and holds a share of payments past the timeout, so the
-    # campaign exercises late replies too (as the demo does).
-    from outboxkit.demo import DEMO_TIMING
-
-    saga = recorded_saga(stack) or Saga(stack, stack.dir / "saga", echo=echo, **DEMO_TIMING)
-    saga.echo = echo
-    try:
-        if not saga.database_urls:
-            saga.prepare()
-        saga.scale(service_replicas(stack))
-        saga.start()
-        saga.warm_up()
+    with saga_up(settings, echo, keep_running=args.keep_running) as (stack, saga):
         console.rule(
             f"chaos: {args.rounds} rounds over {args.orders} orders at {args.rate}/s "
             f"(seed {args.seed})"
@@ -58,17 +46,42 @@ def chaos_command(args: argparse.Namespace, settings: StackSettings) -> int:
             kinds=kinds,
             echo=echo,
         )
-    finally:
-        if not args.keep_running:
-            saga.stop()
-            stack.down()
-            drop_checkpoints(saga.workdir)
     markdown = _chaos_markdown(campaign, markdown_table)
     console.print(markdown, markup=False)
     if args.out:
         for path in write(Path(args.out), "chaos", campaign.as_dict(), markdown):
             print(f"wrote {path}")
     return 0 if campaign.ok else 1
+
+
+@contextlib.contextmanager
+def saga_up(
+    settings: StackSettings, echo: Callable[[str], None], *, keep_running: bool
+) -> Iterator[tuple[Stack, Saga]]:
+    """The stack and the recorded saga (brought up when absent), warmed up, for the block;
+    then both stopped (their data removed), unless ``keep_running``."""
+    from outboxkit.demo import DEMO_TIMING
+    from outboxkit.devstack.stack import Stack
+    from outboxkit.saga_harness.processes import Saga, drop_checkpoints
+
+    stack = Stack(settings, echo=echo)
+    stack.up()
+    # A new saga times orders out and holds a share of payments past the timeout, so a run
+    # exercises late replies too (as the demo does).
+    saga = recorded_saga(stack) or Saga(stack, stack.dir / "saga", echo=echo, **DEMO_TIMING)
+    saga.echo = echo
+    try:
+        if not saga.database_urls:
+            saga.prepare()
+        saga.scale(service_replicas(stack))
+        saga.start()
+        saga.warm_up()
+        yield stack, saga
+    finally:
+        if not keep_running:
+            saga.stop()
+            stack.down()
+            drop_checkpoints(saga.workdir)
 
 
 def _chaos_markdown(campaign: Any, markdown_table: Callable[..., str]) -> str:

@@ -89,15 +89,11 @@ class Round:
 
 
 @dataclass
-class Campaign:
-    """What a campaign did and found."""
+class Checks:
+    """What the checks after a run found: every order final, the invariants, the audit."""
 
-    rounds: list[Round]
-    orders: int
-    baseline: float  # the probe latency before any fault
-    duration: float
     by_status: dict[str, int]
-    stuck: int  # orders not final when the campaign gave up waiting
+    stuck: int  # orders not final when the checks gave up waiting
     lost: int  # events on the consumers' topics passed but never applied (audit)
     duplicates: int  # audit duplicates plus the saga's duplicate effects
     latencies: list[float] = field(repr=False)
@@ -114,6 +110,23 @@ class Campaign:
     def ok(self) -> bool:
         return self.report_ok and self.stuck == 0 and self.lost == 0 and self.duplicates == 0
 
+    def latency(self, q: float) -> float:
+        """Quantile ``q`` (0.5, 0.99) of POST -> final latencies."""
+        if len(self.latencies) < 2:
+            return self.latencies[0] if self.latencies else 0.0
+        cuts = statistics.quantiles(self.latencies, n=100, method="inclusive")
+        return cuts[min(98, max(0, round(q * 100) - 1))]
+
+
+@dataclass(kw_only=True)
+class Campaign(Checks):
+    """What a campaign did and found."""
+
+    rounds: list[Round]
+    orders: int
+    baseline: float  # the probe latency before any fault
+    duration: float
+
     def by_fault(self) -> dict[str, dict[str, float]]:
         """Per fault kind: rounds, recovery median and max."""
         kinds: dict[str, list[float]] = {}
@@ -127,13 +140,6 @@ class Campaign:
             }
             for kind, times in sorted(kinds.items())
         }
-
-    def latency(self, q: float) -> float:
-        """Quantile ``q`` (0.5, 0.99) of POST -> final latencies."""
-        if len(self.latencies) < 2:
-            return self.latencies[0] if self.latencies else 0.0
-        cuts = statistics.quantiles(self.latencies, n=100, method="inclusive")
-        return cuts[min(98, max(0, round(q * 100) - 1))]
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -187,21 +193,11 @@ def run(
     shape = shape_of(stack, saga)
     rng = random.Random(seed)
     plan = schedule(rounds, rng, check(kinds or offered(shape), shape))
-    placed: list[Placed] = []
-    failure: list[BaseException] = []
-
-    def place() -> None:
-        try:
-            placed.extend(saga.place_orders(orders, seed=seed, rate=rate))
-        except BaseException as exc:  # reported after the rounds
-            failure.append(exc)
-
     started = time.monotonic()
     first, baseline = probe(saga, time.monotonic(), seed=rng.randrange(1 << 30))
     probes = [first]
     echo(f"baseline: a probe order is final {baseline:.1f}s after its POST")
-    loader = threading.Thread(target=place, name="chaos-load")
-    loader.start()
+    load = Load(saga, orders, rate=rate, seed=seed)
     done: list[Round] = []
     for number, kind in enumerate(plan, 1):
         time.sleep(rng.uniform(*gap))
@@ -213,22 +209,62 @@ def run(
         probes.append(order)
         done.append(Round(number, kind, at - started, injected, recovery, order.order_id, struck))
         echo(f"round {number}/{len(plan)}: {kind} on {struck} recovered in {recovery:.1f}s")
-    loader.join()
-    if failure:
-        raise RuntimeError(f"placing orders failed: {failure[0]!r}") from failure[0]
+    placed = load.join()
+    checks = final_checks(saga, placed, probes, done, echo=echo, timeout=final_timeout)
+    return Campaign(
+        rounds=done,
+        orders=len(placed) + len(probes),
+        baseline=baseline,
+        duration=time.monotonic() - started,
+        **vars(checks),
+    )
+
+
+class Load:
+    """``orders`` orders placed at ``rate`` per second on a thread of their own (started at
+    once), with client retries, while faults strike; `join` returns them."""
+
+    def __init__(self, saga: Saga, orders: int, *, rate: float, seed: int) -> None:
+        self.placed: list[Placed] = []
+        self.failure: list[BaseException] = []
+
+        def place() -> None:
+            try:
+                self.placed.extend(saga.place_orders(orders, seed=seed, rate=rate))
+            except BaseException as exc:  # raised by join, once the faults are done
+                self.failure.append(exc)
+
+        self.thread = threading.Thread(target=place, name="saga-load")
+        self.thread.start()
+
+    def join(self) -> list[Placed]:
+        """The placed orders, once all are; raises when placing them failed."""
+        self.thread.join()
+        if self.failure:
+            raise RuntimeError(f"placing orders failed: {self.failure[0]!r}") from self.failure[0]
+        return self.placed
+
+
+def final_checks(
+    saga: Saga,
+    placed: list[Placed],
+    probes: list[Placed],
+    rounds: Sequence[Round],
+    *,
+    echo: Callable[[str], None] = print,
+    timeout: float = 900,
+) -> Checks:
+    """Wait until every order of a run (``placed`` and the ``probes``) is final, then check the
+    saga's invariants and audit its consumers; ``rounds``: the faults the run struck."""
     everything = placed + probes
     echo(f"waiting until all {len(everything)} orders are final")
-    stuck = saga.wait_final(everything, timeout=final_timeout)
+    stuck = saga.wait_final(everything, timeout=timeout)
     # An outage delays a timer as it delays any event: the bound past a timeout grows with it.
-    longest = max((r.recovery for r in done), default=0.0)
+    longest = max((r.recovery for r in rounds), default=0.0)
     saga.timeout_bound = max(saga.timeout_bound, longest + 30.0)
     report: Report = saga.report(placed, warm=probes)
     audits = saga.audit()
-    return Campaign(
-        rounds=done,
-        orders=len(everything),
-        baseline=baseline,
-        duration=time.monotonic() - started,
+    return Checks(
         by_status=report.by_status,
         stuck=len(stuck),
         lost=sum(a["totals"]["lost"] for a in audits),

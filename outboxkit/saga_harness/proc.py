@@ -1,0 +1,98 @@
+"""What a process tree and a folder use, read from /proc and the file system directly: resident
+memory, open file descriptors and threads of a process with all its descendants (a Spark
+driver's JVM and Python workers, Postgres's backends), and a folder's bytes and files."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a process tree holds: resident memory (MiB), open file descriptors, threads, and
+    how many processes it counts."""
+
+    rss_mib: float
+    fds: int
+    threads: int
+    processes: int
+
+
+def parents(proc: Path = PROC) -> dict[int, int]:
+    """Every process's parent PID (/proc/PID/stat), by PID; processes gone meanwhile left out."""
+    found: dict[int, int] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # The command name (field 2) may hold spaces and parentheses: fields follow the last ')'.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        found[int(entry.name)] = int(fields[1])
+    return found
+
+
+def tree(pid: int, parent_of: Mapping[int, int]) -> list[int]:
+    """``pid`` and all its descendants (by ``parent_of``, from `parents`), ``pid`` first."""
+    children: dict[int, list[int]] = {}
+    for child, parent in parent_of.items():
+        children.setdefault(parent, []).append(child)
+    found, todo = [pid], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def status(pid: int, proc: Path = PROC) -> tuple[float, int] | None:
+    """(resident MiB, threads) of one process from /proc/PID/status; None when it is gone."""
+    try:
+        lines = (proc / str(pid) / "status").read_text().splitlines()
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    rss_kib = int(fields["VmRSS"].split()[0]) if "VmRSS" in fields else 0  # 0: a zombie
+    return rss_kib / 1024, int(fields.get("Threads", "0"))
+
+
+def open_fds(pid: int, proc: Path = PROC) -> int | None:
+    """The count of /proc/PID/fd's entries; None when the process is gone."""
+    try:
+        return len(os.listdir(proc / str(pid) / "fd"))
+    except OSError:
+        return None
+
+
+def usage(pids: Iterable[int], proc: Path = PROC) -> Usage | None:
+    """The processes' resident memory, descriptors and threads summed (those gone left out);
+    None when none of them runs."""
+    rss, fds, threads, counted = 0.0, 0, 0, 0
+    for pid in pids:
+        held, descriptors = status(pid, proc), open_fds(pid, proc)
+        if held is None or descriptors is None:
+            continue
+        rss, threads = rss + held[0], threads + held[1]
+        fds, counted = fds + descriptors, counted + 1
+    return Usage(rss, fds, threads, counted) if counted else None
+
+
+def folder(path: Path) -> tuple[int, int]:
+    """(bytes, files) under ``path``: the files' apparent sizes summed; (0, 0) when it is not
+    there. Files removed while it is walked are left out."""
+    size = files = 0
+    for root, _dirs, names in os.walk(path):
+        for name in names:
+            try:
+                size += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                continue
+            files += 1
+    return size, files

@@ -1,0 +1,52 @@
+"""`outboxkit dev soak` in short, on the package's saga: two minutes at 4 orders/s with one
+routine fault (Connect's tasks restarted) and a sample every 5 s."""
+
+from __future__ import annotations
+
+import json
+
+from outboxkit.commands.soak import plot
+from outboxkit.saga_harness import soak
+from outboxkit.saga_harness.processes import Saga
+
+
+def test_a_short_soak_samples_every_process_and_keeps_every_invariant(saga: Saga, stack, tmp_path):
+    result = soak.run(
+        stack,
+        saga,
+        minutes=2,
+        rate=4,
+        fault_every=1,
+        sample_seconds=5,
+        seed=3,
+        kinds=["connect-task-restart"],
+    )
+    print({t.series: (t.first, t.last, t.verdict) for t in result.trends})
+    assert [r.fault for r in result.faults] == ["connect-task-restart"]
+    assert result.checks.ok, result.checks.problems
+    assert (result.checks.stuck, result.checks.lost, result.checks.duplicates) == (0, 0, 0)
+    assert all(a["totals"]["applied"] > 0 for a in result.checks.audits)
+    assert len(result.times) >= 20  # 2 min at one sample every 5 s
+    processes = [*(n.name for n in stack.state.postgres.nodes), *saga.processes]
+    processes += [n.name for n in (*stack.state.broker.nodes, *stack.state.connect.nodes)]
+    data = result.as_dict()
+    for name in processes:
+        for family in ("rss", "fds", "threads"):
+            values = data["series"][f"{family}:{name}"]
+            assert sum(v is not None for v in values) >= len(result.times) - 2, (name, family)
+    consumers = data["series"]["threads:consumers"]
+    assert min(v for v in consumers if v is not None) > 20  # the driver's JVM counted with it
+    assert data["series"]["orders:placed"][-1] >= 4 * 120
+    files = soak_files(tmp_path, data)
+    assert json.loads(files["soak.json"].read_text())["checks"]["ok"] is True
+    assert all(path.stat().st_size > 0 for path in files.values())
+
+
+def soak_files(folder, data):
+    """What `outboxkit dev soak --out` writes, from ``data``."""
+    from outboxkit.bench.figures import soak as soak_markdown
+    from outboxkit.bench.report import write
+
+    data = {**data, "machine": {"cpus": 2, "platform": "Linux", "python": "3"}}
+    written = [*write(folder, "soak", data, soak_markdown(data)), plot(folder / "soak.png", data)]
+    return {path.name: path for path in written}

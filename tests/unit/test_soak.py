@@ -1,0 +1,205 @@
+"""The soak run's pure parts: the trend of a series (slope, flat / bounded / growing), the bounds
+the stack puts on its series, the plan of faults, the /proc readers, and its figures."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from outboxkit.bench import figures, publish
+from outboxkit.saga_harness import proc, soak, trend
+from outboxkit.saga_harness.chaos import Checks, Round
+from outboxkit.saga_harness.trend import BOUNDED, FLAT, GROWING, Bound
+
+MINUTE = 60.0
+TIMES = [n * 15.0 for n in range(241)]  # an hour, a sample every 15 s
+
+
+def line(start: float, per_hour: float) -> list[float | None]:
+    return [start + per_hour * t / 3600 for t in TIMES]
+
+
+def test_the_slope_is_the_least_squares_fit() -> None:
+    assert trend.slope([0, 1, 2, 3], [1, 3, 5, 7]) == pytest.approx(2.0)
+    assert trend.slope([0, 1, 2, 3], [0, 1, 0, 1]) == pytest.approx(0.2)
+    assert trend.slope([5], [1]) == 0.0
+    assert trend.slope([5, 5], [1, 2]) == 0.0
+
+
+def test_a_constant_series_is_flat() -> None:
+    found = trend.trend("rss:orders", TIMES, line(120, 0))
+    assert (found.verdict, found.first, found.last, found.max) == (FLAT, 120, 120, 120)
+    assert found.slope_per_hour == pytest.approx(0)
+
+
+def test_a_steady_leak_is_growing_with_its_slope_per_hour() -> None:
+    found = trend.trend("rss:consumers", TIMES, line(500, 200))  # 200 MiB an hour
+    assert found.verdict == GROWING
+    assert found.slope_per_hour == pytest.approx(200)
+    assert found.growth == pytest.approx(100)  # over the second half hour
+    assert found.tolerance == pytest.approx(max(32, 0.05 * 650))
+
+
+def test_growth_within_the_tolerance_is_flat_and_a_falling_series_too() -> None:
+    assert trend.trend("rss:orders", TIMES, line(1000, 80)).verdict == FLAT  # 40 < 5% of 1,060
+    assert trend.trend("fds:orders", TIMES, line(400, -300)).verdict == FLAT
+
+
+def test_only_the_second_half_is_judged_a_warm_up_is_not_growth() -> None:
+    warm = [min(800.0, 100 + t * 700 / 1500) for t in TIMES]  # climbs for 25 min, then holds
+    found = trend.trend("rss:consumers", TIMES, warm)
+    assert found.verdict == FLAT
+    assert (found.first, found.max) == (100, 800)
+
+
+def test_growth_under_a_bound_is_bounded_over_it_growing() -> None:
+    files = line(100, 800)
+    assert trend.trend("folder files:checkpoints", TIMES, files, Bound(1000, "x")).verdict == (
+        BOUNDED
+    )
+    over = trend.trend("folder files:checkpoints", TIMES, files, Bound(800, "x"))
+    assert (over.verdict, over.bound, over.bound_why) == (GROWING, 800, "x")
+
+
+def test_missing_samples_are_skipped_and_progress_is_never_judged() -> None:
+    gaps = [None if n % 3 == 0 else v for n, v in enumerate(line(10, 0))]
+    found = trend.trend("table rows:orders.outbox", TIMES, gaps)
+    assert (found.verdict, found.samples) == (FLAT, 160)
+    assert trend.trend("orders:placed", TIMES, line(0, 36_000)).verdict == ""
+    empty = trend.trend("slot lag:s", TIMES, [None] * len(TIMES))
+    assert (empty.verdict, empty.samples) == (FLAT, 0)
+
+
+def test_a_per_order_bound_follows_the_first_half_s_bytes_per_order() -> None:
+    orders = line(0, 36_000)
+    kafka = line(1000, 36_000 * 500)  # 500 B an order
+    bound = trend.per_order(TIMES, kafka, orders)
+    assert bound == pytest.approx(1000 + 1.5 * 500 * 36_000)
+    faster = [v + max(0.0, t - 1800) * 15_000 for t, v in zip(TIMES, kafka, strict=True)]
+    assert trend.trend("folder bytes:kafka", TIMES, faster, Bound(bound, "")).verdict == GROWING
+    assert trend.per_order(TIMES, kafka, [0.0] * len(TIMES)) is None
+
+
+def test_the_stack_s_bounds() -> None:
+    series = {
+        "folder files:checkpoints": line(10, 100),
+        "table rows:payments.inbox_watermark": [12.0] * len(TIMES),
+        "table rows:payments.inbox_recent": line(0, 1000),
+        "rss:kafka-1": line(400, 0),
+        "rss:orders": line(100, 0),
+        "slot lag:orders": [None, 5e6, *([1e6] * (len(TIMES) - 2))],
+    }
+    limits = soak.Limits(wal_kept=1024.0**3, wal_segment=16 * 1024.0**2, checkpoint_queries=1)
+    found = soak.bounds(TIMES, series, limits)
+    assert found["folder files:checkpoints"].value == 4 * (soak.RETAINED_BATCHES + 1) + 16
+    assert found["table rows:payments.inbox_recent"].value == 12 * (50_000 + 1)
+    assert found["table bytes:payments.inbox_recent"].value == 12 * 50_001 * soak.ID_ROW_BYTES
+    assert found["rss:kafka-1"].value == 1024
+    assert "rss:orders" not in found
+    assert found["folder bytes:pg_wal"].value == 1024.0**3 + 5e6 + 32 * 1024.0**2
+    assert "folder bytes:kafka" not in found  # no orders series: no per-order bound
+
+
+def test_analyse_orders_the_series_by_family_and_bounds_them() -> None:
+    samples = [{"table rows:x.outbox": 0.0, "rss:orders": 90.0, "fds:orders": 20.0}] * 3
+    found = soak.analyse([0, 15, 30], samples, soak.Limits(1e9, 1.6e7, 1))
+    assert [t.series for t in found] == ["rss:orders", "fds:orders", "table rows:x.outbox"]
+
+
+def test_the_plan_strikes_a_fault_every_interval_within_the_run() -> None:
+    planned = soak.plan(60, 5, random.Random(1), soak.KINDS)
+    assert len(planned) == 11  # at 5, 10, ..., 55 minutes
+    assert soak.SERVICE_KILL not in planned
+    services = [k for k in planned if k.removesuffix("-kill") in ("orders", "payments", "shipping")]
+    assert len(services) == 2  # once per cycle of five kinds
+    assert {"postgres-crash", "broker-restart", "connect-task-restart", "spark-kill"} <= set(
+        planned
+    )
+    assert planned == soak.plan(60, 5, random.Random(1), soak.KINDS)  # seeded
+    assert soak.plan(10, 5, random.Random(1), soak.KINDS)[:1] == planned[:1]
+    assert len(soak.plan(2, 1, random.Random(1), ["connect-task-restart"])) == 1
+    assert soak.plan(4, 5, random.Random(1), soak.KINDS) == []
+
+
+# -- /proc -------------------------------------------------------------------------------
+def fake_process(root: Path, pid: int, parent: int, rss_kib: int, threads: int, fds: int) -> None:
+    folder = root / str(pid)
+    (folder / "fd").mkdir(parents=True)
+    # A command name with a space and a parenthesis, as a JVM thread name can have.
+    (folder / "stat").write_text(f"{pid} (java) x) S {parent} {pid} 0 0\n")
+    (folder / "status").write_text(
+        f"Name:\tjava\nVmRSS:\t  {rss_kib} kB\nThreads:\t{threads}\nPPid:\t{parent}\n"
+    )
+    for n in range(fds):
+        (folder / "fd" / str(n)).touch()
+
+
+def test_a_process_tree_is_summed_from_proc(tmp_path: Path) -> None:
+    fake_process(tmp_path, 100, 1, 1024, 10, 5)  # the driver
+    fake_process(tmp_path, 101, 100, 2048, 40, 30)  # its JVM
+    fake_process(tmp_path, 102, 101, 512, 1, 4)  # a Python worker under the JVM
+    fake_process(tmp_path, 200, 1, 9999, 9, 9)  # another program
+    (tmp_path / "self").mkdir()
+    parents = proc.parents(tmp_path)
+    assert parents == {100: 1, 101: 100, 102: 101, 200: 1}
+    pids = proc.tree(100, parents)
+    assert sorted(pids) == [100, 101, 102]
+    assert proc.usage(pids, tmp_path) == proc.Usage(3.5, 39, 51, 3)
+    assert proc.usage([102, 999], tmp_path) == proc.Usage(0.5, 4, 1, 1)  # 999: gone
+    assert proc.usage([999], tmp_path) is None
+
+
+def test_this_process_reads_from_the_real_proc() -> None:
+    found = proc.usage(proc.tree(os.getpid(), proc.parents()))
+    assert found is not None
+    assert found.rss_mib > 1 and found.threads >= 1 and found.fds >= 3
+
+
+def test_a_folder_s_bytes_and_files(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "one").write_bytes(b"x" * 10)
+    (tmp_path / "a" / "b" / "two").write_bytes(b"x" * 32)
+    assert proc.folder(tmp_path) == (42, 2)
+    assert proc.folder(tmp_path / "absent") == (0, 0)
+
+
+# -- figures -----------------------------------------------------------------------------
+def result(growing: bool) -> dict[str, object]:
+    checks = Checks({"SHIPPED": 9, "CANCELLED": 3}, 0, 0, 0, [1.0, 2.0, 3.0], 4, True, [])
+    leak = line(500, 200 if growing else 0)
+    run = soak.Soak(
+        params={"minutes": 60, "rate": 10, "fault_every": 5, "sample_seconds": 15, "seed": 1},
+        times=TIMES,
+        samples=[{"rss:consumers": v} for v in leak if v is not None],
+        faults=[Round(1, "postgres-crash", 300.0, 7.0, 12.5, "o-1", "postgres")],
+        checks=checks,
+        trends=[trend.trend("rss:consumers", TIMES, leak)],
+        duration=3600,
+    )
+    assert run.ok is not growing
+    machine = {"cpus": 2, "platform": "Linux-6.1-x86_64", "python": "3.11.7"}
+    return {**run.as_dict(), "machine": machine}
+
+
+def test_the_figure_shows_each_verdict_the_faults_and_the_command() -> None:
+    text = figures.soak(result(growing=True))
+    row = "| `rss:consumers` | 500.0 MiB | 700.0 MiB | 700.0 MiB | 200.0 MiB /h | **growing** |"
+    assert row in text
+    assert "Growing: rss:consumers." in text
+    assert "| 5.0 | `postgres-crash` | postgres | 12.5 s |" in text
+    assert "outboxkit dev soak --minutes 60 --rate 10 --fault-every 5" in text
+    assert "Growing: nothing." in figures.soak(result(growing=False))
+
+
+def test_publishing_a_soak_adds_its_section_once() -> None:
+    page = "# Benchmarks\n"
+    results = {"soak": result(growing=False)}
+    added = publish.with_sections(page, results)
+    assert added.count("<!-- figures:soak -->") == 1
+    assert publish.with_sections(added, results) == added
+    assert publish.with_sections(page, {}) == page
+    rendered = publish.render(added, results)
+    assert "| `rss:consumers` |" in rendered and "benchmarks/soak.png" in rendered
