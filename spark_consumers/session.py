@@ -96,6 +96,13 @@ def build_session(
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
             "spark.driver.host", "127.0.0.1"
         )
+    elif master and os.environ.get("SPARK_LOCAL_IP"):
+        # The address executors reach this driver at (a host with several, e.g. on the
+        # partitionable network): bound and advertised, not the host name's.
+        local_ip = os.environ["SPARK_LOCAL_IP"]
+        builder = builder.config("spark.driver.bindAddress", local_ip).config(
+            "spark.driver.host", local_ip
+        )
     pythonpath = os.pathsep.join(p for p in (str(REPOSITORY), os.environ.get("PYTHONPATH")) if p)
     options = loopback_cluster_options(
         master,

@@ -93,6 +93,12 @@ def _chaos_markdown(campaign: Any, markdown_table: Callable[..., str]) -> str:
         ["stuck (not final)", campaign.stuck],
         ["lost events (audit)", campaign.lost],
         ["duplicate effects (audit + saga checks)", campaign.duplicates],
+        [
+            "duplicate event ids in Kafka (read_committed reader)",
+            "not scanned (at-least-once connectors)"
+            if campaign.kafka_duplicates is None
+            else f"{campaign.kafka_duplicates} of {campaign.kafka_records:,} records",
+        ],
         ["client retries (503 / no connection)", f"{campaign.unavailable:,}"],
         [
             "POST -> final latency p50 / p99",

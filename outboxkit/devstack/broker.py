@@ -8,12 +8,13 @@ import functools
 import json
 import subprocess
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
 
 from cdc.limits import BROKER_SETTINGS
+from outboxkit.devstack.network import LOOPBACK, Host
 from outboxkit.devstack.processes import (
     StackError,
     alive,
@@ -40,9 +41,14 @@ def replication(size: int) -> tuple[int, int]:
     return 3, 2
 
 
-def voters(controller_ports: Mapping[int, int]) -> str:
-    """The static KRaft quorum ``id@host:port,...`` of every node's controller listener."""
-    return ",".join(f"{node}@127.0.0.1:{port}" for node, port in sorted(controller_ports.items()))
+def voters(controller_ports: Mapping[int, int], addresses: Mapping[int, str] | None = None) -> str:
+    """The static KRaft quorum ``id@host:port,...`` of every node's controller listener (each
+    node on loopback, or on its address in ``addresses``)."""
+    where = addresses or {}
+    return ",".join(
+        f"{node}@{where.get(node, LOOPBACK.address)}:{port}"
+        for node, port in sorted(controller_ports.items())
+    )
 
 
 def server_properties(
@@ -54,6 +60,7 @@ def server_properties(
     node_id: int = 1,
     quorum: str | None = None,
     size: int = 1,
+    address: str = LOOPBACK.address,
 ) -> str:
     """A KRaft node's config (broker and controller): on one node transactions and compaction
     work with replication factor 1; in a cluster of ``size`` nodes (``quorum``: see `voters`)
@@ -63,9 +70,9 @@ def server_properties(
     settings = {
         "process.roles": "broker,controller",
         "node.id": str(node_id),
-        "controller.quorum.voters": quorum or f"{node_id}@127.0.0.1:{controller_port}",
-        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.quorum.voters": quorum or f"{node_id}@{address}:{controller_port}",
+        "listeners": f"PLAINTEXT://{address}:{port},CONTROLLER://{address}:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{address}:{port}",
         "controller.listener.names": "CONTROLLER",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name": "PLAINTEXT",
@@ -140,8 +147,8 @@ def format_storage(
 def ready(bootstrap: str, brokers: int = 1) -> bool:
     """True when the node at ``bootstrap`` answers a metadata request that lists ``brokers``
     brokers (a cluster's node answers once the quorum has a leader and the others registered)."""
-    port = int(bootstrap.rsplit(":", 1)[1])
-    if not port_open(port):
+    address, _, port = bootstrap.rpartition(":")
+    if not port_open(int(port), address):
         return False
     admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000})
     try:
@@ -163,15 +170,24 @@ def launch(
     quorum: str | None = None,
     size: int = 1,
     cluster: str | None = None,
+    host: Host = LOOPBACK,
 ) -> int:
     """Start one node (formatting its storage the first time) and return its PID at once: a
-    cluster's nodes only answer once a majority of the quorum runs, so they start together."""
+    cluster's nodes only answer once a majority of the quorum runs, so they start together.
+    ``host``: where it runs and listens."""
     data = workdir / "data"
     workdir.mkdir(parents=True, exist_ok=True)
     props = workdir / "server.properties"
     props.write_text(
         server_properties(
-            data, port, controller_port, extra, node_id=node_id, quorum=quorum, size=size
+            data,
+            port,
+            controller_port,
+            extra,
+            node_id=node_id,
+            quorum=quorum,
+            size=size,
+            address=host.address,
         )
     )
     log4j = workdir / "log4j2.properties"
@@ -188,7 +204,7 @@ def launch(
         "kafka.Kafka",
         str(props),
     ]
-    return start(f"kafka-{node_id}", argv, log=log, cwd=workdir)
+    return start(f"kafka-{node_id}", argv, log=log, cwd=workdir, host=host)
 
 
 def start_broker(
@@ -242,17 +258,25 @@ def node_log(logs: Path, size: int, node_id: int) -> Path:
 
 
 def ensure(
-    java: Path, libs: Path, root: Path, logs: Path, size: int, previous: Component | None
+    java: Path,
+    libs: Path,
+    root: Path,
+    logs: Path,
+    size: int,
+    previous: Component | None,
+    hosts: Callable[[str], Host] = lambda name: LOOPBACK,
 ) -> tuple[Component, list[str]]:
     """The embedded cluster of ``size`` nodes with every node running: the nodes of
     ``previous`` that still run are kept, the others started again on their ports and data
-    (the quorum's static voter list names each controller's port). Returns the cluster and the
-    names of the nodes started."""
+    (the quorum's static voter list names each controller's port). ``hosts``: where each node
+    runs, by name. Returns the cluster and the names of the nodes started."""
     old = {n.name: n for n in previous.nodes} if previous and previous.mode == EMBEDDED else {}
     nodes: list[Node] = []
+    where: dict[int, Host] = {}
     for node_id in range(1, size + 1):
         name = f"kafka-{node_id}"
         kept = old.get(name)
+        where[node_id] = hosts(name)
         port = kept.port if kept and kept.port else free_port()
         controller = kept.extra_port if kept and kept.extra_port else free_port()
         nodes.append(
@@ -261,21 +285,25 @@ def ensure(
                 "broker+controller",
                 kept.pid if kept else None,
                 port,
-                f"127.0.0.1:{port}",
+                f"{where[node_id].address}:{port}",
                 controller,
             )
         )
-    quorum = voters({i + 1: n.extra_port for i, n in enumerate(nodes) if n.extra_port})
+    quorum = voters(
+        {i + 1: n.extra_port for i, n in enumerate(nodes) if n.extra_port},
+        {node_id: host.address for node_id, host in where.items()},
+    )
     cluster = cluster_id_of(root / "kafka")
     started: list[str] = []
     for node_id, node in enumerate(nodes, start=1):
         assert node.port and node.extra_port
-        if alive(node.pid) and port_open(node.port):
+        address = where[node_id].address
+        if alive(node.pid) and port_open(node.port, address):
             continue
         stop(node.pid)  # a node that runs but does not answer is started afresh
         log = node_log(logs, size, node_id)
         for port in (node.port, node.extra_port):
-            wait_until(f"port {port} free", released(port), timeout=30)
+            wait_until(f"port {port} free", released(port, address), timeout=30)
         node.pid = launch(
             java,
             libs,
@@ -287,6 +315,7 @@ def ensure(
             quorum=quorum,
             size=size,
             cluster=cluster,
+            host=where[node_id],
         )
         started.append(node.name)
     for node_id, node in enumerate(nodes, start=1):

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from cdc.connect import ConnectClient
 from cdc.limits import WORKER_SETTINGS
+from outboxkit.devstack.network import LOOPBACK, Host
 from outboxkit.devstack.processes import (
     alive,
     free_port,
@@ -36,6 +37,7 @@ def worker_properties(
     secrets_dir: Path | None = None,
     kafka_security: Mapping[str, str] | None = None,
     replication: int = 1,
+    address: str = LOOPBACK.address,
 ) -> str:
     """Worker config tuned for small local workers (one, or a group of several sharing
     ``group``'s storage topics, each replicated ``replication`` times); with ``kafka_security``
@@ -43,8 +45,8 @@ def worker_properties(
     settings = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
-        "listeners": f"http://127.0.0.1:{rest_port}",
-        "rest.advertised.host.name": "127.0.0.1",
+        "listeners": f"http://{address}:{rest_port}",
+        "rest.advertised.host.name": address,
         "rest.advertised.port": str(rest_port),
         "plugin.discovery": "service_load",
         "key.converter": "org.apache.kafka.connect.json.JsonConverter",
@@ -105,8 +107,10 @@ def start_worker(
     kafka_security: Mapping[str, str] | None = None,
     replication: int = 1,
     wait: bool = True,
+    host: Host = LOOPBACK,
 ) -> int:
-    """Start the worker and (``wait``) wait until its herder is ready; return its PID."""
+    """Start the worker on ``host`` and (``wait``) wait until its herder is ready; return its
+    PID."""
     workdir.mkdir(parents=True, exist_ok=True)
     props = workdir / "worker.properties"
     props.touch()
@@ -120,6 +124,7 @@ def start_worker(
             secrets_dir=secrets_dir,
             kafka_security=kafka_security,
             replication=replication,
+            address=host.address,
         )
     )
     log4j = workdir / "log4j2.properties"
@@ -135,15 +140,15 @@ def start_worker(
         "org.apache.kafka.connect.cli.ConnectDistributed",
         str(props),
     ]
-    pid = start("connect", argv, log=log, cwd=workdir)
+    pid = start("connect", argv, log=log, cwd=workdir, host=host)
     if wait:
-        wait_ready(pid, rest_port, log)
+        wait_ready(pid, rest_port, log, host.address)
     return pid
 
 
-def wait_ready(pid: int, rest_port: int, log: Path) -> None:
+def wait_ready(pid: int, rest_port: int, log: Path, address: str = LOOPBACK.address) -> None:
     """Wait until the worker's herder is ready; stop it if it never is."""
-    client = ConnectClient(f"http://127.0.0.1:{rest_port}", timeout=5)
+    client = ConnectClient(f"http://{address}:{rest_port}", timeout=5)
     # Started means the herder is ready (/health), not only the REST server (see ready()).
     try:
         wait_until("kafka connect", client.ready, timeout=240, pid=pid, log=log, poll=0.5)
@@ -169,6 +174,7 @@ def ensure(
     launch: Callable[[Node, Path, Path], int],
     *,
     restart_all: bool = False,
+    hosts: Callable[[str], Host] = lambda name: LOOPBACK,
 ) -> Component:
     """``size`` workers of one group, each running and ready: a worker of ``previous`` that
     answers is kept (all are started again when ``restart_all``: their broker restarted), the
@@ -181,11 +187,8 @@ def ensure(
         kept = old.get(name)
         # A restarted worker keeps its REST port, so clients holding the URL keep working.
         port = kept.port if kept and kept.port else free_port()
-        nodes.append(
-            Node(
-                name, "connect worker", kept.pid if kept else None, port, f"http://127.0.0.1:{port}"
-            )
-        )
+        url = f"http://{hosts(name).address}:{port}"
+        nodes.append(Node(name, "connect worker", kept.pid if kept else None, port, url))
     started: list[tuple[Node, Path]] = []
     for index, node in enumerate(nodes, start=1):
         assert node.port
@@ -195,12 +198,13 @@ def ensure(
                 continue
             stop(node.pid)  # its broker restarted: a fresh worker rejoins cleanly
         log = worker_log(logs, size, index)
-        wait_until(f"port {node.port} free", released(node.port), timeout=30)
+        address = hosts(node.name).address
+        wait_until(f"port {node.port} free", released(node.port, address), timeout=30)
         node.pid = launch(node, worker_dir(root, size, index), log)
         started.append((node, log))
     for node, log in started:
         assert node.pid and node.port
-        wait_ready(node.pid, node.port, log)
+        wait_ready(node.pid, node.port, log, hosts(node.name).address)
     return Component(EMBEDDED, nodes[0].endpoint, nodes)
 
 

@@ -1,4 +1,5 @@
-"""An embedded PostgreSQL 15 cluster: initdb once, logical WAL, loopback only, SCRAM passwords."""
+"""An embedded PostgreSQL 15 cluster: initdb once, logical WAL, SCRAM passwords; on loopback, or on
+its own address of the stack's partitionable network (`outboxkit.devstack.network`)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from outboxkit.devstack.network import LOOPBACK as LOOPBACK_HOST
+from outboxkit.devstack.network import Host
 from outboxkit.devstack.processes import StackError, start, wait_until
 
 SUPERUSER = "postgres"
+LOOPBACK = "127.0.0.1"
 SERVER_SETTINGS = {
-    "listen_addresses": "127.0.0.1",
+    "listen_addresses": LOOPBACK,
     "wal_level": "logical",
     "max_replication_slots": "20",
     "max_wal_senders": "20",
@@ -53,18 +57,18 @@ def _hand_over(path: Path, user: str | None) -> None:
             )
 
 
-def dsn(port: int, passfile: Path, database: str = "postgres") -> str:
+def dsn(port: int, passfile: Path, database: str = "postgres", address: str = LOOPBACK) -> str:
     """A libpq connection string for the embedded cluster's superuser (set-up only)."""
     return (
-        f"host=127.0.0.1 port={port} user={SUPERUSER} dbname={database} passfile={passfile} "
+        f"host={address} port={port} user={SUPERUSER} dbname={database} passfile={passfile} "
         "connect_timeout=5"
     )
 
 
-def url(port: int, database: str, passfile: Path) -> str:
+def url(port: int, database: str, passfile: Path, address: str = LOOPBACK) -> str:
     """The SQLAlchemy URL of one database of the embedded cluster, as the superuser; the
     password is in ``passfile`` (libpq's password file), never in the URL."""
-    return f"postgresql+psycopg://{SUPERUSER}@127.0.0.1:{port}/{database}?passfile={passfile}"
+    return f"postgresql+psycopg://{SUPERUSER}@{address}:{port}/{database}?passfile={passfile}"
 
 
 def initdb(bin_dir: Path, data_dir: Path, log: Path, password: str) -> None:
@@ -118,6 +122,7 @@ def _initdb(bin_dir: Path, data_dir: Path, log: Path, pwfile: Path, user: str | 
 # Who may log in how: every role with its SCRAM password, on the socket and on loopback, and no
 # physical replication at all (Debezium's logical connections match the database lines; a
 # physical one would copy every database, and every role's verifier, to a REPLICATION role).
+# On the partitionable network, the stack's /24 logs in the same way.
 HBA = (
     "# written by outboxkit (outboxkit/devstack/postgres.py)\n"
     "local all all scram-sha-256\n"
@@ -126,12 +131,18 @@ HBA = (
 )
 
 
-def _write_hba(data_dir: Path) -> None:
+def hba(network: str | None = None) -> str:
+    """The access rules; ``network`` (a CIDR): the stack's partitionable network's too."""
+    return HBA + (f"host  all all {network} scram-sha-256\n" if network else "")
+
+
+def _write_hba(data_dir: Path, network: str | None = None) -> None:
     path = data_dir / "pg_hba.conf"
-    if path.exists() and path.read_text() == HBA:
+    rules = hba(network)
+    if path.exists() and path.read_text() == rules:
         return
     owner = path.stat() if path.exists() else data_dir.stat()
-    path.write_text(HBA)
+    path.write_text(rules)
     os.chown(path, owner.st_uid, owner.st_gid)
     path.chmod(0o600)
 
@@ -146,9 +157,9 @@ def _trusts(data_dir: Path) -> bool:
     )
 
 
-def _ready(port: int, passfile: Path) -> bool:
+def _ready(port: int, passfile: Path, address: str) -> bool:
     try:
-        with psycopg.connect(dsn(port, passfile), autocommit=True) as conn:
+        with psycopg.connect(dsn(port, passfile, address=address), autocommit=True) as conn:
             conn.execute("SELECT 1")
         return True
     except psycopg.Error:
@@ -156,22 +167,31 @@ def _ready(port: int, passfile: Path) -> bool:
 
 
 def start_server(
-    bin_dir: Path, data_dir: Path, port: int, log: Path, passfile: Path, password: str
+    bin_dir: Path,
+    data_dir: Path,
+    port: int,
+    log: Path,
+    passfile: Path,
+    password: str,
+    host: Host = LOOPBACK_HOST,
+    network: str | None = None,
 ) -> int:
-    """Start the postmaster on ``port`` and wait until it accepts queries; return its PID.
+    """Start the postmaster on ``host``'s address and ``port`` and wait until it accepts
+    queries; return its PID (``network``: the CIDR of the partitionable network it is on).
 
     A cluster an earlier version created with trust authentication is moved to passwords: the
     superuser gets ``password`` (hashed on the client), then the access rules are replaced."""
     legacy = _trusts(data_dir)
     if not legacy:
-        _write_hba(data_dir)
+        _write_hba(data_dir, network)
     argv = [str(bin_dir / "postgres"), "-D", str(data_dir), "-p", str(port), "-k", str(data_dir)]
-    for key, value in SERVER_SETTINGS.items():
+    for key, value in {**SERVER_SETTINGS, "listen_addresses": host.address}.items():
         argv += ["-c", f"{key}={value}"]
-    pid = start("postgres", argv, log=log, user=_run_as())
-    wait_until("postgres", lambda: _ready(port, passfile), timeout=60, pid=pid, log=log)
+    pid = start("postgres", argv, log=log, user=_run_as(), host=host)
+    address = host.address
+    wait_until("postgres", lambda: _ready(port, passfile, address), timeout=60, pid=pid, log=log)
     if legacy:
-        with psycopg.connect(dsn(port, passfile), autocommit=True) as conn:
+        with psycopg.connect(dsn(port, passfile, address=address), autocommit=True) as conn:
             verifier = conn.pgconn.encrypt_password(
                 password.encode(), SUPERUSER.encode(), b"scram-sha-256"
             ).decode()
@@ -180,14 +200,14 @@ def start_server(
                     sql.Identifier(SUPERUSER), sql.Literal(verifier)
                 )
             )
-            _write_hba(data_dir)
+            _write_hba(data_dir, network)
             conn.execute("SELECT pg_reload_conf()")
     return pid
 
 
-def create_database(port: int, name: str, passfile: Path) -> None:
+def create_database(port: int, name: str, passfile: Path, address: str = LOOPBACK) -> None:
     """Create the database if it does not exist."""
-    with psycopg.connect(dsn(port, passfile), autocommit=True) as conn:
+    with psycopg.connect(dsn(port, passfile, address=address), autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{name}"')

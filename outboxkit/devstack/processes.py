@@ -9,8 +9,12 @@ import socket
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from outboxkit.kernel import retry
+
+if TYPE_CHECKING:
+    from outboxkit.devstack.network import Host
 
 
 class StackError(RuntimeError):
@@ -58,10 +62,10 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def released(port: int) -> Callable[[], bool]:
-    """A `wait_until` check: True once nothing accepts connections on the loopback ``port``
-    (a killed process's listener may linger a moment)."""
-    return lambda: not port_open(port)
+def released(port: int, host: str = "127.0.0.1") -> Callable[[], bool]:
+    """A `wait_until` check: True once nothing accepts connections on ``host``:``port`` (a
+    killed process's listener may linger a moment)."""
+    return lambda: not port_open(port, host)
 
 
 def alive(pid: int | None) -> bool:
@@ -96,8 +100,12 @@ def start(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     user: str | None = None,
+    host: Host | None = None,
 ) -> int:
-    """Start ``argv`` in its own session, stdout and stderr appended to ``log``; return its PID."""
+    """Start ``argv`` in its own session, stdout and stderr appended to ``log``; return its PID.
+    ``host``: where it runs (`outboxkit.devstack.network.Host`; default: here, on loopback)."""
+    if host is not None:
+        argv, user = host.wrap(argv, user)
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         out.write(f"\n=== starting {name}: {' '.join(argv)}\n".encode())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -72,6 +73,13 @@ class StackSettings(CdcSettings):
     )
     service_replicas: int = Field(
         default=1, ge=1, description="processes of each saga service, each on its own port"
+    )
+    network: Literal["loopback", "namespaces"] = Field(
+        default="loopback",
+        description="where the embedded nodes run: all on loopback, or 'namespaces': each "
+        "node (Postgres, each broker, Connect worker, Spark node, service replica and the "
+        "consumer driver) in a network namespace of its own, on a bridge whose links can be "
+        "cut, slowed and made lossy (`outboxkit dev chaos` partition kinds; needs root)",
     )
 
     @model_validator(mode="after")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from outboxkit.devstack.network import LOOPBACK, Host
 from outboxkit.devstack.processes import (
     StackError,
     alive,
@@ -95,9 +96,9 @@ class ExecutorProcess:
     worker: str  # host:port of the worker that launched it
 
 
-def master_url(port: int) -> str:
-    """The URL drivers and workers use for the master on loopback port ``port``."""
-    return f"spark://{HOST}:{port}"
+def master_url(port: int, address: str = HOST) -> str:
+    """The URL drivers and workers use for the master on ``address``:``port``."""
+    return f"spark://{address}:{port}"
 
 
 def parse_master_json(text: str) -> SparkMaster:
@@ -173,9 +174,9 @@ def executors_of(worker_pid: int) -> list[ExecutorProcess]:
     return [e for e in executor_processes() if e.parent_pid == worker_pid]
 
 
-def master_state(webui_port: int, timeout: float = 2.0) -> SparkMaster | None:
+def master_state(webui_port: int, timeout: float = 2.0, address: str = HOST) -> SparkMaster | None:
     """The master's state from its web UI, or None while it does not answer."""
-    url = f"http://{HOST}:{webui_port}/json/"
+    url = f"http://{address}:{webui_port}/json/"
     try:
         with urllib.request.urlopen(url, timeout=timeout) as answer:
             body: bytes = answer.read()
@@ -195,7 +196,9 @@ def spark_home() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def daemon_env(workdir: Path, java_opts_var: str, java_opts: str) -> dict[str, str]:
+def daemon_env(
+    workdir: Path, java_opts_var: str, java_opts: str, address: str = HOST
+) -> dict[str, str]:
     """The environment of a master or worker JVM, and of the executors a worker starts."""
     conf = workdir / "conf"  # on the classpath: our log4j2, no stray spark-env.sh or defaults
     conf.mkdir(parents=True, exist_ok=True)
@@ -205,7 +208,7 @@ def daemon_env(workdir: Path, java_opts_var: str, java_opts: str) -> dict[str, s
     return {
         "SPARK_HOME": str(spark_home()),
         "SPARK_CONF_DIR": str(conf),
-        "SPARK_LOCAL_IP": HOST,
+        "SPARK_LOCAL_IP": address,
         "SPARK_LOCAL_DIRS": str(workdir / "tmp"),
         "SPARK_DAEMON_MEMORY": "256m",
         "SPARK_DAEMON_JAVA_OPTS": "-XX:+UseSerialGC",
@@ -229,14 +232,16 @@ def _start(
     env: dict[str, str],
     ports: Sequence[int],
     ready: Callable[[], bool] | None,
+    host: Host = LOOPBACK,
 ) -> int:
     # A process already on a port would answer the readiness check in the new one's place.
     for port in ports:
-        if port_open(port, HOST):
+        if port_open(port, host.address):
             raise StackError(
-                f"{name}: port {port} on {HOST} is in use; stop what holds it or choose another"
+                f"{name}: port {port} on {host.address} is in use; stop what holds it or choose "
+                "another"
             )
-    pid = start(name, argv, log=log, env=env, cwd=workdir)
+    pid = start(name, argv, log=log, env=env, cwd=workdir, host=host)
     if ready is None:
         return pid
     try:
@@ -248,31 +253,41 @@ def _start(
 
 
 def start_master(
-    workdir: Path, port: int, webui_port: int, log: Path, env: Mapping[str, str] | None = None
+    workdir: Path,
+    port: int,
+    webui_port: int,
+    log: Path,
+    env: Mapping[str, str] | None = None,
+    host: Host = LOOPBACK,
 ) -> int:
-    """Start a master on loopback; return its PID once its /json says ALIVE (``env`` adds or
-    replaces variables, e.g. SPARK_MASTER_OPTS)."""
+    """Start a master on ``host`` (loopback by default); return its PID once its /json says
+    ALIVE (``env`` adds or replaces variables, e.g. SPARK_MASTER_OPTS)."""
     workdir.mkdir(parents=True, exist_ok=True)
     # The REST submission server would take the fixed port 6066: drivers here need none.
     full_env = {
-        **daemon_env(workdir, "SPARK_MASTER_OPTS", "-Dspark.master.rest.enabled=false"),
+        **daemon_env(
+            workdir, "SPARK_MASTER_OPTS", "-Dspark.master.rest.enabled=false", host.address
+        ),
         **(env or {}),
     }
     argv = _spark_class(
-        MASTER_CLASS, "--host", HOST, "--port", str(port), "--webui-port", str(webui_port)
+        MASTER_CLASS, "--host", host.address, "--port", str(port), "--webui-port", str(webui_port)
     )
 
     def ready() -> bool:
-        state = master_state(webui_port)
+        state = master_state(webui_port, address=host.address)
         return state is not None and state.alive
 
-    return _start("spark master", argv, workdir, log, full_env, (port, webui_port), ready)
+    return _start("spark master", argv, workdir, log, full_env, (port, webui_port), ready, host)
 
 
-def worker_ready(master_webui_port: int, port: int) -> bool:
-    """True when the master lists the worker on loopback ``port`` as ALIVE."""
-    state = master_state(master_webui_port)
-    worker = state.worker_at(f"{HOST}:{port}") if state else None
+def worker_ready(
+    master_webui_port: int, port: int, master_address: str = HOST, address: str = HOST
+) -> bool:
+    """True when the master (its web UI on ``master_address``) lists the worker on
+    ``address``:``port`` as ALIVE."""
+    state = master_state(master_webui_port, address=master_address)
+    worker = state.worker_at(f"{address}:{port}") if state else None
     return worker is not None and worker.state == "ALIVE"
 
 
@@ -288,12 +303,13 @@ def start_worker(
     cores: int = 1,
     memory: str = "1g",
     wait: bool = True,
+    host: Host = LOOPBACK,
 ) -> int:
     """Start a worker of ``master`` (a spark:// URL) offering ``cores`` and ``memory`` to
     executors; return its PID once the master lists it ALIVE (at once if not ``wait``: then
     poll `worker_ready`, e.g. to start several workers side by side)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    full_env = {**daemon_env(workdir, "SPARK_WORKER_OPTS", ""), **(env or {})}
+    full_env = {**daemon_env(workdir, "SPARK_WORKER_OPTS", "", host.address), **(env or {})}
     argv = _spark_class(
         WORKER_CLASS,
         master,
@@ -304,15 +320,20 @@ def start_worker(
         "--work-dir",
         str(workdir / "work"),
         "--host",
-        HOST,
+        host.address,
         "--port",
         str(port),
         "--webui-port",
         str(webui_port),
     )
-    ready = (lambda: worker_ready(master_webui_port, port)) if wait else None
+    master_address = master.removeprefix("spark://").rpartition(":")[0]
+    ready = (
+        (lambda: worker_ready(master_webui_port, port, master_address, host.address))
+        if wait
+        else None
+    )
     name = f"spark worker :{port}"
-    return _start(name, argv, workdir, log, full_env, (port, webui_port), ready)
+    return _start(name, argv, workdir, log, full_env, (port, webui_port), ready, host)
 
 
 # A worker that stops heartbeating is declared lost after this many seconds (Spark's default is
@@ -323,10 +344,17 @@ WORKER_TIMEOUT_S = 15
 TIMEOUT_OPTION = f"-Dspark.worker.timeout={WORKER_TIMEOUT_S}"
 
 
-def ensure(root: Path, logs: Path, size: int, previous: Component | None) -> Component:
+def ensure(
+    root: Path,
+    logs: Path,
+    size: int,
+    previous: Component | None,
+    hosts: Callable[[str], Host] = lambda name: LOOPBACK,
+) -> Component:
     """A master and ``size`` one-core workers, each running: the nodes of ``previous`` that
     still run are kept, the others started again on their ports (a driver holding the master's
-    URL keeps working). The endpoint is the master's spark:// URL."""
+    URL keeps working). ``hosts``: where each node runs, by name. The endpoint is the master's
+    spark:// URL."""
     old = {n.name: n for n in previous.nodes} if previous and previous.mode == EMBEDDED else {}
     names = ["spark-master", *(f"spark-worker-{i}" for i in range(1, size + 1))]
     nodes = []
@@ -338,10 +366,11 @@ def ensure(root: Path, logs: Path, size: int, previous: Component | None) -> Com
         nodes.append(Node(name, role, kept.pid if kept else None, port, "", webui))
     master, workers = nodes[0], nodes[1:]
     assert master.port and master.extra_port
-    master.endpoint = master_url(master.port)
+    master_host = hosts(master.name)
+    master.endpoint = master_url(master.port, master_host.address)
     if not alive(master.pid):
         for port in (master.port, master.extra_port):
-            wait_until(f"port {port} free", released(port), timeout=30)
+            wait_until(f"port {port} free", released(port, master_host.address), timeout=30)
         master.pid = start_master(
             root / "spark" / "master",
             master.port,
@@ -351,15 +380,17 @@ def ensure(root: Path, logs: Path, size: int, previous: Component | None) -> Com
                 "SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0 "
                 f"-Dspark.master.rest.enabled=false {TIMEOUT_OPTION}"
             },
+            master_host,
         )
     started = []
     for index, worker in enumerate(workers, start=1):
         assert worker.port and worker.extra_port
-        worker.endpoint = f"{HOST}:{worker.port}"
+        worker_host = hosts(worker.name)
+        worker.endpoint = f"{worker_host.address}:{worker.port}"
         if alive(worker.pid):
             continue
         for port in (worker.port, worker.extra_port):
-            wait_until(f"port {port} free", released(port), timeout=30)
+            wait_until(f"port {port} free", released(port, worker_host.address), timeout=30)
         worker.pid = start_worker(
             master.endpoint,
             root / "spark" / f"worker-{index}",
@@ -369,13 +400,20 @@ def ensure(root: Path, logs: Path, size: int, previous: Component | None) -> Com
             {"SPARK_WORKER_OPTS": f"-Dspark.port.maxRetries=0 {TIMEOUT_OPTION}"},
             master_webui_port=master.extra_port,
             wait=False,
+            host=worker_host,
         )
         started.append(worker)
     for worker in started:
         assert worker.port
         wait_until(
             worker.name,
-            functools.partial(worker_ready, master.extra_port, worker.port),
+            functools.partial(
+                worker_ready,
+                master.extra_port,
+                worker.port,
+                master_host.address,
+                hosts(worker.name).address,
+            ),
             timeout=120,
             pid=worker.pid,
         )

@@ -25,6 +25,7 @@ from outboxkit.devstack import (
     status,
     transactions,
 )
+from outboxkit.devstack.network import LOOPBACK, TOOLS, Host, Network
 from outboxkit.devstack.processes import StackError, alive, free_port, port_open, stop
 from outboxkit.devstack.secrets import SecretStore, write_pgpass
 from outboxkit.devstack.settings import StackSettings
@@ -88,6 +89,36 @@ class Stack:
             endpoint or self.connect_url(), timeout=timeout, auth=self.settings.connect_auth()
         )
 
+    def network(self, state: StackState | None = None) -> Network | None:
+        """The partitionable network the stack's nodes run on (None: loopback)."""
+        raw = (state or self.state).network
+        return Network.from_dict(raw) if raw else None
+
+    def save_network(self, network: Network) -> None:
+        """Record ``network``'s rules and shapers in the state file (`down` stops them)."""
+        state = self.state
+        state.network = network.as_dict()
+        state.save(self.state_file)
+
+    def host(self, node: str, state: StackState | None = None) -> Host:
+        """Where node ``node`` (``kafka-1``, ``orders-2``, ``consumers``...) runs: its own
+        namespace and address on the partitionable network (made the first time), else here on
+        loopback."""
+        state = state or self.state
+        network = self.network(state)
+        if network is None:
+            return LOOPBACK
+        host = network.host(node)
+        state.network = network.as_dict()
+        state.save(self.state_file)
+        return host
+
+    def driver_env(self) -> dict[str, str]:
+        """What a Spark driver started here (in the tools' namespace) needs in its environment:
+        on the partitionable network, the address the executors reach it at."""
+        network = self.network()
+        return {"SPARK_LOCAL_IP": network.address(TOOLS)} if network else {}
+
     def connect_url(self, state: StackState | None = None) -> str:
         """The REST URL of a Connect worker that runs (`outboxkit.devstack.connect.live_url`)."""
         return connect.live_url(state or self.state)
@@ -105,8 +136,13 @@ class Stack:
             and self.settings.connect_url
         )
         found = artifacts.locate(self.settings.cache_dir, install=True) if needs_binaries else None
+        network = previous.network if previous else None
+        if self.settings.network == "namespaces" and network is None:
+            network = Network.create(self.logs).as_dict()
+            self.echo(f"network    {Network.from_dict(network).network()} (a namespace per node)")
         state = StackState(
-            postgres=self._postgres(found, previous),
+            network=network,
+            postgres=Component(EXTERNAL),
             broker=Component(EXTERNAL),
             connect=Component(EXTERNAL),
             connectors=previous.connectors if previous else [],
@@ -114,10 +150,12 @@ class Stack:
             publications=previous.publications if previous else [],
         )
         state.save(self.state_file)
+        state.postgres = self._postgres(found, previous, state)
+        state.save(self.state_file)
         self.echo(f"postgres   {state.postgres.mode:8} {state.postgres.endpoint}")
         runner.upgrade(state.postgres.endpoint)
         self.echo("migrations applied (head)")
-        state.broker, restarted = self._broker(found, previous)
+        state.broker, restarted = self._broker(found, previous, state)
         state.save(self.state_file)
         self.echo(f"broker     {state.broker.mode:8} {state.broker.endpoint}")
         if restarted and previous is not None and found is not None:
@@ -130,18 +168,22 @@ class Stack:
                     self.echo(f"{worker.name:10} stopped (pid {worker.pid}): the broker restarted")
             tool = TransactionTool(found.java, found.broker_libs, state.broker.endpoint)
             transactions.heal(tool, echo=self.echo)
-        state.connect = self._connect(found, previous, state.broker.endpoint, restarted)
+        state.connect = self._connect(found, previous, state.broker.endpoint, restarted, state)
         state.save(self.state_file)
         self.echo(f"connect    {state.connect.mode:8} {state.connect.endpoint}")
         connectors.register(self, state)
         state.save(self.state_file)
-        state.spark = self._spark(previous)
+        state.spark = self._spark(previous, state)
         state.save(self.state_file)
         if state.spark.mode != LOCAL:
             self.echo(f"spark      {state.spark.mode:8} {state.spark.endpoint}")
         return state
 
-    def _spark(self, previous: StackState | None) -> Component:
+    def _hosts(self, state: StackState) -> Any:
+        """Where each node runs, by name (`host`), for the engines' ``ensure``."""
+        return lambda node: self.host(node, state)
+
+    def _spark(self, previous: StackState | None, state: StackState) -> Component:
         """Where the consumer drivers run their tasks: an external master, an embedded
         standalone cluster of ``spark_workers`` workers, or inside each driver (local[2])."""
         if self.settings.spark_master:
@@ -149,7 +191,9 @@ class Stack:
         if self.settings.spark_workers == 0:
             return Component(LOCAL, "local[2]")
         old = previous.spark if previous else None
-        return spark.ensure(self.dir, self.logs, self.settings.spark_workers, old)
+        return spark.ensure(
+            self.dir, self.logs, self.settings.spark_workers, old, self._hosts(state)
+        )
 
     def spark_master(self) -> str | None:
         """The master URL consumer drivers submit to; None: Spark inside the driver."""
@@ -157,7 +201,7 @@ class Stack:
         return None if component.mode == LOCAL else component.endpoint
 
     def _postgres(
-        self, found: artifacts.Artifacts | None, previous: StackState | None
+        self, found: artifacts.Artifacts | None, previous: StackState | None, state: StackState
     ) -> Component:
         if self.settings.database_url:
             return Component(EXTERNAL, endpoint=self.external_database_url())
@@ -166,16 +210,27 @@ class Stack:
         self.write_pgpass()
         old = previous.postgres if previous else None
         data = self.dir / "pgdata"
-        if old and old.mode == EMBEDDED and alive(old.pid) and old.port and port_open(old.port):
+        host = self.host("postgres", state)
+        address = host.address
+        up = old and old.mode == EMBEDDED and alive(old.pid) and old.port
+        if old and up and old.port and port_open(old.port, address):
             return old
-        port = old.port if old and old.port and not port_open(old.port) else free_port()
+        port = old.port if old and old.port and not port_open(old.port, address) else free_port()
         log = self.logs / "postgres.log"
         postgres.initdb(found.postgres_bin, data, log, superuser_password)
+        network = self.network(state)
         pid = postgres.start_server(
-            found.postgres_bin, data, port, log, self.pgpass, superuser_password
+            found.postgres_bin,
+            data,
+            port,
+            log,
+            self.pgpass,
+            superuser_password,
+            host,
+            network.network() if network else None,
         )
-        postgres.create_database(port, self.settings.database_name, self.pgpass)
-        endpoint = postgres.url(port, self.settings.database_name, self.pgpass)
+        postgres.create_database(port, self.settings.database_name, self.pgpass, address)
+        endpoint = postgres.url(port, self.settings.database_name, self.pgpass, address)
         return Component(EMBEDDED, endpoint, [Node("postgres", "database", pid, port, endpoint)])
 
     def external_database_url(self) -> str:
@@ -209,7 +264,7 @@ class Stack:
         write_pgpass(self.pgpass, {**entries, **self._admin_password()}.items())
 
     def _broker(
-        self, found: artifacts.Artifacts | None, previous: StackState | None
+        self, found: artifacts.Artifacts | None, previous: StackState | None, state: StackState
     ) -> tuple[Component, bool]:
         """The Kafka cluster, its stopped nodes started again; True when the whole cluster was
         down (a single broker restarted), so that hanging transactions must be healed."""
@@ -219,7 +274,7 @@ class Stack:
         old = previous.broker if previous else None
         size = self.settings.kafka_brokers
         cluster, started = broker.ensure(
-            found.java, found.broker_libs, self.dir, self.logs, size, old
+            found.java, found.broker_libs, self.dir, self.logs, size, old, self._hosts(state)
         )
         return cluster, len(started) == size
 
@@ -229,6 +284,7 @@ class Stack:
         previous: StackState | None,
         bootstrap: str,
         broker_restarted: bool,
+        state: StackState,
     ) -> Component:
         if self.settings.connect_url:
             return Component(EXTERNAL, endpoint=self.settings.connect_url)
@@ -252,9 +308,18 @@ class Stack:
                 kafka_security=connect_worker_config(self.kafka_security()),
                 replication=factor,
                 wait=False,
+                host=self.host(node.name, state),
             )
 
-        return connect.ensure(self.dir, self.logs, size, old, launch, restart_all=broker_restarted)
+        return connect.ensure(
+            self.dir,
+            self.logs,
+            size,
+            old,
+            launch,
+            restart_all=broker_restarted,
+            hosts=self._hosts(state),
+        )
 
     def connector_settings(self, database_url: str) -> ConnectorSettings:
         """Connector settings for the stack's database, as Connect must reach it."""
@@ -336,6 +401,12 @@ class Stack:
             state.postgres.pid, sig=signal.SIGINT, timeout=30
         ):
             self.echo(f"postgres   stopped (pid {state.postgres.pid})")
+        network = self.network(state)
+        if network is not None and not keep_data:
+            # Every process in the namespaces is stopped: they can go (a stack kept with its
+            # data keeps its network, so that its nodes come back on their addresses).
+            network.destroy()
+            self.echo(f"network    {network.network()} removed")
         if not keep_data:
             shutil.rmtree(self.dir / "pgdata", ignore_errors=True)
             shutil.rmtree(self.dir / "kafka", ignore_errors=True)

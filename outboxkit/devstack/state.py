@@ -85,6 +85,9 @@ class StackState:
     connectors: list[str] = field(default_factory=list)
     slots: list[str] = field(default_factory=list)
     publications: list[str] = field(default_factory=list)
+    # The partitionable network the nodes run on (`outboxkit.devstack.network.Network`'s
+    # record); None: every node on loopback.
+    network: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, path: Path) -> StackState | None:
@@ -101,6 +104,7 @@ class StackState:
             connectors=raw.get("connectors", []),
             slots=raw.get("slots", []),
             publications=raw.get("publications", []),
+            network=raw.get("network"),
         )
 
     def save(self, path: Path) -> None:

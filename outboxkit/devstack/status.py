@@ -12,6 +12,7 @@ from cdc.preflight import slot_lag
 from cdc.recovery import diagnose_connector
 from outboxkit.devstack import artifacts
 from outboxkit.devstack.connectors import StackView
+from outboxkit.devstack.network import address_of
 from outboxkit.devstack.processes import alive, port_open
 from outboxkit.devstack.state import EMBEDDED, EXTERNAL, Component, StackState
 from outboxkit.kernel.engines import engine_for
@@ -49,7 +50,8 @@ def nodes(state: StackState) -> list[dict[str, Any]]:
         component: Component = getattr(state, engine)
         for node in component.nodes if component.mode == EMBEDDED else []:
             running = alive(node.pid)
-            answers = running and node.port is not None and port_open(node.port)
+            address = address_of(state.network, node.name)
+            answers = running and node.port is not None and port_open(node.port, address)
             health = "up" if answers else ("starting" if running else "down")
             rows.append({"engine": engine, **asdict(node), "health": health})
     return rows

@@ -43,6 +43,7 @@ from outboxkit.saga_harness import load
 from outboxkit.saga_harness.faults import ROUTINE as ROUTINE  # the e2e tests strike these mid-run
 from outboxkit.saga_harness.faults import Shape, check, inject, offered
 from outboxkit.saga_harness.invariants import Report
+from outboxkit.saga_harness.kafka_scan import Scan, scan
 from outboxkit.saga_harness.load import Placed
 from outboxkit.saga_harness.processes import Saga
 
@@ -64,6 +65,7 @@ def shape_of(stack: Stack, saga: Saga) -> Shape:
         connect_workers=_embedded(state.connect),
         spark_workers=len(nodes.spark_workers(stack)),
         replicas=saga.replicas,
+        partitionable=state.network is not None,
     )
 
 
@@ -105,10 +107,20 @@ class Checks:
     problems: list[str] = field(default_factory=list)
     # Orders cancelled by their timer, captured late anyway, and refunded (`Report.late`).
     late_captures: dict[str, int] = field(default_factory=dict)
+    # What a read_committed reader saw on the saga's topics: records, and event ids seen more
+    # than once (None: not scanned, the connectors being at-least-once).
+    kafka_records: int = 0
+    kafka_duplicates: int | None = None
 
     @property
     def ok(self) -> bool:
-        return self.report_ok and self.stuck == 0 and self.lost == 0 and self.duplicates == 0
+        return (
+            self.report_ok
+            and self.stuck == 0
+            and self.lost == 0
+            and self.duplicates == 0
+            and not self.kafka_duplicates
+        )
 
     def latency(self, q: float) -> float:
         """Quantile ``q`` (0.5, 0.99) of POST -> final latencies."""
@@ -264,6 +276,14 @@ def final_checks(
     saga.timeout_bound = max(saga.timeout_bound, longest + 30.0)
     report: Report = saga.report(placed, warm=probes)
     audits = saga.audit()
+    found = problems(report, audits)
+    kafka = committed_duplicates(saga)
+    if kafka is not None and kafka.duplicate_count:
+        found += [
+            f"{topic}: ids read twice by a read_committed reader: {ids[:5]}"
+            for topic, ids in kafka.duplicates.items()
+            if ids
+        ]
     return Checks(
         by_status=report.by_status,
         stuck=len(stuck),
@@ -273,9 +293,22 @@ def final_checks(
         unavailable=sum(p.unavailable for p in everything),
         report_ok=report.ok and all(a["exact"] for a in audits),
         audits=audits,
-        problems=problems(report, audits),
+        problems=found,
         late_captures=report.late,
+        kafka_records=kafka.records if kafka else 0,
+        kafka_duplicates=kafka.duplicate_count if kafka else None,
     )
+
+
+def committed_duplicates(saga: Saga) -> Scan | None:
+    """The saga's topics as a read_committed reader sees them (`kafka_scan`), on a stack whose
+    connectors are exactly-once; None on an at-least-once one, whose re-sends are expected."""
+    stack = saga.stack
+    if not stack.settings.connect_exactly_once:
+        return None
+    from outboxkit.saga_harness.faults import saga_topics
+
+    return scan(stack.kafka_client_config(), saga_topics(stack))
 
 
 def problems(report: Report, audits: list[dict[str, Any]]) -> list[str]:

@@ -38,6 +38,9 @@ class Shape:
     connect_workers: int = 1
     spark_workers: int = 0
     replicas: int = 1
+    # Each node in a network namespace of its own (OUTBOXKIT_NETWORK=namespaces): its links
+    # can be cut and slowed.
+    partitionable: bool = False
 
     @classmethod
     def of(cls, settings: StackSettings) -> Shape:
@@ -48,6 +51,7 @@ class Shape:
             connect_workers=0 if settings.connect_url else settings.connect_workers,
             spark_workers=0 if settings.spark_master else settings.spark_workers,
             replicas=settings.service_replicas,
+            partitionable=settings.network == "namespaces",
         )
 
     def describe(self) -> str:
@@ -55,6 +59,7 @@ class Shape:
             f"{self.postgres} embedded Postgres, {self.brokers} Kafka node(s), "
             f"{self.connect_workers} Connect worker(s), {self.spark_workers} Spark worker(s), "
             f"{self.replicas} replica(s) per service"
+            + (", each node in its own network namespace" if self.partitionable else "")
         )
 
 
@@ -81,6 +86,68 @@ def _service_kill(service: str) -> Kind:
 # What the cluster kinds need, in words.
 KAFKA_CLUSTER, CONNECT_GROUP = "3+ Kafka nodes", "2+ Connect workers"
 SPARK_CLUSTER = "Spark workers"
+PARTITIONABLE = "the partitionable network"
+KAFKA_PARTITIONABLE = f"{KAFKA_CLUSTER} on {PARTITIONABLE}"
+CONNECT_PARTITIONABLE = f"{CONNECT_GROUP} on {PARTITIONABLE}"
+
+
+def _partitionable(shape: Shape) -> bool:
+    return shape.partitionable and shape.postgres >= 1 and shape.brokers >= 1
+
+
+# The network faults (`outboxkit.saga_harness.partitions`): offered on the partitionable
+# network only, so a seed plans the same campaign on loopback as before they existed.
+NETWORK_KINDS: tuple[Kind, ...] = (
+    Kind(
+        "leader-isolated",
+        "the leader of a random saga partition cut from the other brokers for 10-20 s",
+        KAFKA_PARTITIONABLE,
+        lambda s: _partitionable(s) and s.brokers >= 3,
+    ),
+    Kind(
+        "controller-isolated",
+        "the active controller cut from the other brokers for 10-20 s",
+        KAFKA_PARTITIONABLE,
+        lambda s: _partitionable(s) and s.brokers >= 3,
+    ),
+    Kind(
+        "leader-deaf",
+        "one way: the other brokers' packets to a saga partition's leader lost for 10-20 s",
+        KAFKA_PARTITIONABLE,
+        lambda s: _partitionable(s) and s.brokers >= 3,
+    ),
+    Kind(
+        "connect-kafka-cut",
+        "the worker running a saga connector's task cut from Kafka, not Postgres, 10-20 s",
+        PARTITIONABLE,
+        _partitionable,
+    ),
+    Kind(
+        "connect-workers-split",
+        "a Connect worker cut from the other workers only for 10-20 s",
+        CONNECT_PARTITIONABLE,
+        lambda s: _partitionable(s) and s.connect_workers >= 2,
+    ),
+    Kind(
+        "commit-in-doubt",
+        "one way: Postgres's answers to the consumers lost 3-8 s, then their connections "
+        "ended (a COMMIT sent meanwhile is applied, its answer never arrives)",
+        PARTITIONABLE,
+        _partitionable,
+    ),
+    Kind(
+        "service-postgres-cut",
+        "a service replica cut from Postgres for 10-20 s",
+        PARTITIONABLE,
+        _partitionable,
+    ),
+    Kind(
+        "consumer-kafka-slow",
+        "200 ms ± 50 ms each way and 1% loss between the consumers and Kafka for 30-45 s",
+        PARTITIONABLE,
+        _partitionable,
+    ),
+)
 
 # Single-node kinds first, in the order campaigns before clusters drew them: a seed plans the
 # same campaign on one node as it did then.
@@ -142,6 +209,7 @@ KINDS: tuple[Kind, ...] = (
         SPARK_CLUSTER,
         lambda s: s.spark_workers >= 1,
     ),
+    *NETWORK_KINDS,
 )
 BY_NAME = {kind.name: kind for kind in KINDS}
 NAMES = tuple(BY_NAME)
@@ -162,6 +230,8 @@ def check(names: Sequence[str], shape: Shape) -> tuple[str, ...]:
         needs = "; ".join(f"{k.name} needs {k.needs}" for k in unfit)
         cluster = any(k.needs in (KAFKA_CLUSTER, CONNECT_GROUP, SPARK_CLUSTER) for k in unfit)
         hint = " (OUTBOXKIT_CLUSTER=true: the cluster shape)" if cluster else ""
+        if any(k in NETWORK_KINDS for k in unfit):
+            hint += " (OUTBOXKIT_NETWORK=namespaces, as root: the partitionable network)"
         raise FaultKindError(
             f"{needs}; this stack runs {shape.describe()}{hint}. Kinds it can strike: "
             f"{', '.join(offered(shape))}"
@@ -334,6 +404,10 @@ def inject(kind: str, stack: Stack, saga: Saga, rng: random.Random) -> str:
     service = kind.removesuffix("-kill")
     if service in SERVICES:
         return kill_process(saga, pick(saga.replicas_of(service), rng), rng.uniform(1, 3))
+    if kind in {k.name for k in NETWORK_KINDS}:
+        from outboxkit.saga_harness import partitions
+
+        return partitions.STRIKES[kind](stack, saga, rng)
     if kind not in STRIKES:
         raise FaultKindError(f"unknown fault {kind!r}: choose from {sorted(STRIKES)}")
     return STRIKES[kind](stack, saga, rng)

@@ -196,7 +196,7 @@ class Saga:
         for name, proc in record["processes"].items():
             if proc.get("port"):
                 saga.ports[name] = proc["port"]
-                saga.urls[name] = f"http://127.0.0.1:{proc['port']}"
+                saga.urls[name] = f"http://{stack.host(name).address}:{proc['port']}"
             if _runs(proc.get("pid"), name, proc.get("port")):
                 saga.pids[name] = proc["pid"]
         for service in SERVICES:
@@ -294,19 +294,24 @@ class Saga:
             raise ValueError(f"{name} is no service replica")
         if alive(self.pids.get(name)):
             raise RuntimeError(f"{name} is running (pid {self.pids[name]})")
-        port = self._port(name)
+        host = self.stack.host(name)
+        port = self._port(name, host.address)
         pid = start(
             name,
-            [sys.executable, "-m", "outboxkit.saga.serve", service, "--port", str(port)],
+            [
+                *(sys.executable, "-m", "outboxkit.saga.serve", service),
+                *("--host", host.address, "--port", str(port)),
+            ],
             log=self.workdir / f"{name}.log",
             env={**self.env(), **self.telemetry, "OTEL_SERVICE_NAME": service},
             cwd=ROOT,
+            host=host,
         )
         self.pids[name], self.ports[name] = pid, port
-        self.urls[name] = f"http://127.0.0.1:{port}"
+        self.urls[name] = f"http://{host.address}:{port}"
         self._save()
 
-    def _port(self, name: str) -> int:
+    def _port(self, name: str, address: str = "127.0.0.1") -> int:
         """The process's recorded port once its last process let go of it, else a free one
         (not one recorded for another process: that one may not have bound it yet)."""
         port = self.ports.get(name)
@@ -314,7 +319,9 @@ class Saga:
         while port is None or port in others:
             port = free_port()
         with contextlib.suppress(retry.WaitTimeout):  # then the start fails and says why
-            retry.wait_until(released(port), timeout=30, poll=0.2, what=f"port {port} free")
+            retry.wait_until(
+                released(port, address), timeout=30, poll=0.2, what=f"port {port} free"
+            )
         return port
 
     def _ready(self, service: str) -> bool:
@@ -340,7 +347,11 @@ class Saga:
         if alive(self.pids.get("consumers")):
             raise RuntimeError(f"the consumers are running (pid {self.pids['consumers']})")
         log = self.workdir / "consumers.log"
-        port = self._port("consumers")
+        host = self.stack.host("consumers")
+        port = self._port("consumers", host.address)
+        # On the partitionable network the driver binds its own address: executors on other
+        # nodes connect back to it there, and the tools read its metrics there.
+        where = {"SPARK_LOCAL_IP": host.address} if host.namespace else {}
         pid = start(
             "consumers",
             [
@@ -354,13 +365,15 @@ class Saga:
                 str(self.workdir / "checkpoints"),
                 "--metrics-port",
                 str(port),
+                *(("--metrics-host", host.address) if host.namespace else ()),
             ],
             log=log,
-            env={**self.env(), **self.telemetry, "OTEL_SERVICE_NAME": "consumers"},
+            env={**self.env(), **self.telemetry, "OTEL_SERVICE_NAME": "consumers", **where},
             cwd=ROOT,
+            host=host,
         )
         self.pids["consumers"], self.ports["consumers"] = pid, port
-        self.urls["consumers"] = f"http://127.0.0.1:{port}"
+        self.urls["consumers"] = f"http://{host.address}:{port}"
         self._save()
         self.echo(
             f"consumers saga_payments, saga_shipping, saga_orders (pid {pid}), "

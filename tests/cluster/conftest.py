@@ -1,6 +1,7 @@
 """The cluster shape of the embedded stack (3 Kafka nodes with RF 3 and min ISR 2, 2 Connect
 workers in one group, a Spark standalone master with 2 one-core workers), started once for the
-tests of this folder and stopped after them."""
+tests of this folder and stopped after them; on the partitionable network when the machine
+allows it (root), else on loopback."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
 from cdc.supervisor import RestartPolicy, Supervisor
+from outboxkit.devstack.network import unavailable
 from outboxkit.devstack.stack import Stack
 from tests.conftest import temporary_stack
 
@@ -28,6 +30,9 @@ def cluster() -> Iterator[Stack]:
             kafka_brokers=3,
             connect_workers=2,
             spark_workers=2,
+            # Each node in a network namespace of its own where this machine allows (root):
+            # the network faults of test_partitions.py cut and slow its links.
+            network="loopback" if unavailable() else "namespaces",
         ) as stack,
         supervised(stack),
     ):

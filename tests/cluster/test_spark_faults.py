@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from outboxkit.devstack import spark
+from outboxkit.devstack.network import address_of
 from outboxkit.devstack.stack import Stack
 from outboxkit.devstack.state import Node
 from tests.faults.test_spark_faults import ROOT, consume_command
@@ -118,7 +119,9 @@ def test_tasks_run_in_executors_under_the_workers(cluster, cluster_engine, backl
     driver = Driver(cluster, backlog, tmp_path)
     try:
         driver.wait_applied(cluster_engine, EVENTS // 4)
-        master = spark.master_state(cluster.state.spark.nodes[0].extra_port or 0)
+        node = cluster.state.spark.nodes[0]
+        address = address_of(cluster.state.network, node.name)
+        master = spark.master_state(node.extra_port or 0, address=address)
         assert master is not None and master.alive
         assert len(master.alive_workers()) == 2
         for worker in workers(cluster):

@@ -37,6 +37,7 @@ def consume_command(
         "OUTBOXKIT_TEST_DATABASE_URL": stack.database_url(),
         "OUTBOXKIT_TEST_BOOTSTRAP": stack.bootstrap_servers(),
         "OUTBOXKIT_TEST_MAX_OFFSETS": "4000",
+        **stack.driver_env(),
     }
     command = [
         sys.executable,

@@ -16,6 +16,7 @@ from outboxkit.saga_harness.chaos import Campaign, Round, schedule
 from outboxkit.saga_harness.faults import (
     NAMES,
     SERVICES,
+    NETWORK_KINDS,
     FaultKindError,
     Shape,
     check,
@@ -55,9 +56,27 @@ def test_the_cluster_shape_offers_every_cluster_kind_and_the_common_ones():
     kinds = offered(CLUSTER)
     assert set(CLUSTER_ONLY) <= set(kinds)
     assert "connect-kill" not in kinds  # a group's worker: connect-worker-kill
-    assert set(kinds) == set(NAMES) - {"connect-kill"}
+    network = {kind.name for kind in NETWORK_KINDS}
+    assert set(kinds) == set(NAMES) - {"connect-kill"} - network
     assert Shape.of(StackSettings(cluster=True)) == CLUSTER
     assert Shape.of(StackSettings()) == ONE_NODE
+
+
+def test_the_partitionable_cluster_offers_every_network_kind_besides_the_others():
+    shape = Shape.of(StackSettings(cluster=True, network="namespaces"))
+    assert shape.partitionable
+    kinds = offered(shape)
+    assert {kind.name for kind in NETWORK_KINDS} <= set(kinds)
+    assert kinds[: len(offered(CLUSTER))] == offered(CLUSTER)  # a seed plans the same rounds
+    # On one node of each engine, the kinds that need several nodes are not offered.
+    one = set(offered(Shape(partitionable=True)))
+    assert {"commit-in-doubt", "service-postgres-cut", "consumer-kafka-slow"} <= one
+    assert not {"leader-isolated", "controller-isolated", "connect-workers-split"} & one
+
+
+def test_a_network_kind_on_loopback_says_how_to_get_the_partitionable_network():
+    with pytest.raises(FaultKindError, match="OUTBOXKIT_NETWORK=namespaces"):
+        check(["commit-in-doubt"], CLUSTER)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,132 @@
+"""The partitionable network on the real kernel: nodes in namespaces of their own reach each
+other on a bridge; a cut drops a link both ways or one way, a slow link delays it, healing
+restores it, and destroying the network leaves no namespace behind. Needs root (skipped
+elsewhere, with the reason)."""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from outboxkit.devstack.network import Network, unavailable
+from outboxkit.devstack.processes import start, stop
+
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
+
+# A TCP server answering each line with the same line.
+ECHO = (
+    "import socket,sys\n"
+    "s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind((sys.argv[1], 7000)); s.listen()\n"
+    "while True:\n"
+    "    c, _ = s.accept(); f = c.makefile('rwb')\n"
+    "    for line in f: f.write(line); f.flush()\n"
+)
+
+
+@pytest.fixture
+def network(tmp_path: Path) -> Iterator[Network]:
+    net = Network.create(tmp_path)
+    pids: list[int] = []
+    net.pids = pids  # type: ignore[attr-defined]
+    try:
+        yield net
+    finally:
+        net.heal()
+        for pid in pids:
+            stop(pid, timeout=5)
+        net.destroy()
+        assert net.leftovers() == []
+
+
+def serve(net: Network, node: str, tmp_path: Path) -> str:
+    host = net.host(node)
+    pid = start(
+        node, [sys.executable, "-c", ECHO, host.address], log=tmp_path / f"{node}.log", host=host
+    )
+    net.pids.append(pid)  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if reaches(host.address, timeout=0.5):
+            return host.address
+        time.sleep(0.1)
+    raise AssertionError(f"{node}'s server never answered")
+
+
+def reaches(address: str, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((address, 7000), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def round_trips(address: str, count: int = 10) -> list[float]:
+    with socket.create_connection((address, 7000), timeout=5) as conn:
+        f = conn.makefile("rwb")
+        times = []
+        for _ in range(count):
+            began = time.monotonic()
+            f.write(b"ping\n")
+            f.flush()
+            assert f.readline() == b"ping\n"
+            times.append(time.monotonic() - began)
+        return times
+
+
+def test_nodes_reach_each_other_on_their_own_addresses(network, tmp_path):
+    a = serve(network, "a", tmp_path)
+    b = serve(network, "b", tmp_path)
+    assert a != b and a.startswith(network.subnet) and b.startswith(network.subnet)
+    # Each node listens on its address only: its namespace has no other way in.
+    host_b = network.host("b")
+    probe = f"import socket; socket.create_connection(('{a}', 7000), timeout=2); print('reached')"
+    log = tmp_path / "probe.log"
+    pid = start("probe", [sys.executable, "-c", probe], log=log, host=host_b)
+    network.pids.append(pid)
+    deadline = time.monotonic() + 10
+    while "reached" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "reached" in log.read_text()
+
+
+def test_a_cut_drops_the_link_until_healed(network, tmp_path):
+    a = serve(network, "a", tmp_path)
+    b = serve(network, "b", tmp_path)
+    network.cut(["tools"], ["a"])
+    assert not reaches(a)
+    assert reaches(b)  # only the link cut
+    assert network.heal() == ["tools <-> a: cut"]
+    assert reaches(a)
+
+
+def test_a_one_way_cut_drops_one_direction_only(network, tmp_path):
+    a = serve(network, "a", tmp_path)
+    # a's answers lost: a connection from the tools cannot complete its handshake.
+    network.cut(["a"], ["tools"], oneway=True)
+    assert not reaches(a)
+    network.heal()
+    # The other way round: the tools' packets to a lost.
+    network.cut(["tools"], ["a"], oneway=True)
+    assert not reaches(a)
+    network.heal()
+    assert reaches(a)
+
+
+def test_a_slow_link_delays_each_round_trip(network, tmp_path):
+    a = serve(network, "a", tmp_path)
+    quick = statistics.median(round_trips(a))
+    network.slow(["tools"], ["a"], delay=0.1)
+    slow = statistics.median(round_trips(a))
+    network.heal()
+    # 100 ms each way: a round trip takes at least 0.2 s (a correctness check of the delay,
+    # not a speed target), and well under a hung link's seconds.
+    assert 0.15 <= slow < 2.0, (quick, slow)
+    assert statistics.median(round_trips(a)) < 0.1
+    assert not network.shapers
