@@ -14,8 +14,8 @@ PROC = Path("/proc")
 
 @dataclass(frozen=True)
 class Usage:
-    """What a process tree holds: resident memory (MiB), open file descriptors, threads, and
-    how many processes it counts."""
+    """What a process tree holds: resident memory (MiB, proportional: see `status`), open file
+    descriptors, threads, and how many processes it counts."""
 
     rss_mib: float
     fds: int
@@ -52,15 +52,23 @@ def tree(pid: int, parent_of: Mapping[int, int]) -> list[int]:
     return found
 
 
+def _fields(path: Path) -> dict[str, str]:
+    return dict(line.split(":", 1) for line in path.read_text().splitlines() if ":" in line)
+
+
 def status(pid: int, proc: Path = PROC) -> tuple[float, int] | None:
-    """(resident MiB, threads) of one process from /proc/PID/status; None when it is gone."""
+    """(resident MiB, threads) of one process; None when it is gone. Resident memory is the
+    proportional set size (/proc/PID/smaps_rollup's Pss): a page shared by N processes counts
+    1/N in each, so a tree's sum counts Postgres's shared buffers once, not once per backend
+    (VmRSS, read where there is no smaps_rollup, would)."""
+    folder = proc / str(pid)
     try:
-        lines = (proc / str(pid) / "status").read_text().splitlines()
+        fields = _fields(folder / "status")
+        rollup = _fields(folder / "smaps_rollup") if (folder / "smaps_rollup").exists() else {}
     except OSError:
         return None
-    fields = dict(line.split(":", 1) for line in lines if ":" in line)
-    rss_kib = int(fields["VmRSS"].split()[0]) if "VmRSS" in fields else 0  # 0: a zombie
-    return rss_kib / 1024, int(fields.get("Threads", "0"))
+    resident = rollup.get("Pss") or fields.get("VmRSS") or "0 kB"  # none: a zombie
+    return int(resident.split()[0]) / 1024, int(fields.get("Threads", "0"))
 
 
 def open_fds(pid: int, proc: Path = PROC) -> int | None:

@@ -150,6 +150,9 @@ def test_a_process_tree_is_summed_from_proc(tmp_path: Path) -> None:
     assert proc.usage(pids, tmp_path) == proc.Usage(3.5, 39, 51, 3)
     assert proc.usage([102, 999], tmp_path) == proc.Usage(0.5, 4, 1, 1)  # 999: gone
     assert proc.usage([999], tmp_path) is None
+    # Where the kernel gives it, the proportional share: shared pages counted once in a sum.
+    (tmp_path / "102" / "smaps_rollup").write_text("Rss:    512 kB\nPss:    256 kB\n")
+    assert proc.usage([102], tmp_path) == proc.Usage(0.25, 4, 1, 1)
 
 
 def test_this_process_reads_from_the_real_proc() -> None:
