@@ -150,7 +150,9 @@ def add_parser(sub: SubParsers) -> None:
         "--kinds",
         nargs="*",
         metavar="KIND",
-        help="fault kinds (default: every kind the stack's shape offers):\n" + faults.help_lines(),
+        # argparse formats help with %: a kind's "1% loss" must reach it as "1%% loss".
+        help="fault kinds (default: every kind the stack's shape offers):\n"
+        + faults.help_lines().replace("%", "%%"),
     )
     chaos.add_argument("--out", help="write chaos.json and chaos.md into this folder")
     chaos.add_argument("--keep-running", action="store_true", help="leave the stack and saga up")

@@ -9,6 +9,12 @@
 - ``once``: operator commands, migrations, set-up steps and checks. No pool (``NullPool``): a
   connection per use, and nothing left open on the database when the step ends.
 
+Every connection to Postgres also notices a lost peer in bounded time (`NETWORK`): a
+partition, or a server that ended the connection while its answer could not arrive, turns into
+a connection error within about half a minute, which the caller retries (a 503, a batch
+retried), instead of a request or a task hanging until the operating system gives up after
+hours.
+
 Benchmarks size their pools to what they measure and make their own."""
 
 from __future__ import annotations
@@ -16,9 +22,21 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from sqlalchemy import Engine, create_engine, pool
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 
 Role = Literal["service", "consumer", "metrics", "once"]
+
+# libpq's connection settings: give up connecting after 10 s; probe a connection idle for 10 s
+# every 5 s, and drop it after 3 probes unanswered; drop a connection whose sent data stays
+# unacknowledged for 20 s (a query or a COMMIT sent into a partition).
+NETWORK: dict[str, int] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 20_000,
+}
 
 _POOLS: dict[str, dict[str, Any]] = {
     "service": {"pool_size": 10, "pool_pre_ping": True},
@@ -40,4 +58,7 @@ def engine_for(url: str | URL, role: Role, **options: Any) -> Engine:
     """
     if role not in _POOLS:
         raise ValueError(f"engine role {role!r}: one of {', '.join(_POOLS)}")
-    return create_engine(url, **{**_POOLS[role], **options})
+    settings = {**_POOLS[role], **options}
+    if make_url(url).get_backend_name() == "postgresql":
+        settings["connect_args"] = {**NETWORK, **settings.get("connect_args", {})}
+    return create_engine(url, **settings)

@@ -70,8 +70,10 @@ def scan(
                 raise RuntimeError(f"read_committed scan: {error}")
             headers = dict(message.headers() or [])
             event_id = headers.get(ID_HEADER)
-            if event_id is not None:
-                counts[message.topic()][event_id.decode(errors="replace")] += 1
+            topic = message.topic()
+            if event_id is not None and topic is not None:
+                text = event_id if isinstance(event_id, str) else event_id.decode(errors="replace")
+                counts[topic][text] += 1
     finally:
         consumer.close()
     return Scan(

@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 from outboxkit.devstack.network import Network, address_of
 from outboxkit.devstack.processes import StackError
+from outboxkit.kernel.engines import engine_for
 
 if TYPE_CHECKING:
     from outboxkit.devstack.stack import Stack
@@ -155,7 +156,7 @@ def in_doubt_commit(stack: Stack, saga: Saga, rng: random.Random) -> str:
 def _end_connections(stack: Stack, addresses: Sequence[str]) -> int:
     """End every connection from ``addresses`` on the server; returns how many had a COMMIT
     as their last statement and sat idle (it committed: the answer is what was lost)."""
-    engine = create_engine(stack.database_url(), pool_size=1)
+    engine = engine_for(stack.database_url(), "once")
     try:
         with engine.begin() as conn:
             rows = conn.execute(

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import create_engine, pool, text
+from sqlalchemy import text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -19,6 +19,7 @@ from inbox import tables as inbox_tables
 from outbox.table import outbox_scheduled_table, outbox_table
 from outboxkit.devstack.stack import Stack
 from outboxkit.devstack.state import EMBEDDED
+from outboxkit.kernel.engines import engine_for
 from outboxkit.saga_harness import proc
 from outboxkit.saga_harness.processes import Saga
 
@@ -57,7 +58,7 @@ class Sampler:
     def __init__(self, stack: Stack, saga: Saga, since: datetime.datetime) -> None:
         self.stack, self.saga, self.since = stack, saga, since
         # The stack's superuser: the slots, the WAL directory and its settings.
-        self.admin: Engine = create_engine(stack.database_url(), poolclass=pool.NullPool)
+        self.admin: Engine = engine_for(stack.database_url(), "once")
 
     def close(self) -> None:
         self.admin.dispose()

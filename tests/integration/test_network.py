@@ -30,17 +30,19 @@ ECHO = (
 )
 
 
+# The processes a test started in the network's namespaces: stopped before it is destroyed.
+STARTED: list[int] = []
+
+
 @pytest.fixture
 def network(tmp_path: Path) -> Iterator[Network]:
     net = Network.create(tmp_path)
-    pids: list[int] = []
-    net.pids = pids  # type: ignore[attr-defined]
     try:
         yield net
     finally:
         net.heal()
-        for pid in pids:
-            stop(pid, timeout=5)
+        while STARTED:
+            stop(STARTED.pop(), timeout=5)
         net.destroy()
         assert net.leftovers() == []
 
@@ -50,7 +52,7 @@ def serve(net: Network, node: str, tmp_path: Path) -> str:
     pid = start(
         node, [sys.executable, "-c", ECHO, host.address], log=tmp_path / f"{node}.log", host=host
     )
-    net.pids.append(pid)  # type: ignore[attr-defined]
+    STARTED.append(pid)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if reaches(host.address, timeout=0.5):
@@ -89,7 +91,7 @@ def test_nodes_reach_each_other_on_their_own_addresses(network, tmp_path):
     probe = f"import socket; socket.create_connection(('{a}', 7000), timeout=2); print('reached')"
     log = tmp_path / "probe.log"
     pid = start("probe", [sys.executable, "-c", probe], log=log, host=host_b)
-    network.pids.append(pid)
+    STARTED.append(pid)
     deadline = time.monotonic() + 10
     while "reached" not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.1)

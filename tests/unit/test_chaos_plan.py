@@ -15,8 +15,8 @@ from outboxkit.saga import common
 from outboxkit.saga_harness.chaos import Campaign, Round, schedule
 from outboxkit.saga_harness.faults import (
     NAMES,
-    SERVICES,
     NETWORK_KINDS,
+    SERVICES,
     FaultKindError,
     Shape,
     check,

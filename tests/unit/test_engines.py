@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import pool
 
+from outboxkit.kernel import engines
 from outboxkit.kernel.engines import engine_for
 from tests.unit.test_layers import MAY_IMPORT, python_files
 
@@ -33,3 +35,20 @@ def test_engines_are_made_in_one_place() -> None:
         if "create_engine(" in path.read_text()
     ]
     assert makers == ["outboxkit/kernel/engines.py"]
+
+
+def test_every_postgres_connection_notices_a_lost_peer_in_bounded_time(monkeypatch):
+    seen: dict[str, Any] = {}
+
+    def capture(url: Any, **kwargs: Any) -> None:
+        seen.update(kwargs)
+
+    monkeypatch.setattr(engines, "create_engine", capture)
+    engines.engine_for("postgresql+psycopg://u@db:5432/x", "service", connect_args={"a": 1})
+    args = seen["connect_args"]
+    assert args["tcp_user_timeout"] == engines.NETWORK["tcp_user_timeout"]
+    assert args["keepalives"] == 1 and args["connect_timeout"] > 0
+    assert args["a"] == 1  # the caller's own arguments kept
+    seen.clear()
+    engines.engine_for("sqlite://", "once")
+    assert "connect_args" not in seen  # libpq's settings only for Postgres
