@@ -356,9 +356,16 @@ def chaos(data: Mapping[str, Any]) -> str:
         for kind, f in sorted(data["by_fault"].items())
     ]
     table = markdown_table(["fault", "rounds", "recovery p50", "max"], rows)
+    scanned = data.get("kafka_duplicates")
+    kafka = (
+        ""
+        if scanned is None
+        else f"; {scanned} event ids seen twice by a read_committed reader of the saga's "
+        f"{data['kafka_records']:,} records"
+    )
     summary = (
         f"{len(data['rounds'])} rounds, {data['orders']:,} orders: **{data['lost']} lost, "
-        f"{data['duplicates']} duplicate effects, {data['stuck']} stuck**; "
+        f"{data['duplicates']} duplicate effects, {data['stuck']} stuck**{kafka}; "
         f"{data['unavailable']} client retries; POST -> final {data['latency_p50']:.1f} s p50 / "
         f"{data['latency_p99']:.1f} s p99 over the campaign ({data['baseline']:.1f} s before "
         "the first fault).\n\n"
@@ -570,6 +577,7 @@ RENDER: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "cluster": cluster,
     "chaos": chaos,
     "chaos-cluster": chaos,
+    "chaos-network": chaos,
     "profile": profile,
     "scheduled": scheduled,
     "soak": soak,

@@ -2,9 +2,10 @@
 service while each kind of partition strikes once (a partition leader or the active controller
 cut from the other brokers, a leader deaf one way, the Connect worker running a task cut from
 Kafka, the workers split, the consumers' commit in doubt, a service replica cut from Postgres,
-a slow and lossy link between the consumers and Kafka); then every order is final, every
-invariant and the audit hold, a read_committed reader sees each event id once, and no link is
-left cut. Needs root (each node in a network namespace of its own); skipped elsewhere."""
+a slow and lossy link between the consumers and Kafka), and a Spark executor and a Spark worker
+are killed; then every order is final, every invariant and the audit hold, a read_committed
+reader sees each event id once, and no link is left cut. Needs root (each node in a network
+namespace of its own); skipped elsewhere."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from tests.e2e.conftest import running_saga
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
-KINDS = [kind.name for kind in NETWORK_KINDS]
+# Every network kind, and the two Spark process kinds (a worker lost with its executors, one
+# executor lost) mixed in.
+KINDS = [kind.name for kind in NETWORK_KINDS] + ["spark-executor-kill", "spark-worker-kill"]
 
 
 @pytest.fixture(scope="module")

@@ -5,17 +5,26 @@ elsewhere, with the reason)."""
 
 from __future__ import annotations
 
+import shutil
+import signal
 import socket
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import OperationalError
 
+from outboxkit.devstack import artifacts, postgres
 from outboxkit.devstack.network import Network, unavailable
-from outboxkit.devstack.processes import start, stop
+from outboxkit.devstack.processes import free_port, start, stop
+from outboxkit.devstack.secrets import write_pgpass
+from outboxkit.devstack.settings import StackSettings
+from outboxkit.kernel.engines import engine_for
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
@@ -132,3 +141,47 @@ def test_a_slow_link_delays_each_round_trip(network, tmp_path):
     assert 0.15 <= slow < 2.0, (quick, slow)
     assert statistics.median(round_trips(a)) < 0.1
     assert not network.shapers
+
+
+def test_a_query_sent_into_a_partition_fails_instead_of_hanging(network):
+    """Postgres in a namespace of its own, cut silently from the tools mid-connection: the
+    framework's engine gives up on the connection (``outboxkit.kernel.engines.NETWORK``)
+    within its bounds, and a new connection works once the link heals. Without those
+    settings the query waits for the kernel's retransmissions, about 15 minutes."""
+    base = Path(tempfile.mkdtemp(prefix="outboxkit-netpg-"))
+    base.chmod(0o755)
+    found = artifacts.locate(StackSettings(_env_file=None).cache_dir)
+    data, log = base / "pgdata", base / "postgres.log"
+    host = network.host("db")
+    passfile = write_pgpass(base / "pgpass", [("postgres", "net-test-password")])
+    postgres.initdb(found.postgres_bin, data, log, "net-test-password")
+    port, pid = free_port(), None
+    try:
+        pid = postgres.start_server(
+            found.postgres_bin,
+            data,
+            port,
+            log,
+            passfile,
+            "net-test-password",
+            host,
+            network.network(),
+        )
+        url = postgres.url(port, "postgres", passfile, host.address)
+        engine = engine_for(url, "service", pool_size=1)
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT 1")).scalar() == 1
+            network.cut(["tools"], ["db"])
+            began = time.monotonic()
+            with pytest.raises(OperationalError):
+                conn.execute(text("SELECT pg_sleep(0)"))
+            waited = time.monotonic() - began
+        network.heal()
+        with engine.connect() as conn:  # the pool's ping drops the dead connection
+            assert conn.execute(text("SELECT 2")).scalar() == 2
+        engine.dispose()
+        # tcp_user_timeout (20 s) bounds it; 120 s leaves the machine's load room.
+        assert waited < 120, waited
+    finally:
+        stop(pid, sig=signal.SIGINT)
+        shutil.rmtree(base, ignore_errors=True)
