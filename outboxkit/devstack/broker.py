@@ -14,8 +14,9 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from cdc.limits import BROKER_SETTINGS
-from outboxkit.devstack.network import LOOPBACK, Host
 from outboxkit.devstack.processes import (
+    LOOPBACK,
+    Host,
     StackError,
     alive,
     free_port,

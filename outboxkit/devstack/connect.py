@@ -7,8 +7,9 @@ from pathlib import Path
 
 from cdc.connect import ConnectClient
 from cdc.limits import WORKER_SETTINGS
-from outboxkit.devstack.network import LOOPBACK, Host
 from outboxkit.devstack.processes import (
+    LOOPBACK,
+    Host,
     alive,
     free_port,
     java_properties,

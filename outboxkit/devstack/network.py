@@ -30,9 +30,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from outboxkit.devstack.processes import StackError, alive, start, stop, wait_until
+from outboxkit.devstack.processes import (
+    LOOPBACK_ADDRESS,
+    Host,
+    StackError,
+    alive,
+    start,
+    stop,
+    wait_until,
+)
 
-LOOPBACK_ADDRESS = "127.0.0.1"
 NETWORKS = ("loopback", "namespaces")
 # The address the tools' own namespace has on the bridge (the root namespace: tests, CLI).
 TOOLS = "tools"
@@ -40,29 +47,6 @@ TOOLS_OCTET = 1
 BRIDGE = "br0"
 # Each node's end of its veth pair, inside its namespace.
 NODE_INTERFACE = "eth0"
-
-
-@dataclass(frozen=True)
-class Host:
-    """Where one process runs: the address it binds and others reach it at, and the network
-    namespace it runs in (None: the tools' own, i.e. loopback)."""
-
-    address: str = LOOPBACK_ADDRESS
-    namespace: str | None = None
-
-    def wrap(self, argv: Sequence[str], user: str | None = None) -> tuple[list[str], str | None]:
-        """``argv`` as started in this host's namespace, and the user ``subprocess`` must switch
-        to (None once the command switches itself: ``ip netns exec`` needs root, so the switch
-        to ``user`` happens inside it, by setpriv). The PID is the command's own: both exec."""
-        if self.namespace is None:
-            return list(argv), user
-        prefix = ["ip", "netns", "exec", self.namespace]
-        if user is not None:
-            prefix += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"]
-        return [*prefix, *argv], None
-
-
-LOOPBACK = Host()
 
 
 class NetworkError(StackError):

@@ -12,9 +12,8 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
-from outboxkit.devstack.network import LOOPBACK as LOOPBACK_HOST
-from outboxkit.devstack.network import Host
-from outboxkit.devstack.processes import StackError, start, wait_until
+from outboxkit.devstack.processes import LOOPBACK as LOOPBACK_HOST
+from outboxkit.devstack.processes import Host, StackError, start, wait_until
 
 SUPERUSER = "postgres"
 LOOPBACK = "127.0.0.1"

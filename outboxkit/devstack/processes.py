@@ -8,13 +8,35 @@ import signal
 import socket
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from outboxkit.kernel import retry
 
-if TYPE_CHECKING:
-    from outboxkit.devstack.network import Host
+LOOPBACK_ADDRESS = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class Host:
+    """Where one process runs: the address it binds and others reach it at, and the network
+    namespace it runs in (None: the tools' own, i.e. loopback)."""
+
+    address: str = LOOPBACK_ADDRESS
+    namespace: str | None = None
+
+    def wrap(self, argv: Sequence[str], user: str | None = None) -> tuple[list[str], str | None]:
+        """``argv`` as started in this host's namespace, and the user ``subprocess`` must switch
+        to (None once the command switches itself: ``ip netns exec`` needs root, so the switch
+        to ``user`` happens inside it, by setpriv). The PID is the command's own: both exec."""
+        if self.namespace is None:
+            return list(argv), user
+        prefix = ["ip", "netns", "exec", self.namespace]
+        if user is not None:
+            prefix += ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"]
+        return [*prefix, *argv], None
+
+
+LOOPBACK = Host()
 
 
 class StackError(RuntimeError):
@@ -103,7 +125,7 @@ def start(
     host: Host | None = None,
 ) -> int:
     """Start ``argv`` in its own session, stdout and stderr appended to ``log``; return its PID.
-    ``host``: where it runs (`outboxkit.devstack.network.Host`; default: here, on loopback)."""
+    ``host``: where it runs (default: here, on loopback)."""
     if host is not None:
         argv, user = host.wrap(argv, user)
     log.parent.mkdir(parents=True, exist_ok=True)

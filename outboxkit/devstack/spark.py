@@ -14,8 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from outboxkit.devstack.network import LOOPBACK, Host
 from outboxkit.devstack.processes import (
+    LOOPBACK,
+    Host,
     StackError,
     alive,
     free_port,

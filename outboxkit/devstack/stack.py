@@ -25,8 +25,16 @@ from outboxkit.devstack import (
     status,
     transactions,
 )
-from outboxkit.devstack.network import LOOPBACK, TOOLS, Host, Network
-from outboxkit.devstack.processes import StackError, alive, free_port, port_open, stop
+from outboxkit.devstack.network import TOOLS, Network
+from outboxkit.devstack.processes import (
+    LOOPBACK,
+    Host,
+    StackError,
+    alive,
+    free_port,
+    port_open,
+    stop,
+)
 from outboxkit.devstack.secrets import SecretStore, write_pgpass
 from outboxkit.devstack.settings import StackSettings
 from outboxkit.devstack.state import EMBEDDED, EXTERNAL, LOCAL, Component, Node, StackState

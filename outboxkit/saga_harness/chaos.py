@@ -306,7 +306,7 @@ def committed_duplicates(saga: Saga) -> Scan | None:
     stack = saga.stack
     if not stack.settings.connect_exactly_once:
         return None
-    from outboxkit.saga_harness.faults import saga_topics
+    from outboxkit.saga_harness.targets import saga_topics
 
     return scan(stack.kafka_client_config(), saga_topics(stack))
 

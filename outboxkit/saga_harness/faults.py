@@ -10,18 +10,14 @@ import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
-from outboxkit.devstack.processes import StackError
-from outboxkit.saga import rules
+from outboxkit.saga_harness.targets import SERVICES, pick, saga_connectors, saga_topics
 
 if TYPE_CHECKING:
     from outboxkit.devstack.settings import StackSettings
     from outboxkit.devstack.stack import Stack
     from outboxkit.saga_harness.processes import Saga
-
-
-T = TypeVar("T")
 
 
 class FaultKindError(ValueError):
@@ -73,11 +69,6 @@ class Kind:
     fits: Callable[[Shape], bool] = lambda shape: True
 
 
-# The saga's services (outboxkit.saga.common.SERVICES, whose module is too heavy to import for a
-# CLI's help; a unit test keeps the two equal).
-SERVICES = ("orders", "payments", "shipping")
-
-
 def _service_kill(service: str) -> Kind:
     summary = f"kill -9 of one {service} replica (random of several), back after 1-3 s"
     return Kind(f"{service}-kill", summary)
@@ -95,8 +86,8 @@ def _partitionable(shape: Shape) -> bool:
     return shape.partitionable and shape.postgres >= 1 and shape.brokers >= 1
 
 
-# The network faults (`outboxkit.saga_harness.partitions`): offered on the partitionable
-# network only, so a seed plans the same campaign on loopback as before they existed.
+# The network faults (`outboxkit.saga_harness.partitions`, struck by `inject`): offered on the
+# partitionable network only, so a seed plans the same campaign on loopback as before.
 NETWORK_KINDS: tuple[Kind, ...] = (
     Kind(
         "leader-isolated",
@@ -239,12 +230,6 @@ def check(names: Sequence[str], shape: Shape) -> tuple[str, ...]:
     return tuple(names)
 
 
-def pick(choices: Sequence[T], rng: random.Random) -> T:
-    """One of ``choices`` at random; the only one without drawing, so that a seed plans the
-    same campaign on one replica (one node) as it did before there could be several."""
-    return rng.choice(choices) if len(choices) > 1 else choices[0]
-
-
 def help_lines() -> str:
     """Every kind on a line of its own, with what it needs (`outboxkit dev chaos --help`)."""
     return "\n".join(
@@ -299,25 +284,6 @@ def restart_connect_tasks(stack: Stack) -> str:
     for name in stack.state.connectors:
         client.restart(name, include_tasks=True)
     return "every connector"
-
-
-def saga_topics(stack: Stack) -> list[str]:
-    """The topics the saga's outboxes publish to."""
-    from outboxkit.kernel.wire.record import topic_for
-
-    prefix = stack.settings.topic_prefix
-    return [topic_for(t, topic_prefix=prefix) for t in rules.AGGREGATES]
-
-
-def saga_connectors(stack: Stack, saga: Saga) -> list[str]:
-    """The connectors of the saga's service databases (the stack's own connector captures the
-    stack's database, where no saga service writes: it carries no saga topic)."""
-    base = stack.settings.connector_name
-    wanted = [f"{base}-{saga.database_prefix}{service}" for service in SERVICES]
-    found = [name for name in wanted if name in stack.state.connectors]
-    if not found:
-        raise StackError(f"none of the saga's connectors {wanted} is registered: saga prepare")
-    return found
 
 
 def kill_partition_leader(stack: Stack, saga: Saga, rng: random.Random) -> str:

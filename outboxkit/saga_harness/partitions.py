@@ -16,6 +16,7 @@ from sqlalchemy import text
 from outboxkit.devstack.network import Network, address_of
 from outboxkit.devstack.processes import StackError
 from outboxkit.kernel.engines import engine_for
+from outboxkit.saga_harness.targets import SERVICES, pick, saga_connectors, saga_topics
 
 if TYPE_CHECKING:
     from outboxkit.devstack.stack import Stack
@@ -88,7 +89,6 @@ def isolate_leader(stack: Stack, saga: Saga, rng: random.Random) -> str:
     still reachable by every client: it cannot replicate, the quorum fences it, and a
     follower in sync takes over; its clients must move."""
     from outboxkit.devstack import faults as nodes
-    from outboxkit.saga_harness.faults import saga_topics
 
     topic = rng.choice(saga_topics(stack))
     partition = rng.randrange(nodes.partitions(stack, topic))
@@ -115,7 +115,6 @@ def cut_connect_from_kafka(stack: Stack, saga: Saga, rng: random.Random) -> str:
     Postgres: its task keeps reading the WAL but cannot commit its transactions; the group
     moves the task to another worker, whose producer fences the cut one's."""
     from outboxkit.devstack import faults as nodes
-    from outboxkit.saga_harness.faults import saga_connectors
 
     connector = rng.choice(saga_connectors(stack, saga))
     worker = nodes.task_worker(stack, connector).name
@@ -176,7 +175,6 @@ def _end_connections(stack: Stack, addresses: Sequence[str]) -> int:
 def cut_service_from_postgres(stack: Stack, saga: Saga, rng: random.Random) -> str:
     """One service replica cut from Postgres (both ways): it must answer 503 (not ready), and
     its clients use another replica or retry; what it wrote before is relayed as usual."""
-    from outboxkit.saga_harness.faults import SERVICES, pick
 
     replica = pick(saga.replicas_of(rng.choice(SERVICES)), rng)
     hold(stack, saga, lambda net: net.cut([replica], ["postgres"]), rng.uniform(*CUT_SECONDS))
@@ -202,7 +200,6 @@ def deafen_leader(stack: Stack, saga: Saga, rng: random.Random) -> str:
     which still hear it (its followers' fetches and the controller's answers are lost): the
     in-sync set shrinks, and the leader, its heartbeats unanswered, is fenced."""
     from outboxkit.devstack import faults as nodes
-    from outboxkit.saga_harness.faults import saga_topics
 
     topic = rng.choice(saga_topics(stack))
     partition = rng.randrange(nodes.partitions(stack, topic))

@@ -21,7 +21,7 @@ from typing import Any
 
 from inbox.apply import DEFAULT_WINDOW
 from outboxkit.devstack.stack import Stack
-from outboxkit.saga_harness import chaos, faults, trend
+from outboxkit.saga_harness import chaos, faults, targets, trend
 from outboxkit.saga_harness.chaos import Checks, Round
 from outboxkit.saga_harness.load import Placed
 from outboxkit.saga_harness.processes import Saga
@@ -97,7 +97,7 @@ def plan(minutes: float, fault_every: float, rng: random.Random, kinds: Sequence
     start), every kind once per cycle in a shuffled order; a service kill names its service."""
     count = max(0, math.ceil(minutes / fault_every) - 1) if fault_every > 0 else 0
     return [
-        f"{rng.choice(faults.SERVICES)}-kill" if kind == SERVICE_KILL else kind
+        f"{rng.choice(targets.SERVICES)}-kill" if kind == SERVICE_KILL else kind
         for kind in chaos.schedule(count, rng, kinds)
     ]
 

@@ -6,14 +6,13 @@ from __future__ import annotations
 import pytest
 
 from outboxkit.devstack.network import (
-    LOOPBACK,
-    Host,
     LinkRule,
     Network,
     NetworkError,
     address_of,
     rule_of,
 )
+from outboxkit.devstack.processes import LOOPBACK, Host
 
 
 def net() -> Network:
