@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import sys
@@ -22,6 +23,19 @@ def on_loopback(master: str) -> bool:
     return master.startswith("spark://") and urlsplit(master).hostname in LOOPBACK_HOSTS
 
 
+def on_stack_network(master: str) -> bool:
+    """True for a standalone master on this driver's own /24 (``SPARK_LOCAL_IP``): the local
+    stack's cluster on its partitionable network, each node on an address of its own."""
+    local_ip = os.environ.get("SPARK_LOCAL_IP")
+    host = urlsplit(master).hostname if master.startswith("spark://") else None
+    if not local_ip or not host:
+        return False
+    try:
+        return ipaddress.ip_address(host) in ipaddress.ip_network(f"{local_ip}/24", strict=False)
+    except ValueError:  # a host name, not an address
+        return False
+
+
 def loopback_cluster_options(
     master: str,
     *,
@@ -30,10 +44,10 @@ def loopback_cluster_options(
     cores_max: int | None = None,
     executor_memory: str = "512m",
 ) -> dict[str, str]:
-    """Settings for a standalone master on loopback (the local stack's cluster): 1-core
+    """Settings for the local stack's standalone master (on loopback or its network): 1-core
     executors that run ``python`` with ``pythonpath``; none for any other master, whose
     settings come from spark-submit (settings made here would override them)."""
-    if not (master.startswith("spark://") and on_loopback(master)):
+    if not (master.startswith("spark://") and (on_loopback(master) or on_stack_network(master))):
         return {}
     options = {
         "spark.executor.cores": "1",
@@ -96,9 +110,9 @@ def build_session(
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(
             "spark.driver.host", "127.0.0.1"
         )
-    elif master and os.environ.get("SPARK_LOCAL_IP"):
-        # The address executors reach this driver at (a host with several, e.g. on the
-        # partitionable network): bound and advertised, not the host name's.
+    elif master and on_stack_network(master):
+        # The address executors reach this driver at on the stack's partitionable network:
+        # bound and advertised, not the host name's.
         local_ip = os.environ["SPARK_LOCAL_IP"]
         builder = builder.config("spark.driver.bindAddress", local_ip).config(
             "spark.driver.host", local_ip

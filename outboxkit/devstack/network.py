@@ -10,9 +10,9 @@ The partitionable network (``OUTBOXKIT_NETWORK=namespaces``, root only):
   of the bridge: no packet of the stack leaves the namespaces made here.
 - a link is cut with iptables in the switch namespace (bridged IPv4 traverses its FORWARD chain):
   every packet from one group to the other is dropped, as a network partition drops it, so a
-  connection hangs until its own timeouts notice. This kernel has no ``netem`` qdisc, so a slow
-  or lossy link sends its packets to an NFQUEUE where `outboxkit.devstack.shaper` holds each for
-  its delay, drops a share, and releases the rest.
+  connection hangs until its own timeouts notice. A slow or lossy link sends its packets to an
+  NFQUEUE where `outboxkit.devstack.shaper` holds each for its delay, drops a share, and releases
+  the rest (it needs no ``netem`` qdisc, which many kernels are built without).
 - `Network.destroy` stops the shapers and deletes every namespace and the bridge; a stack's
   `down` calls it once its processes are stopped.
 """
@@ -34,7 +34,6 @@ from outboxkit.devstack.processes import (
     LOOPBACK_ADDRESS,
     Host,
     StackError,
-    alive,
     start,
     stop,
     wait_until,
@@ -76,6 +75,13 @@ def _free_subnet() -> str:
         ipaddress.ip_interface(word).network
         for line in _run("ip", "-o", "-4", "addr").stdout.splitlines()
         for word in line.split()[3:4]
+    ]
+    # Nor a destination this namespace routes elsewhere (a VPN's, a static route's).
+    taken += [
+        ipaddress.ip_network(word, strict=False)
+        for line in _run("ip", "-4", "route").stdout.splitlines()
+        for word in line.split()[:1]
+        if word != "default"
     ]
     for _ in range(200):
         prefix = f"10.{secrets.randbelow(200) + 40}.{secrets.randbelow(250) + 1}"
@@ -206,6 +212,13 @@ class Network:
         return Host(self.address(node), namespace)
 
     def _join(self, node: str, namespace: str) -> None:
+        try:
+            self._link(node, namespace)
+        except BaseException:
+            _run("ip", "netns", "del", namespace, check=False)  # no half-made node left
+            raise
+
+    def _link(self, node: str, namespace: str) -> None:
         port = f"p{self.nodes[node]}"
         _run("ip", "netns", "add", namespace)
         _run("ip", "-n", self.switch, "link", "del", port, check=False)  # a node made again
@@ -226,7 +239,8 @@ class Network:
         )
         _run("ip", "-n", self.switch, "link", "set", port, "master", BRIDGE, "up")
         _run("ip", "-n", namespace, "link", "set", "lo", "up")
-        _run("ip", "-n", namespace, "addr", "add", f"{self.address(node)}/24", "dev", "eth0")
+        address = f"{self.address(node)}/24"
+        _run("ip", "-n", namespace, "addr", "add", address, "dev", NODE_INTERFACE)
         _run("ip", "-n", namespace, "link", "set", NODE_INTERFACE, "up")
 
     # -- links ----------------------------------------------------------------------------------
@@ -283,6 +297,7 @@ class Network:
 
     def _start_shaper(self, queue: int, rule: LinkRule) -> int:
         log = self._shaper_log(queue)
+        seen = log.stat().st_size if log.exists() else 0  # the log is appended to
         argv = [
             sys.executable,
             "-m",
@@ -297,48 +312,61 @@ class Network:
             str(rule.loss),
         ]
         pid = start(f"shaper {queue}", Host(namespace=self.switch).wrap(argv)[0], log=log)
-        wait_until(
-            f"shaper {queue}",
-            lambda: "bound" in log.read_text(errors="replace"),
-            timeout=15,
-            pid=pid,
-            log=log,
-        )
+
+        def bound() -> bool:
+            with log.open("rb") as text:
+                text.seek(seen)
+                return f"queue {queue} bound (".encode() in text.read()
+
+        try:
+            wait_until(f"shaper {queue}", bound, timeout=15, pid=pid, log=log)
+        except BaseException:
+            stop(pid, timeout=5)
+            raise
         return pid
 
     def heal(self) -> list[str]:
         """Remove every rule: every link passes again; packets a shaper held are released
         before it exits. Returns the rules healed, described."""
         healed = [rule_of(raw) for raw in self.rules]
-        if Path(f"/run/netns/{self.switch}").exists():
+        if self.exists():
             self._iptables("-F", "FORWARD")
-        for pid in self.shapers.values():
-            stop(pid, timeout=10)
-        self.shapers.clear()
+        self._stop_shapers()
         self.rules.clear()
         return [rule.describe() for rule in healed]
+
+    def _stop_shapers(self) -> None:
+        """Stop the recorded shapers that still run one (a PID recorded before a reboot may
+        be another program's now: never signalled)."""
+        for pid in self.shapers.values():
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"outboxkit.devstack.shaper" in argv:
+                stop(pid, timeout=10)
+        self.shapers.clear()
 
     # -- taking it down -------------------------------------------------------------------------
     def destroy(self) -> None:
         """Stop the shapers, then delete every namespace, veth pair and the bridge made here
         (the processes in the namespaces must be stopped first: a namespace lives on while a
         process runs in it)."""
-        for pid in self.shapers.values():
-            stop(pid, timeout=10)
-        self.shapers.clear()
+        self._stop_shapers()
         self.rules.clear()
-        for node in self.nodes:
-            _run("ip", "netns", "del", self.namespace(node), check=False)
+        for name in {*(self.namespace(node) for node in self.nodes), *self.leftovers()}:
+            _run("ip", "netns", "del", name, check=False)
         _run("ip", "link", "del", self.tools_interface, check=False)
         _run("ip", "netns", "del", self.switch, check=False)
+
+    def exists(self) -> bool:
+        """True while the switch namespace exists (not after a reboot or a `destroy`)."""
+        return Path(f"/run/netns/{self.switch}").exists()
 
     def leftovers(self) -> list[str]:
         """The namespaces of this network that still exist (empty once destroyed)."""
         listed = _run("ip", "netns", "list", check=False).stdout.split()
         return [name for name in listed if name.startswith(f"ok{self.id}-")]
-
-    def shaper_alive(self) -> bool:
-        return any(alive(pid) for pid in self.shapers.values())
 
     def _shaper_log(self, queue: int) -> Path:
         return Path(self.logs) / f"shaper-{queue}.log"

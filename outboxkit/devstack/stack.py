@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -144,15 +145,15 @@ class Stack:
             and self.settings.connect_url
         )
         found = artifacts.locate(self.settings.cache_dir, install=True) if needs_binaries else None
-        network = previous.network if previous else None
-        if self.settings.network == "namespaces" and network is None:
-            network = Network.create(self.logs).as_dict()
-            self.echo(f"network    {Network.from_dict(network).network()} (a namespace per node)")
+        network = self._network(previous)
+        # What runs stays recorded until each engine is checked: a start that fails leaves
+        # the nodes that still run where `down` finds them.
         state = StackState(
-            network=network,
-            postgres=Component(EXTERNAL),
-            broker=Component(EXTERNAL),
-            connect=Component(EXTERNAL),
+            network=network.as_dict() if network else None,
+            postgres=previous.postgres if previous else Component(EXTERNAL),
+            broker=previous.broker if previous else Component(EXTERNAL),
+            connect=previous.connect if previous else Component(EXTERNAL),
+            spark=previous.spark if previous else Component(LOCAL, "local[2]"),
             connectors=previous.connectors if previous else [],
             slots=previous.slots if previous else [],
             publications=previous.publications if previous else [],
@@ -187,7 +188,30 @@ class Stack:
             self.echo(f"spark      {state.spark.mode:8} {state.spark.endpoint}")
         return state
 
-    def _hosts(self, state: StackState) -> Any:
+    def _network(self, previous: StackState | None) -> Network | None:
+        """The partitionable network the settings ask for: the recorded one, its links healed
+        (a campaign stopped mid-fault leaves none cut), or a new one; None on loopback. A
+        stack that runs on the other kind of network is refused."""
+        recorded = Network.from_dict(previous.network) if previous and previous.network else None
+        wanted = self.settings.network == "namespaces"
+        if previous is not None and (recorded is not None) != wanted:
+            runs = "the partitionable network" if recorded else "loopback"
+            raise StackError(
+                f"the stack in {self.dir} runs on {runs}: `outboxkit dev stack down` first, "
+                f"then up with OUTBOXKIT_NETWORK={self.settings.network}"
+            )
+        if recorded is not None and recorded.exists():
+            recorded.heal()
+            return recorded
+        if recorded is not None:  # its namespaces are gone (a reboot): made again
+            recorded.destroy()
+        if not wanted:
+            return None
+        network = Network.create(self.logs)
+        self.echo(f"network    {network.network()} (a namespace per node)")
+        return network
+
+    def _hosts(self, state: StackState) -> Callable[[str], Host]:
         """Where each node runs, by name (`host`), for the engines' ``ensure``."""
         return lambda node: self.host(node, state)
 
@@ -410,9 +434,7 @@ class Stack:
         ):
             self.echo(f"postgres   stopped (pid {state.postgres.pid})")
         network = self.network(state)
-        if network is not None and not keep_data:
-            # Every process in the namespaces is stopped: they can go (a stack kept with its
-            # data keeps its network, so that its nodes come back on their addresses).
+        if network is not None:  # every process in its namespaces is stopped
             network.destroy()
             self.echo(f"network    {network.network()} removed")
         if not keep_data:

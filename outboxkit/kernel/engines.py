@@ -29,6 +29,8 @@ Role = Literal["service", "consumer", "metrics", "once"]
 # libpq's connection settings: give up connecting after 10 s; probe a connection idle for 10 s
 # every 5 s, and drop it after 3 probes unanswered; drop a connection whose sent data stays
 # unacknowledged for 20 s (a query or a COMMIT sent into a partition).
+# The drivers that hand these to libpq (others take other arguments).
+LIBPQ_DRIVERS = ("psycopg", "psycopg2")
 NETWORK: dict[str, int] = {
     "connect_timeout": 10,
     "keepalives": 1,
@@ -59,6 +61,9 @@ def engine_for(url: str | URL, role: Role, **options: Any) -> Engine:
     if role not in _POOLS:
         raise ValueError(f"engine role {role!r}: one of {', '.join(_POOLS)}")
     settings = {**_POOLS[role], **options}
-    if make_url(url).get_backend_name() == "postgresql":
-        settings["connect_args"] = {**NETWORK, **settings.get("connect_args", {})}
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in LIBPQ_DRIVERS:
+        # What the URL or the caller set wins: these are defaults.
+        defaults = {k: v for k, v in NETWORK.items() if k not in parsed.query}
+        settings["connect_args"] = {**defaults, **settings.get("connect_args", {})}
     return create_engine(url, **settings)

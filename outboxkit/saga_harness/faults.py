@@ -111,7 +111,7 @@ NETWORK_KINDS: tuple[Kind, ...] = (
         "connect-kafka-cut",
         "the worker running a saga connector's task cut from Kafka, not Postgres, 10-20 s",
         PARTITIONABLE,
-        _partitionable,
+        lambda s: _partitionable(s) and s.connect_workers >= 1,
     ),
     Kind(
         "connect-workers-split",

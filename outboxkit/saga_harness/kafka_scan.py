@@ -31,8 +31,9 @@ class Scan:
 def scan(
     config: Mapping[str, str | int | float | bool], topics: Sequence[str], timeout: float = 120
 ) -> Scan:
-    """Read every partition of ``topics`` from its beginning to its end (the last stable
-    offset: ``read_committed``), counting each record's ``id`` header."""
+    """Read every partition of ``topics`` from its beginning to its end, counting each
+    record's ``id`` header. A ``read_committed`` reader's end is the last stable offset: a
+    transaction still open stops the read before it (and before what follows it)."""
     consumer = Consumer(
         {
             **config,
@@ -45,10 +46,12 @@ def scan(
     counts: dict[str, Counter[str]] = {topic: Counter() for topic in topics}
     try:
         metadata = consumer.list_topics(timeout=10).topics
+        missing = [t for t in topics if t not in metadata or metadata[t].error is not None]
+        if missing:
+            raise RuntimeError(f"read_committed scan: no topic {missing} on the cluster")
         assigned = [
             TopicPartition(topic, partition, OFFSET_BEGINNING)
             for topic in topics
-            if topic in metadata
             for partition in metadata[topic].partitions
         ]
         consumer.assign(assigned)
@@ -67,7 +70,9 @@ def scan(
                 if error.code() == KafkaError._PARTITION_EOF:
                     pending.discard((message.topic(), message.partition()))
                     continue
-                raise RuntimeError(f"read_committed scan: {error}")
+                if error.fatal():
+                    raise RuntimeError(f"read_committed scan: {error}")
+                continue  # a broker moving, a leader changing: the client retries
             headers = dict(message.headers() or [])
             event_id = headers.get(ID_HEADER)
             topic = message.topic()

@@ -9,11 +9,12 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
+from sqlalchemy.engine import Engine
 
-from outboxkit.devstack.network import Network, address_of
+from outboxkit.devstack.network import Network, address_of, rule_of
 from outboxkit.devstack.processes import StackError
 from outboxkit.kernel.engines import engine_for
 from outboxkit.saga_harness.targets import SERVICES, pick, saga_connectors, saga_topics
@@ -61,8 +62,6 @@ def hold(stack: Stack, saga: Saga, apply: Callable[[Network], None], seconds: fl
 
 
 def _describe(network: Network) -> list[str]:
-    from outboxkit.devstack.network import rule_of
-
     return [rule_of(raw).describe() for raw in network.rules]
 
 
@@ -142,9 +141,15 @@ def in_doubt_commit(stack: Stack, saga: Saga, rng: random.Random) -> str:
     network = network_of(stack)
     addresses = [address_of(network.as_dict(), name) for name in group]
     seconds = rng.uniform(3, 8)
-    with applied(stack, lambda net: net.cut(["postgres"], group, oneway=True)):
-        time.sleep(seconds)
-        committed = _end_connections(stack, addresses)
+    engine = engine_for(stack.database_url(), "once")
+    try:
+        with applied(stack, lambda net: net.cut(["postgres"], group, oneway=True)):
+            with engine.connect() as conn:
+                cut_at = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
+            time.sleep(seconds)
+            committed = _end_connections(engine, addresses, cut_at)
+    finally:
+        engine.dispose()
     saga.echo(
         f"postgres -> consumers cut for {seconds:.0f} s; {committed} connection(s) ended "
         "right after a COMMIT whose answer never came"
@@ -152,24 +157,25 @@ def in_doubt_commit(stack: Stack, saga: Saga, rng: random.Random) -> str:
     return f"consumers ({committed} in doubt)"
 
 
-def _end_connections(stack: Stack, addresses: Sequence[str]) -> int:
-    """End every connection from ``addresses`` on the server; returns how many had a COMMIT
-    as their last statement and sat idle (it committed: the answer is what was lost)."""
-    engine = engine_for(stack.database_url(), "once")
-    try:
-        with engine.begin() as conn:
-            rows = conn.execute(
-                text(
-                    "SELECT pid, state, query FROM pg_stat_activity "
-                    "WHERE host(client_addr) = ANY(:addresses)"
-                ),
-                {"addresses": list(addresses)},
-            ).all()
-            for row in rows:
-                conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": row.pid})
-    finally:
-        engine.dispose()
-    return sum(1 for row in rows if row.state == "idle" and row.query.strip().upper() == "COMMIT")
+def _end_connections(engine: Engine, addresses: Sequence[str], cut_at: Any) -> int:
+    """End every connection from ``addresses`` on the server; returns how many committed
+    while the cut was on: idle after a COMMIT that ran since ``cut_at``, so its answer is what
+    was lost (a connection idle since a COMMIT before the cut had its answer)."""
+    with engine.begin() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT pid, state, query, state_change >= :cut_at AS since_cut "
+                "FROM pg_stat_activity WHERE host(client_addr) = ANY(:addresses)"
+            ),
+            {"addresses": list(addresses), "cut_at": cut_at},
+        ).all()
+        for row in rows:
+            conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": row.pid})
+    return sum(
+        1
+        for row in rows
+        if row.state == "idle" and row.since_cut and row.query.strip().upper() == "COMMIT"
+    )
 
 
 def cut_service_from_postgres(stack: Stack, saga: Saga, rng: random.Random) -> str:
@@ -206,8 +212,11 @@ def deafen_leader(stack: Stack, saga: Saga, rng: random.Random) -> str:
     leader = nodes.partition_leader(stack, topic, partition).name
     saga.echo(f"{leader} leads {topic}[{partition}]")
     others = _others(brokers(stack), leader)
-    cut = lambda net: net.cut(others, [leader], oneway=True)  # noqa: E731
-    hold(stack, saga, cut, rng.uniform(*CUT_SECONDS))
+
+    def deafen(net: Network) -> None:
+        net.cut(others, [leader], oneway=True)
+
+    hold(stack, saga, deafen, rng.uniform(*CUT_SECONDS))
     return leader
 
 

@@ -23,6 +23,7 @@ import httpx
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from sqlalchemy.engine import Engine
 
+from outboxkit.devstack.network import address_of
 from outboxkit.devstack.processes import (
     alive,
     free_port,
@@ -196,7 +197,8 @@ class Saga:
         for name, proc in record["processes"].items():
             if proc.get("port"):
                 saga.ports[name] = proc["port"]
-                saga.urls[name] = f"http://{stack.host(name).address}:{proc['port']}"
+                address = address_of(stack.state.network, name)  # read only: no node made
+                saga.urls[name] = f"http://{address}:{proc['port']}"
             if _runs(proc.get("pid"), name, proc.get("port")):
                 saga.pids[name] = proc["pid"]
         for service in SERVICES:

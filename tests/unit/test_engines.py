@@ -50,5 +50,11 @@ def test_every_postgres_connection_notices_a_lost_peer_in_bounded_time(monkeypat
     assert args["keepalives"] == 1 and args["connect_timeout"] > 0
     assert args["a"] == 1  # the caller's own arguments kept
     seen.clear()
-    engines.engine_for("sqlite://", "once")
-    assert "connect_args" not in seen  # libpq's settings only for Postgres
+    engines.engine_for("postgresql+psycopg://u@db/x?connect_timeout=3&keepalives=0", "once")
+    assert seen["connect_args"]["tcp_user_timeout"] == engines.NETWORK["tcp_user_timeout"]
+    assert "connect_timeout" not in seen["connect_args"]  # the URL's own settings win
+    assert "keepalives" not in seen["connect_args"]
+    for other in ("sqlite://", "postgresql+asyncpg://u@db/x"):
+        seen.clear()
+        engines.engine_for(other, "once")
+        assert "connect_args" not in seen  # libpq's settings only for libpq's drivers
