@@ -16,7 +16,7 @@ from outboxkit.devstack.processes import LOOPBACK as LOOPBACK_HOST
 from outboxkit.devstack.processes import Host, StackError, start, wait_until
 
 SUPERUSER = "postgres"
-LOOPBACK = "127.0.0.1"
+LOOPBACK = LOOPBACK_HOST.address
 SERVER_SETTINGS = {
     "listen_addresses": LOOPBACK,
     "wal_level": "logical",

@@ -73,18 +73,18 @@ def _property_value(value: str) -> str:
 def free_port() -> int:
     """A TCP port free on the loopback interface right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((LOOPBACK_ADDRESS, 0))
         return int(sock.getsockname()[1])
 
 
-def port_open(port: int, host: str = "127.0.0.1") -> bool:
+def port_open(port: int, host: str = LOOPBACK_ADDRESS) -> bool:
     """True when something accepts TCP connections on host:port."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(0.5)
         return sock.connect_ex((host, port)) == 0
 
 
-def released(port: int, host: str = "127.0.0.1") -> Callable[[], bool]:
+def released(port: int, host: str = LOOPBACK_ADDRESS) -> Callable[[], bool]:
     """A `wait_until` check: True once nothing accepts connections on ``host``:``port`` (a
     killed process's listener may linger a moment)."""
     return lambda: not port_open(port, host)

@@ -32,7 +32,7 @@ from outboxkit.devstack.state import EMBEDDED, Component, Node
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
-HOST = "127.0.0.1"
+HOST = LOOPBACK.address
 # Deploy events (worker registered or lost, executor launched or killed) stay visible.
 LOG4J2 = log4j2_properties("WARN", {"org.apache.spark.deploy": "INFO"})
 # The repository root: executors' Python workers import the project's modules from it.

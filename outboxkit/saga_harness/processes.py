@@ -25,6 +25,7 @@ from sqlalchemy.engine import Engine
 
 from outboxkit.devstack.network import address_of
 from outboxkit.devstack.processes import (
+    LOOPBACK_ADDRESS,
     alive,
     free_port,
     gone,
@@ -313,7 +314,7 @@ class Saga:
         self.urls[name] = f"http://{host.address}:{port}"
         self._save()
 
-    def _port(self, name: str, address: str = "127.0.0.1") -> int:
+    def _port(self, name: str, address: str = LOOPBACK_ADDRESS) -> int:
         """The process's recorded port once its last process let go of it, else a free one
         (not one recorded for another process: that one may not have bound it yet)."""
         port = self.ports.get(name)
