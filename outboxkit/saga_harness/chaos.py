@@ -25,6 +25,7 @@ included; the baseline probe before the first round measures it).
 
 from __future__ import annotations
 
+import contextlib
 import random
 import statistics
 import threading
@@ -36,6 +37,7 @@ from typing import Any
 from outboxkit.devstack import faults as nodes
 from outboxkit.devstack.stack import Stack
 from outboxkit.devstack.state import EMBEDDED, Component
+from outboxkit.devstack.supervision import supervised
 from outboxkit.kernel.errors import is_transient
 from outboxkit.kernel.retry import wait_until
 from outboxkit.saga import rules
@@ -198,10 +200,28 @@ def run(
     kinds: Sequence[str] | None = None,
     echo: Callable[[str], None] = print,
     final_timeout: float = 900,
+    supervise: bool = True,
 ) -> Campaign:
     """``rounds`` faults of ``kinds`` (default: every kind the stack's shape offers) while
     ``orders`` orders are placed at ``rate`` per second, then the checks. ``gap``: seconds
-    between a round's recovery and the next fault."""
+    between a round's recovery and the next fault. ``supervise``: run the connector
+    supervisor beside the saga, as a deployment does (False: the caller runs one)."""
+    with supervised(stack, echo=echo) if supervise else contextlib.nullcontext():
+        return _campaign(stack, saga, rounds, orders, rate, seed, gap, kinds, echo, final_timeout)
+
+
+def _campaign(
+    stack: Stack,
+    saga: Saga,
+    rounds: int,
+    orders: int,
+    rate: float,
+    seed: int,
+    gap: tuple[float, float],
+    kinds: Sequence[str] | None,
+    echo: Callable[[str], None],
+    final_timeout: float,
+) -> Campaign:
     shape = shape_of(stack, saga)
     rng = random.Random(seed)
     plan = schedule(rounds, rng, check(kinds or offered(shape), shape))

@@ -10,6 +10,7 @@ service). Each is repaired as in a campaign, and a probe order measures its reco
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import random
@@ -21,6 +22,7 @@ from typing import Any
 
 from inbox.apply import DEFAULT_WINDOW
 from outboxkit.devstack.stack import Stack
+from outboxkit.devstack.supervision import supervised
 from outboxkit.saga_harness import chaos, faults, targets, trend
 from outboxkit.saga_harness.chaos import Checks, Round
 from outboxkit.saga_harness.load import Placed
@@ -158,11 +160,12 @@ def run(
     duration = minutes * 60
     load = chaos.Load(saga, round(duration * rate), rate=rate, seed=seed)
     striker = Striker(stack, saga, planned, fault_every * 60, rng.randrange(1 << 30))
-    striker.start()
-    started = striker.started
     times: list[float] = []
     samples: list[Sample] = []
-    try:
+    # The connector supervisor runs beside the saga, as a deployment runs it.
+    with supervised(stack, echo=echo), contextlib.closing(sampler):
+        striker.start()
+        started = striker.started
         while time.monotonic() - started < duration or load.thread.is_alive():
             time.sleep(max(0.0, started + len(times) * sample_seconds - time.monotonic()))
             samples.append(sampler.sample(sample_seconds))
@@ -170,8 +173,6 @@ def run(
             echo(progress(times[-1], samples[-1]))
         striker.join()
         placed = load.join()
-    finally:
-        sampler.close()
     if striker.failure:
         raise RuntimeError(f"a fault failed: {striker.failure[0]!r}") from striker.failure[0]
     checks = chaos.final_checks(

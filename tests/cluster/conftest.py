@@ -5,18 +5,16 @@ allows it (root), else on loopback."""
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
-from cdc.supervisor import RestartPolicy, Supervisor
 from outboxkit.devstack.network import unavailable
 from outboxkit.devstack.stack import Stack
+from outboxkit.devstack.supervision import supervised
 from tests.conftest import temporary_stack
 
 
@@ -34,39 +32,9 @@ def cluster() -> Iterator[Stack]:
             # the network faults of test_partitions.py cut and slow its links.
             network="loopback" if unavailable() else "namespaces",
         ) as stack,
-        supervised(stack),
+        supervised(stack, echo=print),
     ):
         yield stack
-
-
-@contextmanager
-def supervised(stack: Stack) -> Iterator[None]:
-    """The connector supervisor beside the cluster, as a deployment runs it (`outboxkit cdc
-    supervise`): a task failed by a node's loss mid-commit is restarted. It asks whichever
-    Connect worker runs, as a load balancer in front of the workers would."""
-    supervisor = Supervisor(
-        stack.connect_client(), RestartPolicy(first_delay=5.0), echo=lambda s: print(f"[sup] {s}")
-    )
-    stop = threading.Event()
-
-    def run() -> None:
-        while not stop.wait(2.0):
-            try:
-                url = stack.connect_url()
-                if not url:  # `stack up` is starting the workers again
-                    continue
-                supervisor.client = stack.connect_client(url)
-                supervisor.check([stack.settings.connector_name])
-            except Exception as exc:  # a worker or the state file mid-change: next pass
-                print(f"[sup] {exc!r}")
-
-    thread = threading.Thread(target=run, name="connector-supervisor", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=10)
 
 
 @pytest.fixture(scope="package")

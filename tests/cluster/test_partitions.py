@@ -47,6 +47,7 @@ def test_each_kind_of_partition_keeps_every_invariant(cluster_saga, cluster, mon
         seed=11,
         gap=(1, 2),
         kinds=KINDS,
+        supervise=False,  # the cluster's fixture runs the supervisor
     )
     for r in campaign.rounds:
         print(f"round {r.number} {r.fault} on {r.struck}: recovered in {r.recovery:.1f}s")
