@@ -111,6 +111,14 @@ def wait_for_state(
     return status
 
 
+def retryable(status: int, payload: Any) -> bool:
+    """True for an answer Connect says to try again: 409 (the cluster is rebalancing), or a
+    500 whose message says the request can be safely retried (its config topic could not be
+    written, e.g. while a broker is lost)."""
+    message = str(payload.get("message", "")) if isinstance(payload, dict) else ""
+    return status == 409 or (status == 500 and "can be safely retried" in message)
+
+
 class ConnectClient:
     """A thin client for one Kafka Connect cluster's REST API.
 
@@ -194,15 +202,28 @@ class ConnectClient:
         """Names of the connectors on the cluster."""
         return list(self._expect("GET", "/connectors", ok=(200,)))
 
-    def put_config(self, name: str, config: dict[str, str]) -> None:
-        """Create the connector or update its config (idempotent PUT).
+    def put_config(self, name: str, config: dict[str, str], *, wait: float = 60.0) -> None:
+        """Create the connector or update its config (idempotent PUT), retried while the
+        cluster says the request may be (`retryable`: rebalancing, or its config topic not
+        written yet, as just after a broker was lost).
 
         Args:
             name: The connector's name.
             config: Its whole config, every value a string (`build_connector_config`).
+            wait: Seconds to retry a retryable answer before raising `ConnectError`.
         """
-        quoted = urllib.parse.quote(name, safe="")
-        self._expect("PUT", f"/connectors/{quoted}/config", config, ok=(200, 201))
+        path = f"/connectors/{urllib.parse.quote(name, safe='')}/config"
+        status, payload = wait_until(
+            lambda: self._request("PUT", path, config),
+            until=lambda answer: not retryable(*answer),
+            timeout=wait,
+            poll=1.0,
+            what=f"PUT {path} to be taken",
+            error=ConnectError,
+        )
+        if status not in (200, 201):
+            message = payload.get("message") if isinstance(payload, dict) else payload
+            raise ConnectError(f"PUT {path} -> HTTP {status}: {message}")
 
     def get_config(self, name: str) -> dict[str, str] | None:
         """The connector's config, or None when it does not exist.

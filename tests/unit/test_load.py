@@ -70,9 +70,20 @@ class FakeOrders:
 
 @pytest.fixture
 def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """The client's sleeps between attempts, recorded instead of slept."""
+    """The client's sleeps between attempts (on this thread and the load's pool), recorded
+    instead of slept; a thread an earlier test left running sleeps as usual and is not
+    recorded."""
     slept: list[float] = []
-    monkeypatch.setattr(time, "sleep", slept.append)  # outboxkit.saga_harness.load's too
+    real = time.sleep
+
+    def record(seconds: float) -> None:
+        here = threading.current_thread()
+        if here is threading.main_thread() or here.name.startswith("ThreadPoolExecutor"):
+            slept.append(seconds)
+        else:
+            real(seconds)
+
+    monkeypatch.setattr(time, "sleep", record)  # outboxkit.saga_harness.load's too
     return slept
 
 
