@@ -18,6 +18,14 @@ if TYPE_CHECKING:
     from outboxkit.saga_harness.processes import Saga
 
 
+def dim_echo(console: Any) -> Callable[[str], None]:
+    """Progress lines, dimmed, printed as they are: a ``[sup]`` prefix or a ``topic[1]`` is
+    text, not rich markup."""
+    from rich.markup import escape
+
+    return lambda line: console.print(f"[dim]{escape(line)}[/dim]")
+
+
 def chaos_command(args: argparse.Namespace, settings: StackSettings) -> int:
     """`outboxkit dev chaos`: the fault campaign on the recorded saga (brought up when absent)."""
     from rich.console import Console
@@ -26,7 +34,7 @@ def chaos_command(args: argparse.Namespace, settings: StackSettings) -> int:
     from outboxkit.saga_harness import chaos, faults
 
     console = Console()
-    echo: Callable[[str], None] = lambda line: console.print(f"[dim]{line}[/dim]")  # noqa: E731
+    echo = dim_echo(console)
     # Checked against the shape the settings give, before anything starts.
     shape = faults.Shape.of(settings)
     kinds = faults.check(args.kinds or faults.offered(shape), shape)

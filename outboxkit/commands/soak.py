@@ -4,11 +4,11 @@ minutes, everything sampled; then every invariant, the audit and whether anythin
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outboxkit.commands.chaos import saga_up
+from outboxkit.commands.chaos import dim_echo, saga_up
 from outboxkit.parsers import SubParsers, command
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def soak_command(args: argparse.Namespace, settings: StackSettings) -> int:
     from outboxkit.saga_harness import soak
 
     console = Console()
-    echo: Callable[[str], None] = lambda line: console.print(f"[dim]{line}[/dim]")  # noqa: E731
+    echo = dim_echo(console)
     with saga_up(settings, echo, keep_running=args.keep_running) as (stack, saga):
         console.rule(
             f"soak: {args.minutes:g} min at {args.rate:g} orders/s, a fault every "
