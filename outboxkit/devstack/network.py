@@ -59,6 +59,12 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
+def _veth(name: str, namespace: str | None, port: str, switch: str) -> None:
+    """A veth pair: ``name`` in ``namespace`` (None: this one), its peer ``port`` in ``switch``."""
+    where = ["netns", namespace] if namespace else []
+    _run("ip", "link", "add", name, *where, "type", "veth", "peer", "name", port, "netns", switch)
+
+
 def unavailable() -> str | None:
     """Why the partitionable network cannot be made on this machine, or None when it can."""
     if os.geteuid() != 0:
@@ -177,19 +183,7 @@ class Network:
                 "net.bridge.bridge-nf-call-iptables=1",
             )
             port = f"p{TOOLS_OCTET}"
-            _run(
-                "ip",
-                "link",
-                "add",
-                net.tools_interface,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                port,
-                "netns",
-                net.switch,
-            )
+            _veth(net.tools_interface, None, port, net.switch)
             _run("ip", "-n", net.switch, "link", "set", port, "master", BRIDGE, "up")
             _run("ip", "addr", "add", f"{net.address(TOOLS)}/24", "dev", net.tools_interface)
             _run("ip", "link", "set", net.tools_interface, "up")
@@ -222,21 +216,7 @@ class Network:
         port = f"p{self.nodes[node]}"
         _run("ip", "netns", "add", namespace)
         _run("ip", "-n", self.switch, "link", "del", port, check=False)  # a node made again
-        _run(
-            "ip",
-            "link",
-            "add",
-            NODE_INTERFACE,
-            "netns",
-            namespace,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            port,
-            "netns",
-            self.switch,
-        )
+        _veth(NODE_INTERFACE, namespace, port, self.switch)
         _run("ip", "-n", self.switch, "link", "set", port, "master", BRIDGE, "up")
         _run("ip", "-n", namespace, "link", "set", "lo", "up")
         address = f"{self.address(node)}/24"
