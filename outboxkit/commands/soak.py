@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 # The plot's panels: one per family of series.
 PANELS = (
     "rss",
+    "shared",
     "fds",
     "threads",
     "slot lag",

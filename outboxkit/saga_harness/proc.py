@@ -14,13 +14,19 @@ PROC = Path("/proc")
 
 @dataclass(frozen=True)
 class Usage:
-    """What a process tree holds: resident memory (MiB, proportional: see `status`), open file
-    descriptors, threads, and how many processes it counts."""
+    """What a process tree holds: resident memory (MiB, proportional: see `status`) and the part
+    of it in shared memory, open file descriptors, threads, and how many processes it counts."""
 
     rss_mib: float
     fds: int
     threads: int
     processes: int
+    shared_mib: float = 0.0
+
+    @property
+    def private_mib(self) -> float:
+        """Resident memory outside shared memory: what a leak in a process grows."""
+        return self.rss_mib - self.shared_mib
 
 
 def parents(proc: Path = PROC) -> dict[int, int]:
@@ -56,11 +62,13 @@ def _fields(path: Path) -> dict[str, str]:
     return dict(line.split(":", 1) for line in path.read_text().splitlines() if ":" in line)
 
 
-def status(pid: int, proc: Path = PROC) -> tuple[float, int] | None:
-    """(resident MiB, threads) of one process; None when it is gone. Resident memory is the
-    proportional set size (/proc/PID/smaps_rollup's Pss): a page shared by N processes counts
-    1/N in each, so a tree's sum counts Postgres's shared buffers once, not once per backend
-    (VmRSS, read where there is no smaps_rollup, would)."""
+def status(pid: int, proc: Path = PROC) -> tuple[float, float, int] | None:
+    """(resident MiB, of it in shared memory MiB, threads) of one process; None when it is
+    gone. Resident memory is the proportional set size (/proc/PID/smaps_rollup's Pss): a page
+    shared by N processes counts 1/N in each, so a tree's sum counts Postgres's shared buffers
+    once, not once per backend (VmRSS, read where there is no smaps_rollup, would). Shared
+    memory (Pss_Shmem: Postgres's shared buffers) fills as its pages are first touched, up to
+    its size; 0 where the kernel does not say."""
     folder = proc / str(pid)
     try:
         fields = _fields(folder / "status")
@@ -68,7 +76,12 @@ def status(pid: int, proc: Path = PROC) -> tuple[float, int] | None:
     except OSError:
         return None
     resident = rollup.get("Pss") or fields.get("VmRSS") or "0 kB"  # none: a zombie
-    return int(resident.split()[0]) / 1024, int(fields.get("Threads", "0"))
+    shared = rollup.get("Pss_Shmem", "0 kB")
+    return _mib(resident), _mib(shared), int(fields.get("Threads", "0"))
+
+
+def _mib(kib: str) -> float:
+    return int(kib.split()[0]) / 1024
 
 
 def open_fds(pid: int, proc: Path = PROC) -> int | None:
@@ -80,16 +93,16 @@ def open_fds(pid: int, proc: Path = PROC) -> int | None:
 
 
 def usage(pids: Iterable[int], proc: Path = PROC) -> Usage | None:
-    """The processes' resident memory, descriptors and threads summed (those gone left out);
-    None when none of them runs."""
-    rss, fds, threads, counted = 0.0, 0, 0, 0
+    """The processes' resident memory (and its shared part), descriptors and threads summed
+    (those gone left out); None when none of them runs."""
+    rss, shared, fds, threads, counted = 0.0, 0.0, 0, 0, 0
     for pid in pids:
         held, descriptors = status(pid, proc), open_fds(pid, proc)
         if held is None or descriptors is None:
             continue
-        rss, threads = rss + held[0], threads + held[1]
+        rss, shared, threads = rss + held[0], shared + held[1], threads + held[2]
         fds, counted = fds + descriptors, counted + 1
-    return Usage(rss, fds, threads, counted) if counted else None
+    return Usage(rss, fds, threads, counted, shared) if counted else None
 
 
 def folder(path: Path) -> tuple[int, int]:

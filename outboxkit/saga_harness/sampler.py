@@ -39,10 +39,13 @@ SLOTS = text(
     "SELECT slot_name, pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn) "
     "FROM pg_replication_slots WHERE confirmed_flush_lsn IS NOT NULL"
 )
-WAL_LIMITS = text(
+LIMITS = text(
     "SELECT pg_size_bytes(current_setting('max_wal_size')) "
     "+ pg_size_bytes(current_setting('wal_keep_size')), "
-    "pg_size_bytes(current_setting('wal_segment_size'))"
+    "pg_size_bytes(current_setting('wal_segment_size')), "
+    # Postgres 15 on: the main shared memory area's size; before it, shared_buffers alone.
+    "coalesce(pg_size_bytes(current_setting('shared_memory_size', true)), "
+    "pg_size_bytes(current_setting('shared_buffers')))"
 )
 ORDERS = text(
     "SELECT count(*), count(final_at), percentile_cont(0.5) WITHIN GROUP "
@@ -86,7 +89,8 @@ class Sampler:
             used = proc.usage(proc.tree(pid, parent_of))
             if used is not None:
                 found |= {
-                    f"rss:{name}": used.rss_mib,
+                    f"rss:{name}": used.private_mib,
+                    f"shared:{name}": used.shared_mib,
                     f"fds:{name}": used.fds,
                     f"threads:{name}": used.threads,
                 }
@@ -113,11 +117,11 @@ class Sampler:
             found = {"folder bytes:pg_wal": float(wal.scalar_one())}
         return found | {f"slot lag:{slot}": float(lag) for slot, lag in lags}
 
-    def wal_limits(self) -> tuple[float, float]:
-        """(max_wal_size + wal_keep_size, one WAL segment) in bytes."""
+    def limits(self) -> tuple[float, float, float]:
+        """(max_wal_size + wal_keep_size, one WAL segment, the shared memory area) in bytes."""
         with self.admin.connect() as conn:
-            kept, segment = conn.execute(WAL_LIMITS).one()
-        return float(kept), float(segment)
+            kept, segment, shared = conn.execute(LIMITS).one()
+        return float(kept), float(segment), float(shared)
 
     def _orders(self, interval: float) -> Sample:
         with self.saga.engines["orders"].connect() as conn:

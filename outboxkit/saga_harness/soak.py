@@ -44,11 +44,13 @@ ID_ROW_BYTES = 200  # a slice row of the id window holding a single id, its inde
 @dataclass(frozen=True)
 class Limits:
     """What the stack enforces, read at the start: Postgres's WAL kept (max_wal_size +
-    wal_keep_size) and one WAL segment, and the consumer queries' checkpoint folders."""
+    wal_keep_size), one WAL segment and its shared memory area (bytes), and the consumer
+    queries' checkpoint folders."""
 
     wal_kept: float
     wal_segment: float
     checkpoint_queries: int
+    shared_memory: float = 0.0
 
 
 @dataclass
@@ -156,7 +158,7 @@ def run(
     shape = chaos.shape_of(stack, saga)
     faults.check([k for k in planned if k in faults.BY_NAME], shape)
     sampler = Sampler(stack, saga, datetime.datetime.now(datetime.UTC))
-    wal_kept, wal_segment = sampler.wal_limits()
+    wal_kept, wal_segment, shared_memory = sampler.limits()
     duration = minutes * 60
     load = chaos.Load(saga, round(duration * rate), rate=rate, seed=seed)
     striker = Striker(stack, saga, planned, fault_every * 60, rng.randrange(1 << 30))
@@ -179,7 +181,7 @@ def run(
         saga, placed, striker.probes, striker.rounds, echo=echo, timeout=final_timeout
     )
     queries = sum(1 for p in (saga.workdir / "checkpoints").glob("*") if p.is_dir())
-    limits = Limits(wal_kept, wal_segment, queries)
+    limits = Limits(wal_kept, wal_segment, queries, shared_memory)
     params = {
         "minutes": minutes,
         "rate": rate,
@@ -230,6 +232,11 @@ def bounds(
     for name in series:
         if name.startswith(("rss:kafka", "rss:connect")):
             found[name] = Bound(2 * JVM_HEAP_MIB, f"-Xmx{JVM_HEAP_MIB}m heap, 2x for the JVM")
+        if name.startswith("shared:postgres") and limits.shared_memory:
+            size = limits.shared_memory / trend.MIB
+            found[name] = Bound(
+                size, f"Postgres's shared memory area ({size:,.0f} MiB, shared_buffers in it)"
+            )
         if name.startswith("table rows:") and name.endswith(".inbox_recent"):
             watermarks = series.get(name.replace("inbox_recent", "inbox_watermark"), [])
             partitions = max((v for v in watermarks if v is not None), default=0.0)

@@ -27,7 +27,8 @@ class Family:
 
 
 FAMILIES = {
-    "rss": Family("resident memory (PSS)", "MiB", 32),
+    "rss": Family("resident memory (PSS) outside shared memory", "MiB", 32),
+    "shared": Family("shared memory touched (PSS)", "MiB", 32),
     "fds": Family("open file descriptors", "fds", 16),
     "threads": Family("threads", "threads", 8),
     "slot lag": Family("replication slot lag", "bytes", 16 * MIB),

@@ -90,23 +90,44 @@ def test_the_stack_s_bounds() -> None:
         "table rows:payments.inbox_recent": line(0, 1000),
         "rss:kafka-1": line(400, 0),
         "rss:orders": line(100, 0),
+        "shared:postgres": line(20, 200),
+        "shared:orders": line(0, 0),
         "slot lag:orders": [None, 5e6, *([1e6] * (len(TIMES) - 2))],
     }
-    limits = soak.Limits(wal_kept=1024.0**3, wal_segment=16 * 1024.0**2, checkpoint_queries=1)
+    limits = soak.Limits(
+        wal_kept=1024.0**3,
+        wal_segment=16 * 1024.0**2,
+        checkpoint_queries=1,
+        shared_memory=277 * 1024.0**2,
+    )
     found = soak.bounds(TIMES, series, limits)
     assert found["folder files:checkpoints"].value == 4 * (soak.RETAINED_BATCHES + 1) + 16
     assert found["table rows:payments.inbox_recent"].value == 12 * (50_000 + 1)
     assert found["table bytes:payments.inbox_recent"].value == 12 * 50_001 * soak.ID_ROW_BYTES
     assert found["rss:kafka-1"].value == 1024
     assert "rss:orders" not in found
+    # Postgres's shared buffers fill as pages are touched, up to its shared memory area.
+    assert found["shared:postgres"].value == 277
+    assert "shared:orders" not in found
+    shared = trend.trend(
+        "shared:postgres", TIMES, series["shared:postgres"], found["shared:postgres"]
+    )
+    assert shared.verdict == BOUNDED
     assert found["folder bytes:pg_wal"].value == 1024.0**3 + 5e6 + 32 * 1024.0**2
     assert "folder bytes:kafka" not in found  # no orders series: no per-order bound
 
 
 def test_analyse_orders_the_series_by_family_and_bounds_them() -> None:
-    samples = [{"table rows:x.outbox": 0.0, "rss:orders": 90.0, "fds:orders": 20.0}] * 3
+    samples = [
+        {"table rows:x.outbox": 0.0, "rss:orders": 90.0, "fds:orders": 20.0, "shared:orders": 0.0}
+    ] * 3
     found = soak.analyse([0, 15, 30], samples, soak.Limits(1e9, 1.6e7, 1))
-    assert [t.series for t in found] == ["rss:orders", "fds:orders", "table rows:x.outbox"]
+    assert [t.series for t in found] == [
+        "rss:orders",
+        "shared:orders",
+        "fds:orders",
+        "table rows:x.outbox",
+    ]
 
 
 def test_the_plan_strikes_a_fault_every_interval_within_the_run() -> None:
@@ -153,6 +174,12 @@ def test_a_process_tree_is_summed_from_proc(tmp_path: Path) -> None:
     # Where the kernel gives it, the proportional share: shared pages counted once in a sum.
     (tmp_path / "102" / "smaps_rollup").write_text("Rss:    512 kB\nPss:    256 kB\n")
     assert proc.usage([102], tmp_path) == proc.Usage(0.25, 4, 1, 1)
+    # And the part in shared memory (Postgres's shared buffers), apart from the private rest.
+    rollup = "Rss:    2048 kB\nPss:    1024 kB\nPss_Anon:    256 kB\nPss_Shmem:    768 kB\n"
+    (tmp_path / "102" / "smaps_rollup").write_text(rollup)
+    found = proc.usage([102], tmp_path)
+    assert found == proc.Usage(1.0, 4, 1, 1, shared_mib=0.75)
+    assert found.private_mib == 0.25
 
 
 def test_this_process_reads_from_the_real_proc() -> None:
