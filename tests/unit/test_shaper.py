@@ -11,14 +11,12 @@ import struct
 
 import pytest
 
-from outboxkit.devstack.shaper import (
+from outboxkit.devstack.nfqueue import (
     NF_ACCEPT,
     NF_DROP,
     NLM_F_ACK,
     NLM_F_REQUEST,
     NLMSG_ERROR,
-    Link,
-    Schedule,
     attribute,
     attributes,
     bind_config,
@@ -26,9 +24,9 @@ from outboxkit.devstack.shaper import (
     packet_id,
     parse_messages,
     pf_command,
-    queue_number,
     verdict_message,
 )
+from outboxkit.devstack.shaper import Link, Schedule, queue_number
 
 QUEUE_PACKET = 0x0300  # NFNL_SUBSYS_QUEUE << 8 | NFQNL_MSG_PACKET
 QUEUE_VERDICT = 0x0301
