@@ -387,13 +387,20 @@ def soak(data: Mapping[str, Any]) -> str:
     p, c = data["params"], data["checks"]
     finals = ", ".join(f"{k} {v:,}" for k, v in sorted(c["by_status"].items()))
     growing = data["growing"]
+    scanned = (
+        f"{c['kafka_duplicates']} event ids seen twice by a read_committed reader of the saga's "
+        f"{c['kafka_records']:,} records; "
+        if c.get("kafka_duplicates") is not None
+        else ""
+    )
     summary = (
         f"{p['minutes']:g} min at {p['rate']:g} orders/s, a fault every {p['fault_every']:g} "
         f"min ({len(data['faults'])} in all), a sample every {p['sample_seconds']:g} s: "
         f"**{c['lost']} lost, {c['duplicates']} duplicate effects, {c['stuck']} stuck**, "
         f"invariants {'hold' if c['report_ok'] else 'broken'} ({finals}); "
-        f"{c['unavailable']:,} client retries; POST -> final {c['latency_p50']:.1f} s p50 / "
-        f"{c['latency_p99']:.1f} s p99. Growing: {', '.join(growing) if growing else 'nothing'}."
+        f"{scanned}{c['unavailable']:,} client retries; POST -> final "
+        f"{c['latency_p50']:.1f} s p50 / {c['latency_p99']:.1f} s p99. "
+        f"Growing: {', '.join(growing) if growing else 'nothing'}."
         "\n\n" + "".join(f"Problem: {problem}\n\n" for problem in c["problems"])
     )
     rows = [

@@ -199,6 +199,7 @@ def test_a_folder_s_bytes_and_files(tmp_path: Path) -> None:
 # -- figures -----------------------------------------------------------------------------
 def result(growing: bool) -> dict[str, object]:
     checks = Checks({"SHIPPED": 9, "CANCELLED": 3}, 0, 0, 0, [1.0, 2.0, 3.0], 4, True, [])
+    checks.kafka_records, checks.kafka_duplicates = 48, 0
     leak = line(500, 200 if growing else 0)
     run = soak.Soak(
         params={"minutes": 60, "rate": 10, "fault_every": 5, "sample_seconds": 15, "seed": 1},
@@ -219,6 +220,7 @@ def test_the_figure_shows_each_verdict_the_faults_and_the_command() -> None:
     row = "| `rss:consumers` | 500.0 MiB | 700.0 MiB | 700.0 MiB | 200.0 MiB /h | **growing** |"
     assert row in text
     assert "Growing: rss:consumers." in text
+    assert "0 event ids seen twice by a read_committed reader of the saga's 48 records" in text
     assert "| 5.0 | `postgres-crash` | postgres | 12.5 s |" in text
     assert "outboxkit dev soak --minutes 60 --rate 10 --fault-every 5" in text
     assert "Growing: nothing." in figures.soak(result(growing=False))
