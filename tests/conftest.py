@@ -7,7 +7,8 @@ later tests write).
 Markers are given here, centrally, from where a test lives and which fixtures it reaches:
 ``integration`` (needs the stack), ``spark`` (starts Spark), ``e2e``, ``faults``; ``slow`` is
 set by the tests themselves. Slow campaigns are deselected unless pytest runs with ``--slow``,
-whatever ``-m`` selects: ``-m "not integration"`` is the unit tests only."""
+whatever ``-m`` selects: ``-m "not integration"`` is the unit tests only. A campaign's short
+form (``short_form``) is deselected with ``--slow``, where its full form runs instead."""
 
 from __future__ import annotations
 
@@ -94,6 +95,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if item.get_closest_marker(name) is None:
                 item.add_marker(name)
     if config.getoption("--slow"):
+        # A campaign's short form where its full form runs: left out, not run twice.
+        short = [item for item in items if item.get_closest_marker("short_form") is not None]
+        if short:
+            config.hook.pytest_deselected(items=short)
+            items[:] = [item for item in items if item.get_closest_marker("short_form") is None]
         return
     slow = [item for item in items if item.get_closest_marker("slow") is not None]
     if slow:

@@ -356,13 +356,8 @@ def chaos(data: Mapping[str, Any]) -> str:
         for kind, f in sorted(data["by_fault"].items())
     ]
     table = markdown_table(["fault", "rounds", "recovery p50", "max"], rows)
-    scanned = data.get("kafka_duplicates")
-    kafka = (
-        ""
-        if scanned is None
-        else f"; {scanned} event ids seen twice by a read_committed reader of the saga's "
-        f"{data['kafka_records']:,} records"
-    )
+    scanned = _scanned(data)
+    kafka = f"; {scanned}" if scanned else ""
     summary = (
         f"{len(data['rounds'])} rounds, {data['orders']:,} orders: **{data['lost']} lost, "
         f"{data['duplicates']} duplicate effects, {data['stuck']} stuck**{kafka}; "
@@ -371,6 +366,16 @@ def chaos(data: Mapping[str, Any]) -> str:
         "the first fault).\n\n"
     )
     return summary + table
+
+
+def _scanned(checks: Mapping[str, Any]) -> str:
+    """What the read_committed reader of the saga's topics found ("" when it did not read)."""
+    if checks.get("kafka_duplicates") is None:
+        return ""
+    return (
+        f"{checks['kafka_duplicates']} event ids seen more than once by a read_committed reader "
+        f"of the saga's {checks['kafka_records']:,} records"
+    )
 
 
 def _amount(value: float | None, unit: str) -> str:
@@ -387,12 +392,8 @@ def soak(data: Mapping[str, Any]) -> str:
     p, c = data["params"], data["checks"]
     finals = ", ".join(f"{k} {v:,}" for k, v in sorted(c["by_status"].items()))
     growing = data["growing"]
-    scanned = (
-        f"{c['kafka_duplicates']} event ids seen twice by a read_committed reader of the saga's "
-        f"{c['kafka_records']:,} records; "
-        if c.get("kafka_duplicates") is not None
-        else ""
-    )
+    scanned = _scanned(c)
+    scanned = f"{scanned}; " if scanned else ""
     summary = (
         f"{p['minutes']:g} min at {p['rate']:g} orders/s, a fault every {p['fault_every']:g} "
         f"min ({len(data['faults'])} in all), a sample every {p['sample_seconds']:g} s: "

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +111,22 @@ def _admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
+def offsets(
+    admin: AdminClient,
+    partitions: Sequence[TopicPartition],
+    *,
+    latest: bool = True,
+    level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+) -> dict[tuple[str, int], int]:
+    """Each partition's end (``latest``) or start offset, as a reader at ``level`` sees it:
+    read uncommitted, the high watermark; read committed, the last stable offset. Raises
+    KafkaException when a partition's leader does not answer."""
+    spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()  # type: ignore[no-untyped-call]
+    asked = {TopicPartition(tp.topic, tp.partition): spec for tp in partitions}
+    futures = admin.list_offsets(asked, isolation_level=level, request_timeout=10)
+    return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+
 def open_transactions(bootstrap: str) -> dict[tuple[str, int], int]:
     """Partitions whose last stable offset is below their end, with that offset: the ones a
     ``read_committed`` reader cannot read to the end of now."""
@@ -119,12 +135,8 @@ def open_transactions(bootstrap: str) -> dict[tuple[str, int], int]:
     partitions = [TopicPartition(t, p) for t, meta in topics.items() for p in meta.partitions]
     if not partitions:
         return {}
-    latest = {tp: OffsetSpec.latest() for tp in partitions}  # type: ignore[no-untyped-call]
-    ends = {}
-    for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
-        futures = admin.list_offsets(latest, isolation_level=level)
-        ends[level] = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
-    stable, end = ends[IsolationLevel.READ_COMMITTED], ends[IsolationLevel.READ_UNCOMMITTED]
+    stable = offsets(admin, partitions, level=IsolationLevel.READ_COMMITTED)
+    end = offsets(admin, partitions)
     return {tp: stable[tp] for tp in stable if stable[tp] < end[tp]}
 
 

@@ -11,7 +11,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from outboxkit.devstack.transactions import offsets
 
 ID_HEADER = "id"
 Key = tuple[str, int]  # a partition: its topic and number
@@ -33,10 +36,10 @@ def scan(
     config: Mapping[str, str | int | float | bool], topics: Sequence[str], timeout: float = 120
 ) -> Scan:
     """Read every partition of ``topics`` from its beginning to its end, counting each
-    record's ``id`` header. A ``read_committed`` reader's end is the last stable offset: a
-    transaction still open holds back what it wrote and everything after it. The read goes on
-    until each partition is read to its high watermark, so a transaction left open past
-    ``timeout`` fails the scan (naming its partitions) instead of ending it early."""
+    record's ``id`` header, until each partition is read to its high watermark. A
+    ``read_committed`` reader stops at the last stable offset: a transaction still open holds
+    back what it wrote and everything after it, so one left open past ``timeout`` fails the
+    scan with a TimeoutError naming its partitions."""
     consumer = Consumer(
         {
             **config,
@@ -46,14 +49,7 @@ def scan(
             "enable.partition.eof": True,
         }
     )
-    # The high watermarks, past any open transaction: read uncommitted.
-    ends = Consumer(
-        {
-            **config,
-            "group.id": f"outboxkit-scan-{uuid.uuid4().hex[:8]}",
-            "isolation.level": "read_uncommitted",  # librdkafka's default is read_committed
-        }
-    )
+    admin = AdminClient(dict(config))  # the ends, asked read uncommitted
     counts: dict[str, Counter[str]] = {topic: Counter() for topic in topics}
     try:
         metadata = consumer.list_topics(timeout=10).topics
@@ -73,17 +69,18 @@ def scan(
         tail = False
         while pending or not tail:
             if not pending:
-                tail, pending = True, short_of_the_end(consumer, ends, assigned)
+                tail, pending = True, short_of_the_end(consumer, admin, assigned)
                 continue
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"read_committed scan did not reach the end of {sorted(pending)}"
                     + (": a transaction open on them holds back their last records" if tail else "")
+                    # (or records still being written: the scan reads a saga at rest)
                 )
             message = consumer.poll(1.0)
             if message is None:
                 if tail:
-                    pending = short_of_the_end(consumer, ends, assigned)
+                    pending = short_of_the_end(consumer, admin, assigned)
                 continue
             error = message.error()
             if error is not None:
@@ -101,7 +98,6 @@ def scan(
                 counts[topic][text] += 1
     finally:
         consumer.close()
-        ends.close()
     return Scan(
         records=sum(sum(c.values()) for c in counts.values()),
         duplicates={
@@ -111,17 +107,23 @@ def scan(
 
 
 def short_of_the_end(
-    consumer: Consumer, ends: Consumer, partitions: Sequence[TopicPartition]
+    consumer: Consumer, admin: AdminClient, partitions: Sequence[TopicPartition]
 ) -> set[Key]:
     """The partitions whose read position is short of their high watermark: records held back
-    by an open transaction, or written since the reader's end of partition. ``ends``: a
-    read_uncommitted client (the reader's own watermarks stop at the last stable offset)."""
-    short: set[Key] = set()
-    for tp in partitions:
-        here = TopicPartition(tp.topic, tp.partition)
-        low, high = ends.get_watermark_offsets(here, timeout=10, cached=False)
-        position = consumer.position([here])[0].offset
-        # Nothing read yet (an invalid position) is short only of a partition holding records.
-        if (position < 0 and high > low) or 0 <= position < high:
-            short.add((tp.topic, tp.partition))
-    return short
+    by an open transaction, or written since the reader's end of partition. All of them when
+    a leader does not answer now (asked again when the reader is next idle)."""
+    keys = {(tp.topic, tp.partition) for tp in partitions}
+    try:
+        low = offsets(admin, partitions, latest=False)
+        high = offsets(admin, partitions)
+    except KafkaException:
+        return keys
+    read = consumer.position([TopicPartition(t, p) for t, p in sorted(keys)])
+    position = {(tp.topic, tp.partition): tp.offset for tp in read}
+    return {key for key in keys if short(position[key], low[key], high[key])}
+
+
+def short(position: int, low: int, high: int) -> bool:
+    """Whether a reader at ``position`` (negative: nothing read yet) has records left to read
+    in a partition holding offsets ``low`` to ``high`` (exclusive)."""
+    return high > low and position < high

@@ -21,12 +21,13 @@ class Usage:
     fds: int
     threads: int
     processes: int
-    shared_mib: float = 0.0
+    shared_mib: float | None = None  # None: the kernel does not say (no Pss_Shmem)
 
     @property
     def private_mib(self) -> float:
-        """Resident memory outside shared memory: what a leak in a process grows."""
-        return self.rss_mib - self.shared_mib
+        """Resident memory outside shared memory: what a leak in a process grows (all of it
+        where the kernel does not tell shared memory apart)."""
+        return self.rss_mib - (self.shared_mib or 0.0)
 
 
 def parents(proc: Path = PROC) -> dict[int, int]:
@@ -62,13 +63,13 @@ def _fields(path: Path) -> dict[str, str]:
     return dict(line.split(":", 1) for line in path.read_text().splitlines() if ":" in line)
 
 
-def status(pid: int, proc: Path = PROC) -> tuple[float, float, int] | None:
+def status(pid: int, proc: Path = PROC) -> tuple[float, float | None, int] | None:
     """(resident MiB, of it in shared memory MiB, threads) of one process; None when it is
     gone. Resident memory is the proportional set size (/proc/PID/smaps_rollup's Pss): a page
     shared by N processes counts 1/N in each, so a tree's sum counts Postgres's shared buffers
     once, not once per backend (VmRSS, read where there is no smaps_rollup, would). Shared
     memory (Pss_Shmem: Postgres's shared buffers) fills as its pages are first touched, up to
-    its size; 0 where the kernel does not say."""
+    its size; None where the kernel does not say."""
     folder = proc / str(pid)
     try:
         fields = _fields(folder / "status")
@@ -76,8 +77,9 @@ def status(pid: int, proc: Path = PROC) -> tuple[float, float, int] | None:
     except OSError:
         return None
     resident = rollup.get("Pss") or fields.get("VmRSS") or "0 kB"  # none: a zombie
-    shared = rollup.get("Pss_Shmem", "0 kB")
-    return _mib(resident), _mib(shared), int(fields.get("Threads", "0"))
+    shared = rollup.get("Pss_Shmem")
+    threads = int(fields.get("Threads", "0"))
+    return _mib(resident), None if shared is None else _mib(shared), threads
 
 
 def _mib(kib: str) -> float:
@@ -95,12 +97,14 @@ def open_fds(pid: int, proc: Path = PROC) -> int | None:
 def usage(pids: Iterable[int], proc: Path = PROC) -> Usage | None:
     """The processes' resident memory (and its shared part), descriptors and threads summed
     (those gone left out); None when none of them runs."""
-    rss, shared, fds, threads, counted = 0.0, 0.0, 0, 0, 0
+    rss, fds, threads, counted = 0.0, 0, 0, 0
+    shared: float | None = 0.0
     for pid in pids:
         held, descriptors = status(pid, proc), open_fds(pid, proc)
         if held is None or descriptors is None:
             continue
-        rss, shared, threads = rss + held[0], shared + held[1], threads + held[2]
+        rss, threads = rss + held[0], threads + held[2]
+        shared = None if shared is None or held[1] is None else shared + held[1]
         fds, counted = fds + descriptors, counted + 1
     return Usage(rss, fds, threads, counted, shared) if counted else None
 

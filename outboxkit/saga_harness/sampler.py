@@ -43,9 +43,7 @@ LIMITS = text(
     "SELECT pg_size_bytes(current_setting('max_wal_size')) "
     "+ pg_size_bytes(current_setting('wal_keep_size')), "
     "pg_size_bytes(current_setting('wal_segment_size')), "
-    # Postgres 15 on: the main shared memory area's size; before it, shared_buffers alone.
-    "coalesce(pg_size_bytes(current_setting('shared_memory_size', true)), "
-    "pg_size_bytes(current_setting('shared_buffers')))"
+    "pg_size_bytes(current_setting('shared_memory_size'))"  # the main shared memory area
 )
 ORDERS = text(
     "SELECT count(*), count(final_at), percentile_cont(0.5) WITHIN GROUP "
@@ -62,6 +60,8 @@ class Sampler:
         self.stack, self.saga, self.since = stack, saga, since
         # The stack's superuser: the slots, the WAL directory and its settings.
         self.admin: Engine = engine_for(stack.database_url(), "once")
+        # Its Postgres nodes: their shared memory sampled apart (their shared buffers).
+        self.postgres = {node.name for node in stack.state.postgres.nodes}
 
     def close(self) -> None:
         self.admin.dispose()
@@ -88,9 +88,10 @@ class Sampler:
         for name, pid in self.processes().items():
             used = proc.usage(proc.tree(pid, parent_of))
             if used is not None:
+                if name in self.postgres and used.shared_mib is not None:
+                    found[f"shared:{name}"] = used.shared_mib  # its shared buffers
                 found |= {
                     f"rss:{name}": used.private_mib,
-                    f"shared:{name}": used.shared_mib,
                     f"fds:{name}": used.fds,
                     f"threads:{name}": used.threads,
                 }

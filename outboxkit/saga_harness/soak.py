@@ -232,10 +232,11 @@ def bounds(
     for name in series:
         if name.startswith(("rss:kafka", "rss:connect")):
             found[name] = Bound(2 * JVM_HEAP_MIB, f"-Xmx{JVM_HEAP_MIB}m heap, 2x for the JVM")
-        if name.startswith("shared:postgres") and limits.shared_memory:
-            size = limits.shared_memory / trend.MIB
+        if name.startswith("shared:") and limits.shared_memory:
+            slack = trend.family(name).slack  # dynamic segments beside the main area
             found[name] = Bound(
-                size, f"Postgres's shared memory area ({size:,.0f} MiB, shared_buffers in it)"
+                limits.shared_memory / trend.MIB + slack,
+                f"Postgres's shared memory area (shared_buffers in it), {slack:g} MiB more",
             )
         if name.startswith("table rows:") and name.endswith(".inbox_recent"):
             watermarks = series.get(name.replace("inbox_recent", "inbox_watermark"), [])

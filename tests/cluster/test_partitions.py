@@ -48,7 +48,7 @@ def cluster_saga(cluster: Stack) -> Iterator[Saga]:
 @pytest.mark.parametrize(
     "kinds",
     [
-        pytest.param(LAYERS, id="each-layer"),
+        pytest.param(LAYERS, id="each-layer", marks=pytest.mark.short_form),
         pytest.param(KINDS, id="every-kind", marks=pytest.mark.slow),
     ],
 )

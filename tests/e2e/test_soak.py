@@ -4,6 +4,7 @@ routine fault (Connect's tasks restarted) half-way and a sample every 3 s."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from outboxkit.commands.soak import plot
 from outboxkit.saga_harness import soak
@@ -34,6 +35,12 @@ def test_a_short_soak_samples_every_process_and_keeps_every_invariant(saga: Saga
         for family in ("rss", "fds", "threads"):
             values = data["series"][f"{family}:{name}"]
             assert sum(v is not None for v in values) >= len(result.times) - 2, (name, family)
+    # Postgres's shared buffers apart from its private memory, bounded by its shared memory
+    # area (where the kernel reports Pss_Shmem).
+    if "Pss_Shmem" in Path("/proc/self/smaps_rollup").read_text():
+        postgres = f"shared:{stack.state.postgres.nodes[0].name}"
+        assert max(v for v in data["series"][postgres] if v is not None) > 0
+        assert next(t for t in result.trends if t.series == postgres).bound is not None
     consumers = data["series"]["threads:consumers"]
     assert min(v for v in consumers if v is not None) > 20  # the driver's JVM counted with it
     assert data["series"]["orders:placed"][-1] >= 4 * 60

@@ -7,10 +7,11 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from outboxkit.devstack.stack import Stack
+from outboxkit.devstack.transactions import offsets
 from outboxkit.saga_harness.kafka_scan import scan
 
 
@@ -40,16 +41,21 @@ def test_the_scan_counts_committed_ids_and_fails_on_a_transaction_left_open(stac
     producer.commit_transaction(30)
     producer.begin_transaction()
     send(producer, topic, 1, "aborted")
+    producer.flush(30)  # written, then aborted: its record and the abort marker in the log
     producer.abort_transaction(30)
+    # "c" and its commit marker, "aborted" and its abort marker: the scan reads past both.
+    assert offsets(admin, [TopicPartition(topic, 1)]) == {(topic, 1): 4}
 
     found = scan(config, [topic], timeout=30)
     assert found.records == 4  # the aborted transaction's record is not read
     assert found.duplicates == {topic: ["a"]}
 
     producer.begin_transaction()
-    send(producer, topic, 1, "d")
-    producer.flush(30)  # written, not committed: the last stable offset stays before it
-    with pytest.raises(TimeoutError, match=rf"\('{topic}', 1\).*a transaction open"):
-        scan(config, [topic], timeout=8)
-    producer.commit_transaction(30)
+    try:
+        send(producer, topic, 1, "d")
+        producer.flush(30)  # written, not committed: the last stable offset stays before it
+        with pytest.raises(TimeoutError, match=rf"\('{topic}', 1\).*a transaction open"):
+            scan(config, [topic], timeout=20)
+    finally:
+        producer.commit_transaction(30)
     assert scan(config, [topic], timeout=30).records == 5

@@ -193,5 +193,13 @@ def test_the_report_says_which_node_each_round_struck():
 
 
 def test_anything_lost_doubled_stuck_or_inconsistent_fails_the_campaign():
-    for broken in ({"lost": 1}, {"duplicates": 1}, {"stuck": 2}, {"report_ok": False}):
+    for broken in (
+        {"lost": 1},
+        {"duplicates": 1},
+        {"stuck": 2},
+        {"report_ok": False},
+        {"kafka_duplicates": 1},
+        # The read_committed scan could not read to the end (a transaction left open).
+        {"problems": ["read_committed scan: did not reach the end of [('t', 1)]"]},
+    ):
         assert not campaign({"spark-kill": [1.0]}, **broken).ok
