@@ -33,26 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from outboxkit.devstack.nfqueue import (
-    NETLINK_NETFILTER,
-    NETLINK_NO_ENOBUFS,
-    NF_ACCEPT,
-    NF_DROP,
-    NFNL_SUBSYS_QUEUE,
-    NFQNL_CFG_CMD_PF_BIND,
-    NFQNL_CFG_CMD_PF_UNBIND,
-    NFQNL_MSG_PACKET,
-    NLMSG_ERROR,
-    SO_RCVBUFFORCE,
-    SOL_NETLINK,
-    Message,
-    bind_config,
-    error_code,
-    packet_id,
-    parse_messages,
-    pf_command,
-    verdict_message,
-)
+from outboxkit.devstack import nfqueue
 
 RECEIVE_BUFFER = 16 * 1024 * 1024
 MAX_WAIT = 0.05  # seconds between looks at the stop event when nothing is due
@@ -145,7 +126,9 @@ class Shaper:
         self._acks: dict[int, int] = {}  # seq -> errno of the kernel's answer
         self._buffer = bytearray(65536)
         try:
-            self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_NETFILTER)
+            self._sock = socket.socket(
+                socket.AF_NETLINK, socket.SOCK_RAW, nfqueue.NETLINK_NETFILTER
+            )
         except OSError as exc:
             raise ShaperError(f"no netfilter netlink socket ({exc.strerror})") from exc
         try:
@@ -163,15 +146,15 @@ class Shaper:
         self._sock.bind((0, 0))
         self._sock.setblocking(False)
         try:
-            self._sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RECEIVE_BUFFER)
+            self._sock.setsockopt(socket.SOL_SOCKET, nfqueue.SO_RCVBUFFORCE, RECEIVE_BUFFER)
         except OSError:  # not permitted: as large as net.core.rmem_max allows
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
         with contextlib.suppress(OSError):  # unknown option: ENOBUFS is reported, and survived
-            self._sock.setsockopt(SOL_NETLINK, NETLINK_NO_ENOBUFS, 1)
-        for command in (NFQNL_CFG_CMD_PF_UNBIND, NFQNL_CFG_CMD_PF_BIND):
-            if self._request(functools.partial(pf_command, command)) == errno.EPERM:
+            self._sock.setsockopt(nfqueue.SOL_NETLINK, nfqueue.NETLINK_NO_ENOBUFS, 1)
+        for command in (nfqueue.NFQNL_CFG_CMD_PF_UNBIND, nfqueue.NFQNL_CFG_CMD_PF_BIND):
+            if self._request(functools.partial(nfqueue.pf_command, command)) == errno.EPERM:
                 raise ShaperError("binding an NFQUEUE needs root (CAP_NET_ADMIN): run as root")
-        code = self._request(functools.partial(bind_config, self.queue))
+        code = self._request(functools.partial(nfqueue.bind_config, self.queue))
         if code in (errno.EPERM, errno.EBUSY):
             raise ShaperError(
                 f"queue {self.queue} is bound by another process: stop it or pick another --queue"
@@ -199,7 +182,12 @@ class Shaper:
     def step(self, max_wait: float) -> None:
         """Release what is due, wait for packets (at most ``max_wait`` s), admit them."""
         now = time.monotonic()
-        self._send([verdict_message(self.queue, i, NF_ACCEPT) for i in self.schedule.due(now)])
+        self._send(
+            [
+                nfqueue.verdict_message(self.queue, i, nfqueue.NF_ACCEPT)
+                for i in self.schedule.due(now)
+            ]
+        )
         due = self.schedule.next_due()
         wait = max_wait if due is None else min(max_wait, max(0.0, due - time.monotonic()))
         readable, _, _ = select.select([self._sock], [], [], wait)
@@ -209,7 +197,7 @@ class Shaper:
     def _receive(self) -> int:
         """Read up to BATCH waiting datagrams (their count): admit packets, note answers."""
         drops: list[bytes] = []
-        packet_type = (NFNL_SUBSYS_QUEUE << 8) | NFQNL_MSG_PACKET
+        packet_type = (nfqueue.NFNL_SUBSYS_QUEUE << 8) | nfqueue.NFQNL_MSG_PACKET
         for read in range(BATCH):
             try:
                 size = self._sock.recv_into(self._buffer)
@@ -222,18 +210,18 @@ class Shaper:
                 self.counters.overruns += 1  # the kernel accepted what it could not queue
                 continue
             now = time.monotonic()
-            for message in parse_messages(bytes(self._buffer[:size])):
-                if message.type == NLMSG_ERROR:
+            for message in nfqueue.parse_messages(bytes(self._buffer[:size])):
+                if message.type == nfqueue.NLMSG_ERROR:
                     self._acknowledged(message)
                 elif message.type == packet_type:
-                    packet = packet_id(message.body)
+                    packet = nfqueue.packet_id(message.body)
                     if packet is not None and not self.schedule.admit(packet, now):
-                        drops.append(verdict_message(self.queue, packet, NF_DROP))
+                        drops.append(nfqueue.verdict_message(self.queue, packet, nfqueue.NF_DROP))
         self._send(drops)
         return BATCH
 
-    def _acknowledged(self, message: Message) -> None:
-        code = error_code(message.body)
+    def _acknowledged(self, message: nfqueue.Message) -> None:
+        code = nfqueue.error_code(message.body)
         if message.seq:  # an answer to a config request (verdicts are sent with seq 0)
             self._acks[message.seq] = code
         elif code:
@@ -254,7 +242,7 @@ class Shaper:
         while self.schedule.held:
             ids = self.schedule.due(everything)
             self.counters.released_at_exit += len(ids)
-            self._send([verdict_message(self.queue, i, NF_ACCEPT) for i in ids])
+            self._send([nfqueue.verdict_message(self.queue, i, nfqueue.NF_ACCEPT) for i in ids])
         self._sock.close()
 
 
