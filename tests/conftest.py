@@ -94,17 +94,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for name in dict.fromkeys(markers):
             if item.get_closest_marker(name) is None:
                 item.add_marker(name)
-    if config.getoption("--slow"):
-        # A campaign's short form where its full form runs: left out, not run twice.
-        short = [item for item in items if item.get_closest_marker("short_form") is not None]
-        if short:
-            config.hook.pytest_deselected(items=short)
-            items[:] = [item for item in items if item.get_closest_marker("short_form") is None]
-        return
-    slow = [item for item in items if item.get_closest_marker("slow") is not None]
-    if slow:
-        config.hook.pytest_deselected(items=slow)
-        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+    # With --slow, a campaign's short form is left out where its full form runs (not run
+    # twice); without it, the slow tests.
+    deselect(config, items, "short_form" if config.getoption("--slow") else "slow")
+
+
+def deselect(config: pytest.Config, items: list[pytest.Item], marker: str) -> None:
+    """Leave out the items marked ``marker``, reported as deselected."""
+    marked = [item for item in items if item.get_closest_marker(marker) is not None]
+    if marked:
+        config.hook.pytest_deselected(items=marked)
+        items[:] = [item for item in items if item.get_closest_marker(marker) is None]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -1,6 +1,6 @@
 """The read_committed scan the campaigns end with, on the real broker: it counts committed
 records' event ids and the ids seen twice, never an aborted transaction's, and a transaction
-left open fails it with the partitions it holds back instead of ending the read early."""
+left open fails it with the partitions it holds back."""
 
 from __future__ import annotations
 
