@@ -6,6 +6,7 @@ import re
 import shutil
 import signal
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -444,9 +445,12 @@ class Stack:
         self.state_file.unlink(missing_ok=True)
 
     def _stop_nodes(self, component: Component) -> None:
-        """Stop an embedded engine's nodes by PID, the last one first."""
+        """Stop an embedded engine's nodes by PID, all at once: one by one, the last broker of a
+        cluster waits out its stop's time-out, its controller quorum gone with the others."""
         if component.mode != EMBEDDED:
             return
-        for node in reversed(component.nodes):
-            if stop(node.pid):
+        with ThreadPoolExecutor(max_workers=max(1, len(component.nodes))) as pool:
+            stopped = list(pool.map(lambda node: stop(node.pid), component.nodes))
+        for node, was_running in zip(component.nodes, stopped, strict=True):
+            if was_running:
                 self.echo(f"{node.name:10} stopped (pid {node.pid})")

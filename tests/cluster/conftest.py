@@ -19,12 +19,13 @@ from tests.conftest import temporary_stack
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The partition campaign first in this folder: its saga starts on the fresh cluster, not
-    on one the node-kill tests have just shaken (their broker restarts leave Connect's config
-    topic unwritable for a while)."""
+    """The partition tests first in this folder: the campaign's saga starts on the fresh
+    cluster, not on one the node-kill tests have just shaken (their broker restarts leave
+    Connect's config topic unwritable for a while)."""
     places = [n for n, item in enumerate(items) if "/tests/cluster/" in item.path.as_posix()]
     block = [items[n] for n in places]
-    first = [item for item in block if item.path.name == "test_partitions.py"]
+    partition_tests = ("test_partitions.py", "test_pipeline_partitions.py")
+    first = [item for item in block if item.path.name in partition_tests]
     for n, item in zip(places, first + [i for i in block if i not in first], strict=True):
         items[n] = item
 

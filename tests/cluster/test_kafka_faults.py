@@ -47,10 +47,10 @@ def test_rolling_restart_of_a_node_loses_nothing(cluster, cluster_engine, aggreg
     counts = stream_with_faults(
         cluster, cluster_engine, aggregate_type, events=EVENTS, points=[0.4], fault=restart_one
     )
-    _check(counts, EVENTS)
+    check_counts(counts, EVENTS)
 
 
-def _check(counts, events: int) -> None:
+def check_counts(counts, events: int) -> None:
     twice = seen_twice(counts)
     print(f"{len(counts)} distinct events, {twice} seen twice")
     assert len(counts) == events, f"{events - len(counts)} events lost"
@@ -94,7 +94,7 @@ def test_partition_leader_kill_loses_nothing(cluster, cluster_engine, aggregate_
     counts = stream_with_faults(
         cluster, cluster_engine, aggregate_type, events=EVENTS, points=[0.4], fault=fault
     )
-    _check(counts, EVENTS)
+    check_counts(counts, EVENTS)
 
 
 def test_transaction_coordinator_kill_loses_nothing(cluster, cluster_engine, aggregate_type):
@@ -107,7 +107,7 @@ def test_transaction_coordinator_kill_loses_nothing(cluster, cluster_engine, agg
     counts = stream_with_faults(
         cluster, cluster_engine, aggregate_type, events=EVENTS, points=[0.4], fault=fault
     )
-    _check(counts, EVENTS)
+    check_counts(counts, EVENTS)
 
 
 def test_active_controller_kill_loses_nothing(cluster, cluster_engine, aggregate_type):
@@ -118,7 +118,7 @@ def test_active_controller_kill_loses_nothing(cluster, cluster_engine, aggregate
     counts = stream_with_faults(
         cluster, cluster_engine, aggregate_type, events=EVENTS, points=[0.4], fault=fault
     )
-    _check(counts, EVENTS)
+    check_counts(counts, EVENTS)
     deadline = time.monotonic() + 30
     while faults.active_controller(cluster).name == before.name and time.monotonic() < deadline:
         time.sleep(0.5)

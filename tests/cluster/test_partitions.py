@@ -4,10 +4,9 @@ brokers, a leader deaf one way, the Connect worker running a task cut from Kafka
 split, the consumers' commit in doubt, a service replica cut from Postgres, a slow and lossy
 link between the consumers and Kafka) and a Spark executor and a Spark worker are killed; then
 every order is final, every invariant and the audit hold, a read_committed reader sees each
-event id once, and no link is left cut. The default run strikes one kind of each layer (a
-broker deaf one way, Connect cut from Kafka, the consumers' commit in doubt, a service cut from
-Postgres, an executor killed); ``--slow`` strikes every kind. Needs root (each node in a
-network namespace of its own); skipped elsewhere."""
+event id once, and no link is left cut. A campaign (``--slow``); the default run strikes the
+outbox's path on its own (test_pipeline_partitions.py). Needs root (each node in a network
+namespace of its own); skipped elsewhere."""
 
 from __future__ import annotations
 
@@ -27,14 +26,6 @@ pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailabl
 # Every network kind, and the two Spark process kinds (a worker lost with its executors, one
 # executor lost) mixed in.
 KINDS = [kind.name for kind in NETWORK_KINDS] + ["spark-executor-kill", "spark-worker-kill"]
-# One of each layer: a broker (one way), Connect, the consumers' commit, a service, Spark.
-LAYERS = [
-    "leader-deaf",
-    "connect-kafka-cut",
-    "commit-in-doubt",
-    "service-postgres-cut",
-    "spark-executor-kill",
-]
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +35,9 @@ def cluster_saga(cluster: Stack) -> Iterator[Saga]:
 
 
 # Each round cut 11-13 s and then recovered, after the saga's start on the cluster.
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
-@pytest.mark.parametrize(
-    "kinds",
-    [
-        pytest.param(LAYERS, id="each-layer", marks=pytest.mark.short_form),
-        pytest.param(KINDS, id="every-kind", marks=pytest.mark.slow),
-    ],
-)
-def test_partitions_keep_every_invariant(kinds, cluster_saga, cluster, monkeypatch):
+def test_partitions_keep_every_invariant(cluster_saga, cluster, monkeypatch):
     # Shorter than a campaign's cuts (10-20 s, a slow link 30-45 s): long enough for every
     # timeout that decides (a broker fenced after 6 s, a Connect worker after 10 s).
     monkeypatch.setattr(partitions, "CUT_SECONDS", (11.0, 13.0))
@@ -60,18 +45,18 @@ def test_partitions_keep_every_invariant(kinds, cluster_saga, cluster, monkeypat
     campaign = chaos.run(
         cluster,
         cluster_saga,
-        rounds=len(kinds),
+        rounds=len(KINDS),
         orders=240,
         rate=3,
         seed=11,
         gap=(1, 2),
-        kinds=kinds,
+        kinds=KINDS,
         supervise=False,  # the cluster's fixture runs the supervisor
     )
     for r in campaign.rounds:
         print(f"round {r.number} {r.fault} on {r.struck}: recovered in {r.recovery:.1f}s")
     print({k: v for k, v in campaign.as_dict().items() if k not in ("rounds", "audits")})
-    assert sorted(r.fault for r in campaign.rounds) == sorted(kinds)
+    assert sorted(r.fault for r in campaign.rounds) == sorted(KINDS)
     assert campaign.stuck == 0
     assert (campaign.lost, campaign.duplicates) == (0, 0)
     assert campaign.kafka_duplicates == 0 and campaign.kafka_records > 0

@@ -327,13 +327,15 @@ def assert_forged_parked_and_not_applied(
 
 
 FAULTS = chaos.ROUTINE  # postgres-crash, broker-restart, connect-task-restart
+SOMEWHERE_ELSE = ("broker-restart", "connect-task-restart")  # struck by default elsewhere
 
 
 @pytest.mark.parametrize(
     "fault",
     [
-        # A broker restart takes a minute here; the short campaign strikes it in every run too.
-        pytest.param(f, marks=pytest.mark.slow) if f == "broker-restart" else f
+        # A broker restart takes a minute here (the campaign's full form strikes it too), and the
+        # short soak restarts Connect's tasks with the same processes throughout.
+        pytest.param(f, marks=pytest.mark.slow) if f in SOMEWHERE_ELSE else f
         for f in FAULTS
     ],
 )
@@ -377,25 +379,35 @@ def test_a_routine_fault_mid_run_is_ridden_out_with_nobody_restarting_anything(s
 
 # Kinds the routine-fault tests above strike in every run, with stronger checks (the same
 # processes throughout, clients told 503): the short campaign leaves them to those tests (the
-# broker restart, slow there, stays in the campaign).
+# broker restart, slow there, stays in the campaign's full form).
 SHORT_CAMPAIGN = [k for k in chaos.KINDS if k not in ("postgres-crash", "connect-task-restart")]
+# The default run: one kill of each layer (the Spark driver, Connect, a service; the replicas
+# test kills an orders replica mid-load). ``--slow`` strikes every kind of SHORT_CAMPAIGN.
+EACH_LAYER = ["spark-kill", "connect-kill", "payments-kill"]
 
 
-def test_a_short_fault_campaign_of_every_kind_keeps_every_invariant(saga, stack):
-    """`outboxkit dev chaos` in short: one round of each fault kind but the routine ones struck
-    above (kill -9 of the Spark driver, of Connect and of each service, the broker restarted)
-    while orders flow, 5% of them from customers whose payment answers after the order's
-    payment timeout; then every order final (those cancelled by their timer refunded), the
-    invariants, the audit."""
+@pytest.mark.parametrize(
+    ("kinds", "orders"),
+    [
+        pytest.param(EACH_LAYER, 120, id="each-layer", marks=pytest.mark.short_form),
+        pytest.param(SHORT_CAMPAIGN, 300, id="every-kind", marks=pytest.mark.slow),
+    ],
+)
+def test_a_short_fault_campaign_keeps_every_invariant(saga, stack, kinds, orders):
+    """`outboxkit dev chaos` in short: one round of each kind (kill -9 of the Spark driver, of
+    Connect and of a service; with ``--slow`` of each service, and the broker restarted) while
+    orders flow, 5% of them from customers whose payment answers after the order's payment
+    timeout; then every order final (those cancelled by their timer refunded), the invariants,
+    the audit."""
     saga.slow_share = 0.05
     try:
-        campaign = run_campaign(saga, stack)
+        campaign = run_campaign(saga, stack, kinds, orders)
     finally:
         saga.slow_share = 0.0
     for r in campaign.rounds:
         print(f"round {r.number} {r.fault}: recovered in {r.recovery:.1f}s")
     print({k: v for k, v in campaign.as_dict().items() if k not in ("rounds", "audits")})
-    assert sorted(r.fault for r in campaign.rounds) == sorted(SHORT_CAMPAIGN)
+    assert sorted(r.fault for r in campaign.rounds) == sorted(kinds)
     assert campaign.stuck == 0
     assert (campaign.lost, campaign.duplicates) == (0, 0)
     assert campaign.problems == []
@@ -405,16 +417,9 @@ def test_a_short_fault_campaign_of_every_kind_keeps_every_invariant(saga, stack)
     assert late["timed out"] > 0 and late["captured late, refunded"] == late["captured late"]
 
 
-def run_campaign(saga, stack):
+def run_campaign(saga, stack, kinds, orders):
     return chaos.run(
-        stack,
-        saga,
-        rounds=len(SHORT_CAMPAIGN),
-        orders=300,
-        rate=4,
-        seed=5,
-        gap=(1, 3),
-        kinds=SHORT_CAMPAIGN,
+        stack, saga, rounds=len(kinds), orders=orders, rate=4, seed=5, gap=(1, 3), kinds=kinds
     )
 
 

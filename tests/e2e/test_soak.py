@@ -1,5 +1,6 @@
 """`outboxkit dev soak` in short, on the package's saga: a minute at 4 orders/s with one
-routine fault (Connect's tasks restarted) half-way and a sample every 3 s."""
+routine fault (Connect's tasks restarted) half-way, ridden out by the same processes, and a
+sample every 3 s."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import json
 from pathlib import Path
 
 from outboxkit.commands.soak import plot
+from outboxkit.devstack.processes import alive
 from outboxkit.saga_harness import soak
 from outboxkit.saga_harness.processes import Saga
 
 
 def test_a_short_soak_samples_every_process_and_keeps_every_invariant(saga: Saga, stack, tmp_path):
+    pids = dict(saga.pids)
     result = soak.run(
         stack,
         saga,
@@ -26,6 +29,8 @@ def test_a_short_soak_samples_every_process_and_keeps_every_invariant(saga: Saga
     assert [r.fault for r in result.faults] == ["connect-task-restart"]
     assert result.checks.ok, result.checks.problems
     assert (result.checks.stuck, result.checks.lost, result.checks.duplicates) == (0, 0, 0)
+    # Nobody restarted anything: the same processes throughout, every one still running.
+    assert saga.pids == pids and all(alive(pid) for pid in pids.values())
     assert all(a["totals"]["applied"] > 0 for a in result.checks.audits)
     assert len(result.times) >= 18  # 1 min at one sample every 3 s
     processes = [*(n.name for n in stack.state.postgres.nodes), *saga.processes]

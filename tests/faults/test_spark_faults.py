@@ -23,7 +23,8 @@ from tests.spark_helpers import effect_stats, new_job, publish, run_once, total,
 from tests.streaming import RESUME_RESENDS, seen_twice
 
 ROOT = Path(__file__).resolve().parents[2]
-DRIVER_EVENTS = 40_000  # the repeated kills' backlog (--slow); the single kill's is half
+DRIVER_EVENTS = 40_000  # the repeated kills' backlog (--slow)
+SINGLE_KILL_EVENTS = 12_000  # three of the driver's micro-batches (OUTBOXKIT_TEST_MAX_OFFSETS)
 
 
 def consume_command(
@@ -94,8 +95,9 @@ def backlog(stack, engine, aggregate_type, spark_effects_table) -> str:
 def test_driver_kill_mid_run_applies_each_event_once(
     stack, engine, aggregate_type, spark_effects_table, tmp_path
 ):
-    """20,000 events, five of the driver's micro-batches: killed after one to four of them."""
-    events = DRIVER_EVENTS // 2
+    """12,000 events, three of the driver's micro-batches: killed once 20-80% of them are
+    applied, then restarted from its checkpoint."""
+    events = SINGLE_KILL_EVENTS
     publish_backlog(stack, engine, aggregate_type, events)
     kill_driver_mid_run(
         stack, engine, aggregate_type, tmp_path / "cp", seed=time.time_ns(), events=events
@@ -160,7 +162,7 @@ def test_connect_kill_with_exactly_once_source_keeps_a_small_id_window(
     assert state == {watermarks.name: 4, recent_ids.name: 4}  # every partition keeps ids
 
 
-OUTAGE_EVENTS = 12_000
+OUTAGE_EVENTS = 8_000
 
 
 def test_a_database_outage_longer_than_the_batch_retries_restarts_the_query(
