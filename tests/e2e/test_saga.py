@@ -389,7 +389,7 @@ EACH_LAYER = ["spark-kill", "connect-kill", "payments-kill"]
 @pytest.mark.parametrize(
     ("kinds", "orders"),
     [
-        pytest.param(EACH_LAYER, 120, id="each-layer", marks=pytest.mark.short_form),
+        pytest.param(EACH_LAYER, 80, id="each-layer", marks=pytest.mark.short_form),
         pytest.param(SHORT_CAMPAIGN, 300, id="every-kind", marks=pytest.mark.slow),
     ],
 )
