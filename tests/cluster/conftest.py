@@ -19,13 +19,17 @@ from tests.conftest import temporary_stack
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The partition tests first in this folder: the campaign's saga starts on the fresh
-    cluster, not on one the node-kill tests have just shaken (their broker restarts leave
-    Connect's config topic unwritable for a while)."""
+    """The partition tests first in this folder, the campaign first of them: its saga starts
+    on the fresh cluster, and the partitions strike a cluster with every replica in sync, not
+    one the node-kill tests have just shaken (their broker restarts leave Connect's config
+    topic unwritable for a while)."""
     places = [n for n, item in enumerate(items) if "/tests/cluster/" in item.path.as_posix()]
     block = [items[n] for n in places]
     partition_tests = ("test_partitions.py", "test_pipeline_partitions.py")
-    first = [item for item in block if item.path.name in partition_tests]
+    first = sorted(
+        (item for item in block if item.path.name in partition_tests),
+        key=lambda item: partition_tests.index(item.path.name),
+    )
     for n, item in zip(places, first + [i for i in block if i not in first], strict=True):
         items[n] = item
 
@@ -41,7 +45,8 @@ def cluster() -> Iterator[Stack]:
             connect_workers=2,
             spark_workers=2,
             # Each node in a network namespace of its own where this machine allows (root):
-            # the network faults of test_partitions.py cut and slow its links.
+            # the network faults of test_partitions.py and test_pipeline_partitions.py cut and
+            # slow its links.
             network="loopback" if unavailable() else "namespaces",
         ) as stack,
         supervised(stack, echo=print),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -21,60 +22,55 @@ from outboxkit.saga_harness import partitions
 from tests.cluster.test_kafka_faults import EVENTS, check_counts
 from tests.streaming import stream_with_faults
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.skipif(unavailable() is not None, reason=str(unavailable())),
-]
+pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
 # Longer than the timeouts that decide: a broker is fenced after 6 s, a Connect worker after 10.
 CUT_SECONDS = 12.0
 
 
-def _held(stack: Stack, cut, label: str):
-    """A fault: the rules ``cut`` applies held for CUT_SECONDS, then every link healed."""
+Rules = Callable[[], tuple[str, Callable[[Network], None]]]
+
+
+def _stream_through(stack: Stack, engine, aggregate_type: str, rules: Rules) -> None:
+    """EVENTS outbox events streamed while ``rules()`` (looked up when it strikes, once events
+    flow) names a cut and gives its rules, held for CUT_SECONDS and healed; then every event
+    read once (Debezium's resume allowance aside) and no link left cut."""
 
     def fault(written: int) -> None:
+        label, cut = rules()
         with partitions.applied(stack, cut) as network:
             print(f"{label} at {written} events written: {network.rules}")
             time.sleep(CUT_SECONDS)
 
-    return fault
-
-
-def _healed(stack: Stack) -> None:
+    counts = stream_with_faults(
+        stack, engine, aggregate_type, events=EVENTS, points=[0.3], fault=fault
+    )
+    check_counts(counts, EVENTS)
     network = stack.network()
-    assert network is not None and network.rules == []  # no link left cut
+    assert network is not None and network.rules == [] and network.shapers == {}
 
 
 def test_a_leader_deaf_to_the_other_brokers_loses_nothing(cluster, cluster_engine, aggregate_type):
     topic = topic_for(aggregate_type, topic_prefix=cluster.settings.topic_prefix)
-    partition = random.randrange(4)
-    leader = faults.partition_leader(cluster, topic, partition).name
-    others = [n for n in partitions.brokers(cluster) if n != leader]
 
-    def deafen(network: Network) -> None:
-        network.cut(others, [leader], oneway=True)
+    def deaf_leader() -> tuple[str, Callable[[Network], None]]:
+        partition = random.randrange(faults.partitions(cluster, topic))
+        leader = faults.partition_leader(cluster, topic, partition).name
+        others = [n for n in partitions.brokers(cluster) if n != leader]
+        label = f"{leader} (leads {topic}[{partition}]) deaf to {others}"
+        return label, lambda network: network.cut(others, [leader], oneway=True)
 
-    fault = _held(cluster, deafen, f"{leader} (leads {topic}[{partition}]) deaf to {others}")
-    counts = stream_with_faults(
-        cluster, cluster_engine, aggregate_type, events=EVENTS, points=[0.3], fault=fault
-    )
-    check_counts(counts, EVENTS)
-    _healed(cluster)
+    _stream_through(cluster, cluster_engine, aggregate_type, deaf_leader)
 
 
 def test_the_task_worker_cut_from_kafka_loses_nothing(cluster, cluster_engine, aggregate_type):
     """Its task keeps reading the WAL but cannot commit its transactions; the group moves the
     task (or it resumes once healed) and the records it could not commit are sent again."""
-    worker = faults.task_worker(cluster, cluster.settings.connector_name).name
-    brokers = partitions.brokers(cluster)
 
-    def cut(network: Network) -> None:
-        network.cut([worker], brokers)
+    def worker_cut() -> tuple[str, Callable[[Network], None]]:
+        worker = faults.task_worker(cluster, cluster.settings.connector_name).name
+        brokers = partitions.brokers(cluster)
+        label = f"{worker} (runs the task) cut from {brokers}"
+        return label, lambda network: network.cut([worker], brokers)
 
-    fault = _held(cluster, cut, f"{worker} (runs the task) cut from {brokers}")
-    counts = stream_with_faults(
-        cluster, cluster_engine, aggregate_type, events=EVENTS, points=[0.3], fault=fault
-    )
-    check_counts(counts, EVENTS)
-    _healed(cluster)
+    _stream_through(cluster, cluster_engine, aggregate_type, worker_cut)

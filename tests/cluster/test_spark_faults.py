@@ -135,8 +135,8 @@ def test_tasks_run_in_executors_under_the_workers(cluster, cluster_engine, backl
         driver.stop()
 
 
-# The default run strikes both kinds on the saga instead, among the network faults
-# (test_partitions.py); this one, with its 12,000-event backlog, is in the full run.
+# The partition campaign strikes both kinds on the saga too, among the network faults
+# (test_partitions.py); both are in the full run only.
 @pytest.mark.slow
 def test_an_executor_kill_then_a_worker_kill_apply_each_event_once(
     cluster, cluster_engine, backlog, tmp_path

@@ -31,6 +31,8 @@ def test_a_short_soak_samples_every_process_and_keeps_every_invariant(saga: Saga
     assert (result.checks.stuck, result.checks.lost, result.checks.duplicates) == (0, 0, 0)
     # Nobody restarted anything: the same processes throughout, every one still running.
     assert saga.pids == pids and all(alive(pid) for pid in pids.values())
+    log = (saga.workdir / "consumers.log").read_text(errors="replace")
+    assert "StackOverflowError" not in log
     assert all(a["totals"]["applied"] > 0 for a in result.checks.audits)
     assert len(result.times) >= 18  # 42 s at one sample every 2 s
     processes = [*(n.name for n in stack.state.postgres.nodes), *saga.processes]

@@ -56,13 +56,22 @@ def consume_command(
 
 
 def kill_driver_mid_run(
-    stack, engine, aggregate_type: str, checkpoint: Path, seed: int, events: int = DRIVER_EVENTS
+    stack,
+    engine,
+    aggregate_type: str,
+    checkpoint: Path,
+    seed: int,
+    events: int = DRIVER_EVENTS,
+    within: tuple[float, float] = (0.2, 0.8),
 ) -> None:
+    """kill -9 of a consumer driver once a share ``within`` of ``events`` is applied (drawn
+    from ``seed``), then a restart from its checkpoint until every event is applied once. The
+    share must end below the last micro-batch, or the driver could finish before its kill."""
     consumer = f"c-{seed:x}"[:12]
     command, env = consume_command(stack, consumer, aggregate_type, checkpoint)
     # Own session: the SIGKILL reaches the driver, its JVM and the Python workers at once.
     driver = subprocess.Popen(command, env=env, cwd=ROOT, start_new_session=True)
-    point = random.Random(seed).uniform(0.2, 0.8) * events
+    point = random.Random(seed).uniform(*within) * events
     try:
         deadline = time.monotonic() + 300
         while effect_stats(engine, consumer)[0] < point:
@@ -95,12 +104,18 @@ def backlog(stack, engine, aggregate_type, spark_effects_table) -> str:
 def test_driver_kill_mid_run_applies_each_event_once(
     stack, engine, aggregate_type, spark_effects_table, tmp_path
 ):
-    """12,000 events, three of the driver's micro-batches: killed once 20-80% of them are
-    applied, then restarted from its checkpoint."""
+    """12,000 events, three of the driver's micro-batches: killed once 20-60% of them are
+    applied (inside the first two), then restarted from its checkpoint."""
     events = SINGLE_KILL_EVENTS
     publish_backlog(stack, engine, aggregate_type, events)
     kill_driver_mid_run(
-        stack, engine, aggregate_type, tmp_path / "cp", seed=time.time_ns(), events=events
+        stack,
+        engine,
+        aggregate_type,
+        tmp_path / "cp",
+        seed=time.time_ns(),
+        events=events,
+        within=(0.2, 0.6),
     )
 
 
