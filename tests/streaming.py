@@ -23,6 +23,8 @@ PER_TRANSACTION = 20
 # position (its WAL position search; docs/concepts/cdc.md): at most one transaction's events per
 # resume, which the inbox's window absorbs. Without exactly-once source a kill re-sends ~1,000.
 RESUME_RESENDS = PER_TRANSACTION
+# What each fault test on the cluster shape streams (tests/cluster).
+CLUSTER_EVENTS = 6_000
 
 
 def stream_with_faults(
@@ -81,3 +83,12 @@ def stream_with_faults(
 def seen_twice(counts: Counter) -> int:
     """How many reads were of an event read before."""
     return sum(counts.values()) - len(counts)
+
+
+def check_counts(counts: Counter, events: int) -> None:
+    """Every one of ``events`` read, and none twice beyond what Debezium may repeat when its
+    task resumes (RESUME_RESENDS)."""
+    twice = seen_twice(counts)
+    print(f"{len(counts)} distinct events, {twice} seen twice")
+    assert len(counts) == events, f"{events - len(counts)} events lost"
+    assert twice <= RESUME_RESENDS  # what Debezium's resume may repeat, at most

@@ -15,9 +15,8 @@ from cdc.config import topic_for
 from outboxkit.devstack import faults
 from outboxkit.devstack.processes import stop
 from outboxkit.devstack.stack import Stack
-from tests.streaming import RESUME_RESENDS, seen_twice, stream_with_faults
-
-EVENTS = 6_000
+from tests.streaming import CLUSTER_EVENTS as EVENTS
+from tests.streaming import check_counts, stream_with_faults
 
 
 def _kill_and_restart(stack: Stack, choose, label: str):
@@ -48,13 +47,6 @@ def test_rolling_restart_of_a_node_loses_nothing(cluster, cluster_engine, aggreg
         cluster, cluster_engine, aggregate_type, events=EVENTS, points=[0.4], fault=restart_one
     )
     check_counts(counts, EVENTS)
-
-
-def check_counts(counts, events: int) -> None:
-    twice = seen_twice(counts)
-    print(f"{len(counts)} distinct events, {twice} seen twice")
-    assert len(counts) == events, f"{events - len(counts)} events lost"
-    assert twice <= RESUME_RESENDS  # what Debezium's resume may repeat, at most
 
 
 def test_cluster_has_three_replicas_of_every_topic(cluster, cluster_engine, aggregate_type):

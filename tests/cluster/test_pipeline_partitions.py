@@ -19,8 +19,8 @@ from outboxkit.devstack import faults
 from outboxkit.devstack.network import Network, unavailable
 from outboxkit.devstack.stack import Stack
 from outboxkit.saga_harness import partitions
-from tests.cluster.test_kafka_faults import EVENTS, check_counts
-from tests.streaming import stream_with_faults
+from tests.streaming import CLUSTER_EVENTS as EVENTS
+from tests.streaming import check_counts, stream_with_faults
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 
