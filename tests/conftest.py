@@ -29,7 +29,6 @@ from sqlalchemy.engine import Engine, make_url
 from cdc.preflight import drop_slot
 from outboxkit.devstack.settings import StackSettings
 from outboxkit.devstack.stack import Stack
-from tests.workers import UNIT_DIR
 
 # Fixtures that start the real stack; a test reaching either (directly or through another
 # fixture: ``item.fixturenames`` is the closure) needs Postgres, Kafka and Connect.
@@ -98,24 +97,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # With --slow, a campaign's short form is left out where its full form runs (not run
     # twice); without it, the slow tests.
     deselect(config, items, "short_form" if config.getoption("--slow") else "slow")
-    misplaced = [
-        item.nodeid
-        for item in items
-        if _relative(item).startswith(UNIT_DIR)
-        and (item.get_closest_marker("integration") or item.get_closest_marker("spark"))
-    ]
-    if misplaced:  # the unit tests' worker has no stack (tests/workers.py)
-        raise pytest.UsageError(
-            f"tests under {UNIT_DIR} must not need the stack or Spark: {', '.join(misplaced)}"
-        )
-
-
-@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """The stack's tests in one worker, the unit tests beside them (`tests.workers`)."""
-    from tests.workers import BesideTheStack
-
-    return BesideTheStack(config, log)
 
 
 def deselect(config: pytest.Config, items: list[pytest.Item], marker: str) -> None:
