@@ -211,8 +211,17 @@ class Inbox:
             replayed = [d.record.offset for d in decoded if d.record.offset <= mark]
             view = PartitionView(
                 watermark=mark,
+                # a record its source's position judges needs no window: a re-send repeats
+                # its original's position
                 recent_ids=recorder.recent(
-                    session, topic, partition, (d.event_id for d in decoded)
+                    session,
+                    topic,
+                    partition,
+                    (
+                        d.event_id
+                        for d in decoded
+                        if d.position is None or d.source not in locked.positions
+                    ),
                 ),
                 parked_keys=(
                     recorder.parked_keys(session, topic, partition, (d.key for d in decoded))

@@ -10,7 +10,7 @@ import uuid
 import pytest
 from sqlalchemy import select
 
-from inbox import Inbox, moves
+from inbox import EXACTLY_ONCE_WINDOW, Inbox, moves
 from inbox.decision import Action
 from inbox.position import OffsetsMoved, Superseded, TopicIdentity
 from inbox.tables import parked, watermarks
@@ -84,6 +84,24 @@ def test_with_positions_a_recreated_topic_and_a_mirror_apply_each_event_once(eng
     assert result.count(Action.APPLY) == 1
     counts = effect_counts(engine, consumer)
     assert len(counts) == 9 and set(counts.values()) == {1}
+
+
+def test_positions_judge_resends_and_the_window_keeps_their_ids_for_records_without(
+    engine, consumer
+):
+    inbox = Inbox(engine, consumer, recorder(consumer), window=EXACTLY_ONCE_WINDOW)
+    topic = f"moves-{uuid.uuid4().hex[:6]}"
+    assert (
+        inbox.apply_partition([event(topic, o, o + 1) for o in range(5)]).count(Action.APPLY) == 5
+    )
+    # Debezium resuming: the last two again at new offsets with their positions, then a new one.
+    resent = inbox.apply_partition([event(topic, 5, 4), event(topic, 6, 5), event(topic, 7, 6)])
+    assert (resent.count(Action.SKIP_DUPLICATE), resent.count(Action.APPLY)) == (2, 1)
+    # The same event with no position is judged by its offset: the window still holds its id.
+    bare = inbox.apply_partition([event(topic, 8, 6, position=False)])
+    assert bare.count(Action.SKIP_DUPLICATE) == 1
+    counts = effect_counts(engine, consumer)
+    assert len(counts) == 6 and set(counts.values()) == {1}
 
 
 def test_without_positions_a_changed_topic_id_stops_the_partition_until_rebased(engine, consumer):
