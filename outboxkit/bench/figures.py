@@ -237,10 +237,18 @@ def saga(data: Mapping[str, Any]) -> str:
             if s.get("p50") == s.get("p50")  # NaN: the step ended early
         ],
     )
+    warm = data.get("warm_up")
+    warmed = (
+        f" after {warm['seconds']:g} s at the first rate, not counted (its p50 / p99: "
+        f"{warm['p50']:.2f} / {warm['p99']:.2f} s)"
+        if warm
+        else ""
+    )
     method = (
         f"Fixed rates for {p['duration']:g} s each, {p['reps']} repetitions (ranges are over "
-        f"the repetitions), consumers' trigger {p['trigger_seconds']:g} s; then a step load of "
-        f"{p['step_seconds']:g} s per rate. CPU per order: every process of the stack.\n\n"
+        f"the repetitions){warmed}, consumers' trigger {p['trigger_seconds']:g} s; then a step "
+        f"load of {p['step_seconds']:g} s per rate. CPU per order: every process of the "
+        "stack.\n\n"
     )
     capacity = (
         f"Highest step held: {max((s['rate'] for s in held), default=0):g} orders/s; the "

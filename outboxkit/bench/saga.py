@@ -366,7 +366,10 @@ def _report(
         },
         "machine": found,
         "fixed_rates": {f"{rate:g}": r for rate, r in runs.items()},
-        "warm_up": {k: warming[k] for k in ("p50", "p95", "p99", "max", "achieved_rate")},
+        "warm_up": {
+            "seconds": WARM_SECONDS,
+            **{k: warming[k] for k in ("p50", "p95", "p99", "max", "achieved_rate")},
+        },
         "step_load": stepped,
         "capacity_orders_per_second": capacity,
         "capacity_within_target_orders_per_second": capacity_target,

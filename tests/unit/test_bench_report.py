@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from outboxkit.bench import figures
 from outboxkit.bench.profile import group_of
 from outboxkit.bench.report import markdown_table, percentile, ratio, spread
 from outboxkit.bench.saga import _cpu_rows, percentiles, process_ticks, step_verdict
@@ -105,3 +108,15 @@ def test_process_ticks_reads_each_process_with_its_children() -> None:
     after = process_ticks(saga)  # type: ignore[arg-type]
     assert set(after) == {"orders", "Postgres", "load generator"}
     assert after["orders"] > before["orders"] and after["load generator"] > before["load generator"]
+
+
+def test_the_saga_figures_say_what_the_warm_up_was_and_that_it_is_not_counted() -> None:
+    published = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "saga.json"
+    data = json.loads(published.read_text())
+    data.pop("warm_up", None)
+    assert "not counted" not in figures.saga(data)
+    data["warm_up"] = {"seconds": 30.0, "p50": 1.2, "p95": 2.0, "p99": 2.5, "max": 2.6}
+    assert (
+        "2 repetitions (ranges are over the repetitions) after 30 s at the first rate, not "
+        "counted (its p50 / p99: 1.20 / 2.50 s), consumers' trigger"
+    ) in " ".join(figures.saga(data).split())
