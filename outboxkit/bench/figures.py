@@ -166,7 +166,14 @@ def inbox(data: Mapping[str, Any]) -> str:
     method = (
         f"{p['events']:,} events over 4 partitions, {p['batch']:,} records per partition "
         f"transaction, {p['reps']} interleaved repetitions; the batch handler (one COPY per "
-        "slice) unless the row says otherwise.\n\n"
+        "slice) unless the row says otherwise."
+        + (
+            " The records are built before the clock starts and frozen out of Python's cyclic "
+            "garbage collector, as a consumer's Python worker freezes its long-lived objects."
+            if p.get("input_frozen")
+            else ""
+        )
+        + "\n\n"
     )
     command = _command("inbox", p, {"events": EVENTS_DEFAULT, "reps": REPS_DEFAULT})
     return method + table + "\n" + _footer(data, command)
