@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from outboxkit.bench.report import markdown_table
+from outboxkit.bench.report import FROZEN_INPUT, markdown_table
 
 TRANSACTIONS_DEFAULT, REPS_DEFAULT, EVENTS_DEFAULT = 2000, 3, 20_000
 
@@ -167,12 +167,7 @@ def inbox(data: Mapping[str, Any]) -> str:
         f"{p['events']:,} events over 4 partitions, {p['batch']:,} records per partition "
         f"transaction, {p['reps']} interleaved repetitions; the batch handler (one COPY per "
         "slice) unless the row says otherwise."
-        + (
-            " The records are built before the clock starts and frozen out of Python's cyclic "
-            "garbage collector, as a consumer's Python worker freezes its long-lived objects."
-            if p.get("input_frozen")
-            else ""
-        )
+        + (f" {FROZEN_INPUT}" if p.get("input_frozen") else "")
         + "\n\n"
     )
     command = _command("inbox", p, {"events": EVENTS_DEFAULT, "reps": REPS_DEFAULT})

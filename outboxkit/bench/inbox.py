@@ -45,6 +45,7 @@ from inbox import EXACTLY_ONCE_WINDOW, BatchHandler, Handlers, Inbox, as_batch
 from inbox.recorder import Recorder
 from outbox.unit import UnitOfWork
 from outboxkit.bench.report import (
+    FROZEN_INPUT,
     Progress,
     bar_plot,
     describe,
@@ -374,8 +375,7 @@ def summarise(
         "### Inbox sink: rows/s into Postgres\n",
         f"{params['events']:,} events over {PARTITIONS} partitions, {params['batch']} records per "
         f"partition transaction, {params['reps']} repetitions; ratio = median / {BASELINE}. "
-        "The records are built before the clock starts and frozen out of Python's cyclic "
-        "garbage collector, as a consumer's Python worker freezes its long-lived objects.\n",
+        f"{FROZEN_INPUT}\n",
         describe(found),
         markdown_table(["variant", "min rows/s", "median rows/s", "max rows/s", "ratio"], rows),
         *(

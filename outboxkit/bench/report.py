@@ -14,6 +14,12 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+# How `bench inbox` holds its records, said in its report and in the published figures.
+FROZEN_INPUT = (
+    "The records are built before the clock starts and frozen out of Python's cyclic "
+    "garbage collector, as a consumer's Python worker freezes its long-lived objects."
+)
+
 
 def spread(samples: Sequence[float]) -> dict[str, float]:
     """min / median / max of repeated measurements."""
