@@ -16,7 +16,7 @@ STRING_CONVERTER = "org.apache.kafka.connect.storage.StringConverter"
 JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
 TOPIC_NAME_MATCHES = "org.apache.kafka.connect.transforms.predicates.TopicNameMatches"
 DECODE_MESSAGE = "io.debezium.connector.postgresql.transforms.DecodeLogicalDecodingMessageContent"
-# outboxkit's own transform (outboxkit/devstack/java/smt; on the worker's classpath, or the Connect
+# outboxkit's own transform (cdc/java/smt; on the worker's classpath, or the Connect
 # image's plugin path in deploy/): Kafka's HeaderFrom reads top-level fields only, not source.*.
 SOURCE_POSITION_HEADERS = "io.outboxkit.connect.SourcePositionHeaders"
 

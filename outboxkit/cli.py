@@ -1,9 +1,10 @@
 """The `outboxkit` command line: one command group per module of `outboxkit.commands`.
 
 The operator commands (db, outbox, cdc, consume, inbox, audit, schemas) read
-`outboxkit.settings.Settings` and find their endpoints through `outboxkit.endpoints`; the `dev`
-group's commands (stack, demo, saga, chaos, bench) run the local dev stack and the example saga
-and read the dev stack's settings (`outboxkit.devstack.settings.StackSettings`).
+`outboxkit.settings.Settings` and find their endpoints through `outboxkit.endpoints`. Other
+distributions add command groups through the ``outboxkit.commands`` entry point (the
+repository's workshop adds `dev`: the local stack, the example saga, its campaigns and the
+benchmarks); such a command names the settings it reads.
 
 Building the parser imports argparse and the command modules only (`outboxkit --help` starts
 fast); a command imports its libraries when it runs. The usual mistakes end in one line that
@@ -15,18 +16,21 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 from typing import Any
 
 from outboxkit.commands import errors
-from outboxkit.parsers import HelpFormatter, Run
+from outboxkit.parsers import HelpFormatter, Run, SettingsSource
 
 DESCRIPTION = (
     "Exactly-once events between services: transactional outbox, Debezium, Kafka, Spark, inbox. "
     "The operator commands (db, outbox, cdc, consume, inbox, audit) take their endpoints from "
     "the OUTBOXKIT_* settings, else from the local stack's state file; schemas checks event "
-    "contracts; new-service writes a new service from the template; dev runs the local stack, "
-    "the example saga, its fault campaign and the benchmarks."
+    "contracts; new-service writes a new service from the template."
 )
+# Where installed distributions add command groups: each entry point names a module with
+# `add_parser(sub)` (the repository's workshop adds `dev`).
+COMMAND_GROUPS = "outboxkit.commands"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
         cdc,
         consume,
         db,
-        dev,
         inbox,
         new_service,
         outbox,
@@ -58,20 +61,21 @@ def build_parser() -> argparse.ArgumentParser:
         "OUTBOXKIT_DEBUG=1)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in (db, outbox, cdc, consume, inbox, audit, schemas, new_service, dev):
+    for group in (db, outbox, cdc, consume, inbox, audit, schemas, new_service):
         group.add_parser(sub)
+    for entry in sorted(entry_points(group=COMMAND_GROUPS), key=lambda e: e.name):
+        entry.load().add_parser(sub)
     return parser
 
 
-def load_settings(kind: str) -> Any:
-    """The settings a command reads: the operator's, or the dev stack's; a bad value is a
-    `CommandError` naming its environment variable."""
+def load_settings(source: SettingsSource) -> Any:
+    """The settings a command reads (``source``: see `outboxkit.parsers.command`); a bad value
+    is a `CommandError` naming its environment variable."""
     from pydantic import ValidationError
 
-    if kind == "stack":
-        from outboxkit.devstack.settings import StackSettings as settings_type
-    else:
-        from outboxkit.settings import Settings as settings_type  # type: ignore[assignment]
+    from outboxkit.settings import Settings
+
+    settings_type = Settings if source is None else source()
     try:
         return settings_type()
     except ValidationError as exc:
@@ -86,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = args.debug or os.environ.get("OUTBOXKIT_DEBUG", "") not in ("", "0")
     settings: Any = None
     try:
-        settings = load_settings(getattr(args, "settings", "operator"))
+        settings = load_settings(getattr(args, "settings", None))
         run: Run = args.run
         return run(args, settings)
     except KeyboardInterrupt:

@@ -1,46 +1,47 @@
-"""The operator commands' fallback to the local dev stack: `cdc.endpoints.resolve` asks it for
-each endpoint the settings leave unset, and it answers from the stack's state file (what
-`outboxkit dev stack up` recorded), never by building the dev stack. The consumer driver's jars fall
-back to the stack's download cache the same way."""
+"""The operator commands' endpoints: each from the settings, else from a local stack when one is
+installed and recorded. A distribution offers a local stack through the ``outboxkit.local_stack``
+entry point (the repository's workshop offers its dev stack): a module with
+``recorded(settings) -> cdc.endpoints.Recorded | None`` and ``spark_jars(cache_dir) -> list``.
+Without one, nothing falls back: every endpoint comes from the settings."""
 
 from __future__ import annotations
 
+from functools import cache
+from importlib.metadata import entry_points
 from pathlib import Path
-
-from sqlalchemy.engine import make_url
+from types import ModuleType
 
 from cdc import endpoints
 from cdc.endpoints import EndpointSettings, Recorded
-from outboxkit.devstack.connect import live_url
-from outboxkit.devstack.state import StackState
 from outboxkit.settings import Settings
+
+LOCAL_STACK = "outboxkit.local_stack"
+
+
+@cache
+def local_stack() -> ModuleType | None:
+    """The installed local stack's module (None: no distribution offers one)."""
+    for entry in entry_points(group=LOCAL_STACK):
+        module: ModuleType = entry.load()
+        return module
+    return None
 
 
 def recorded_by_stack(settings: EndpointSettings) -> Recorded | None:
-    """The endpoints in the state file of ``settings.stack_dir`` (None: no stack recorded)."""
-    state_file = settings.stack_dir.resolve() / "state.json"
-    state = StackState.load(state_file)
-    if state is None:
-        return None
-    return Recorded(
-        origin=str(state_file),
-        database=make_url(state.postgres.endpoint) if state.postgres.endpoint else None,
-        bootstrap_servers=state.broker.endpoint or None,
-        connect_url=live_url(state) or None,
-    )
+    """The endpoints a local stack recorded (None: no local stack installed, or none recorded)."""
+    stack = local_stack()
+    return None if stack is None else stack.recorded(settings)
 
 
-def resolve(settings: EndpointSettings) -> endpoints.Endpoints:
-    """Each endpoint from ``settings``, else from the local stack's state file."""
-    return endpoints.resolve(settings, fallback=recorded_by_stack)
+def resolve(settings: EndpointSettings, *, fallback: bool = True) -> endpoints.Endpoints:
+    """Each endpoint from ``settings``, else (with ``fallback``) from the local stack's record."""
+    return endpoints.resolve(settings, fallback=recorded_by_stack if fallback else None)
 
 
 def spark_jars(settings: Settings) -> list[Path]:
-    """The jars a consumer driver hands Spark: the settings', else the local stack's cache's
+    """The jars a consumer driver hands Spark: the settings', else a local stack's cache's
     (none when neither has them: the cluster's classpath or spark-submit provides them)."""
     if settings.spark_jars:
         return list(settings.spark_jars)
-    from outboxkit.devstack.artifacts import cached_spark_jars
-    from outboxkit.devstack.settings import default_cache_dir
-
-    return cached_spark_jars(settings.cache_dir or default_cache_dir())
+    stack = local_stack()
+    return [] if stack is None else list(stack.spark_jars(settings.cache_dir))

@@ -11,11 +11,13 @@ import copy
 import re
 import textwrap
 from collections.abc import Callable
-from typing import Any, Literal, TypeAlias
+from typing import Any, TypeAlias
 
 Run = Callable[[argparse.Namespace, Any], int]
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-SettingsKind = Literal["operator", "stack"]
+# What a command reads: None for the operator settings (`outboxkit.settings.Settings`), else a
+# function returning the settings class (imported when the command runs, not when parsed).
+SettingsSource = Callable[[], type[Any]] | None
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -81,10 +83,10 @@ def command(
     *,
     help: str,
     description: str | None = None,
-    settings: SettingsKind = "operator",
+    settings: SettingsSource = None,
 ) -> argparse.ArgumentParser:
-    """Add the (sub-)command ``name``, run by ``run(args, settings)``; ``settings`` names the
-    settings it reads: the operator's (`outboxkit.settings.Settings`) or the dev stack's."""
+    """Add the (sub-)command ``name``, run by ``run(args, settings)``; ``settings`` gives the
+    class of the settings it reads (None: the operator's, `outboxkit.settings.Settings`)."""
     parser = sub.add_parser(
         name, help=help, description=description or help, formatter_class=HelpFormatter
     )

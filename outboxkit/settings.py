@@ -1,6 +1,7 @@
 """The settings of the operator commands (environment prefix ``OUTBOXKIT_``): the pipeline's
 endpoints and the outbox connector, as a deployment gives them, plus what the commands add. The
-local dev stack's settings (`outboxkit.devstack.settings.StackSettings`) are the stack commands'
+local dev stack's settings (`outboxkit_workshop.devstack.settings.StackSettings`) are the stack
+commands'
 own; these do not inherit them."""
 
 from __future__ import annotations

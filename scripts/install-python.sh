@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Creates .venv and installs the project with all extras; skipped when pyproject.toml is unchanged.
+# Creates .venv and installs the framework with all extras and the repository's workshop (the dev
+# stack, the example saga, campaigns, benchmarks: workshop/pyproject.toml), both editable;
+# skipped when neither pyproject.toml changed.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 python="${PYTHON:-python3}"
@@ -8,13 +10,13 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 stamp=.venv/.outboxkit-installed
-digest="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+digest="$(cat pyproject.toml workshop/pyproject.toml | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ]; then
   echo "python: .venv up to date"
   exit 0
 fi
-echo "python: installing outboxkit[spark,service,dev,bench,docs] into .venv (first time: a few minutes)"
+echo "python: installing outboxkit[spark,service,dev,docs] and the workshop into .venv (first time: a few minutes)"
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[spark,service,dev,bench,docs]'
+.venv/bin/python -m pip install -q -e '.[spark,service,dev,docs]' -e ./workshop
 echo "$digest" > "$stamp"
 echo "python: done"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the embedded stack needs, only those that are missing (iptables:
 # the partitionable network shape cuts and shapes links with it). A JDK, not
-# only a JRE: `outboxkit dev stack install` compiles the project's Connect transform (outboxkit/devstack/java/smt).
+# only a JRE: `outboxkit dev stack install` compiles the project's Connect transform (cdc/java/smt).
 set -euo pipefail
 packages=(postgresql-15 openjdk-17-jdk-headless maven python3-venv iptables)
 missing=()

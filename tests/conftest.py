@@ -27,8 +27,8 @@ from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import Engine, make_url
 
 from cdc.preflight import drop_slot
-from outboxkit.devstack.settings import StackSettings
-from outboxkit.devstack.stack import Stack
+from outboxkit_workshop.devstack.settings import StackSettings
+from outboxkit_workshop.devstack.stack import Stack
 
 # Fixtures that start the real stack; a test reaching either (directly or through another
 # fixture: ``item.fixturenames`` is the closure) needs Postgres, Kafka and Connect.
@@ -261,7 +261,7 @@ def spark(stack: Stack) -> Iterator[object]:
     # Executors import the test jobs by reference: put the repository on their path.
     root = str(Path(__file__).resolve().parents[2])
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-    from outboxkit.devstack.artifacts import cached_spark_jars
+    from outboxkit_workshop.devstack.artifacts import cached_spark_jars
     from spark_consumers.session import build_session
 
     with stopped_early("spark") as resources:

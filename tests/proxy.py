@@ -8,7 +8,7 @@ import contextlib
 import socket
 import threading
 
-from outboxkit.devstack.processes import free_port
+from outboxkit_workshop.devstack.processes import free_port
 
 
 class Proxy:

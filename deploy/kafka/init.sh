@@ -64,7 +64,7 @@ grant connect cluster literal kafka-cluster Describe DescribeConfigs IdempotentW
 grant setup topic prefixed "$TOPIC_PREFIX" Create Describe DescribeConfigs
 grant setup cluster literal kafka-cluster Describe
 
-# Each service reads the topics its saga job consumes (outboxkit/saga/jobs.py), nothing else, and has its
+# Each service reads the topics its saga job consumes (workshop/outboxkit_workshop/saga/jobs.py), nothing else, and has its
 # own consumer groups (outboxkit-<service>...). Spark's Kafka source assigns partitions and never
 # commits; its generated group ids (spark-kafka-source-...) are allowed until the jobs name
 # their own. The inbox-lag metric's consumer (group outboxkit-metrics) only reads end offsets.

@@ -74,9 +74,9 @@ SETTINGS: tuple[Documented, ...] = (
     Documented("cdc.endpoints.EndpointSettings"),
     Documented("cdc.settings.CdcSettings"),
     Documented("outboxkit.settings.Settings"),
-    Documented("outboxkit.devstack.settings.StackSettings"),
+    Documented("outboxkit_workshop.devstack.settings.StackSettings"),
     Documented(
-        "outboxkit.saga.common.SagaServiceSettings",
+        "outboxkit_workshop.saga.common.SagaServiceSettings",
         prefix="<SERVICE>_",
         note="Each saga service reads it with its own prefix: `ORDERS_`, `PAYMENTS_`, `SHIPPING_`.",
     ),

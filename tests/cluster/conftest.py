@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.engine import Engine
 
-from outboxkit.devstack.network import unavailable
-from outboxkit.devstack.stack import Stack
-from outboxkit.devstack.supervision import supervised
+from outboxkit_workshop.devstack.network import unavailable
+from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.devstack.supervision import supervised
 from tests.conftest import temporary_stack
 
 

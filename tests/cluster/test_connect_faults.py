@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from outboxkit.devstack import faults
-from outboxkit.devstack.state import Node
+from outboxkit_workshop.devstack import faults
+from outboxkit_workshop.devstack.state import Node
 from tests.streaming import CLUSTER_EVENTS as EVENTS
 from tests.streaming import check_counts, stream_with_faults
 

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from cdc.config import topic_for
-from outboxkit.devstack import faults
-from outboxkit.devstack.processes import stop
-from outboxkit.devstack.stack import Stack
+from outboxkit_workshop.devstack import faults
+from outboxkit_workshop.devstack.processes import stop
+from outboxkit_workshop.devstack.stack import Stack
 from tests.streaming import CLUSTER_EVENTS as EVENTS
 from tests.streaming import check_counts, stream_with_faults
 

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from outboxkit.devstack.network import unavailable
-from outboxkit.devstack.stack import Stack
-from outboxkit.saga_harness import chaos, partitions
-from outboxkit.saga_harness.faults import NETWORK_KINDS
-from outboxkit.saga_harness.processes import Saga
+from outboxkit_workshop.devstack.network import unavailable
+from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.saga_harness import chaos, partitions
+from outboxkit_workshop.saga_harness.faults import NETWORK_KINDS
+from outboxkit_workshop.saga_harness.processes import Saga
 from tests.e2e.conftest import running_saga
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))

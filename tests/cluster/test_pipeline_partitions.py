@@ -15,10 +15,10 @@ from collections.abc import Callable
 import pytest
 
 from cdc.config import topic_for
-from outboxkit.devstack import faults
-from outboxkit.devstack.network import Network, unavailable
-from outboxkit.devstack.stack import Stack
-from outboxkit.saga_harness import partitions
+from outboxkit_workshop.devstack import faults
+from outboxkit_workshop.devstack.network import Network, unavailable
+from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.saga_harness import partitions
 from tests.streaming import CLUSTER_EVENTS as EVENTS
 from tests.streaming import check_counts, stream_with_faults
 

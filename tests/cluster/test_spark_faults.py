@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from outboxkit.devstack import spark
-from outboxkit.devstack.network import address_of
-from outboxkit.devstack.stack import Stack
-from outboxkit.devstack.state import Node
+from outboxkit_workshop.devstack import spark
+from outboxkit_workshop.devstack.network import address_of
+from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.devstack.state import Node
 from tests.faults.test_spark_faults import ROOT, consume_command
 from tests.spark_helpers import effect_stats, publish, wait_on_kafka
 

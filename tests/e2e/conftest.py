@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from outboxkit.devstack.stack import Stack
-from outboxkit.saga_harness.processes import Saga
+from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.saga_harness.processes import Saga
 from tests.conftest import remove_added_connectors
 from tests.otlp import OtlpReceiver
 

@@ -14,10 +14,10 @@ from sqlalchemy import func, select
 
 from cdc.config import topic_for
 from inbox.tables import ledger, parked, watermarks
-from outboxkit.saga import rules
-from outboxkit.saga_harness.processes import PARTITIONS, Saga
+from outboxkit_workshop.saga import rules
+from outboxkit_workshop.saga_harness.processes import PARTITIONS, Saga
 
-# The topics each saga job reads (outboxkit.saga.jobs).
+# The topics each saga job reads (outboxkit_workshop.saga.jobs).
 JOB_TOPICS = rules.READS
 Key = tuple[str, str, str, int]  # consumer job, consumer, topic, partition
 Samples = dict[tuple[str, Key], float]

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from outboxkit.devstack.processes import alive
-from outboxkit.devstack.stack import Stack
-from outboxkit.saga.common import SERVICES
-from outboxkit.saga_harness.load import Placed
-from outboxkit.saga_harness.processes import Saga, replica_names, service_of
+from outboxkit_workshop.devstack.processes import alive
+from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.saga.common import SERVICES
+from outboxkit_workshop.saga_harness.load import Placed
+from outboxkit_workshop.saga_harness.processes import Saga, replica_names, service_of
 from tests.e2e.test_saga import assert_consistent, wait_all_final
 
 REPLICAS = [name for service in SERVICES for name in (service, f"{service}-2")]

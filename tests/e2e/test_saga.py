@@ -21,13 +21,13 @@ from sqlalchemy import ColumnElement, select
 
 from cdc.config import topic_for
 from inbox.tables import parked, watermarks
-from outboxkit.bench.report import percentile
-from outboxkit.devstack.processes import alive
-from outboxkit.devstack.stack import Stack
-from outboxkit.saga import orders, payments, rules, shipping
-from outboxkit.saga.common import SERVICES
-from outboxkit.saga_harness import chaos
-from outboxkit.saga_harness.processes import Saga
+from outboxkit_workshop.bench.report import percentile
+from outboxkit_workshop.devstack.processes import alive
+from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.saga import orders, payments, rules, shipping
+from outboxkit_workshop.saga.common import SERVICES
+from outboxkit_workshop.saga_harness import chaos
+from outboxkit_workshop.saga_harness.processes import Saga
 
 
 def assert_consistent(saga: Saga, placed, warm=None) -> None:

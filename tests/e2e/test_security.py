@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, TopicPartition
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from outboxkit.saga.common import SERVICES
+from outboxkit_workshop.saga.common import SERVICES
 
 ACTIVITY = text(
     "SELECT a.usename, r.rolsuper, a.backend_type FROM pg_stat_activity a"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from outboxkit.commands.soak import plot
-from outboxkit.devstack.processes import alive
-from outboxkit.saga_harness import soak
-from outboxkit.saga_harness.processes import Saga
+from outboxkit_workshop.commands.soak import plot
+from outboxkit_workshop.devstack.processes import alive
+from outboxkit_workshop.saga_harness import soak
+from outboxkit_workshop.saga_harness.processes import Saga
 
 
 def test_a_short_soak_samples_every_process_and_keeps_every_invariant(saga: Saga, stack, tmp_path):
@@ -58,8 +58,8 @@ def test_a_short_soak_samples_every_process_and_keeps_every_invariant(saga: Saga
 
 def soak_files(folder, data):
     """What `outboxkit dev soak --out` writes, from ``data``."""
-    from outboxkit.bench.figures import soak as soak_markdown
-    from outboxkit.bench.report import write
+    from outboxkit_workshop.bench.figures import soak as soak_markdown
+    from outboxkit_workshop.bench.report import write
 
     data = {**data, "machine": {"cpus": 2, "platform": "Linux", "python": "3"}}
     written = [*write(folder, "soak", data, soak_markdown(data)), plot(folder / "soak.png", data)]

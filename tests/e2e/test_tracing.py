@@ -11,9 +11,9 @@ import uuid
 import httpx
 
 from outboxkit.kernel.tracing.context import TraceContext
-from outboxkit.saga import rules
-from outboxkit.saga_harness.load import Placed
-from outboxkit.saga_harness.processes import Saga
+from outboxkit_workshop.saga import rules
+from outboxkit_workshop.saga_harness.load import Placed
+from outboxkit_workshop.saga_harness.processes import Saga
 from tests.otlp import OtlpReceiver, ReceivedSpan
 
 SERVER, PRODUCER, CONSUMER = 2, 4, 5  # OTLP span kinds

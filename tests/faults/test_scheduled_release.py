@@ -25,10 +25,10 @@ from sqlalchemy.orm import Session
 import outbox
 from cdc.config import topic_for
 from outbox import scheduled
-from outboxkit.devstack import faults
 from outboxkit.kernel.retry import wait_until
 from outboxkit.kernel.wire import ID, SOURCE_POSITION
 from outboxkit.kernel.wire.record import header_map
+from outboxkit_workshop.devstack import faults
 from tests.kafka import read_records
 from tests.streaming import RESUME_RESENDS
 

@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from cdc.preflight import drop_slot
-from outboxkit.devstack.stack import Stack
+from outboxkit_workshop.devstack.stack import Stack
 
 LOGS = ("session.log", "service.log", "consumer.log")
 

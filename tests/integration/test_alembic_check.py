@@ -16,8 +16,8 @@ from sqlalchemy.engine import make_url
 
 from migrations import runner
 from migrations.runner import Migrations
-from outboxkit.devstack.stack import Stack
-from outboxkit.saga.common import SERVICES, migrations_of
+from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.saga.common import SERVICES, migrations_of
 from service_template.idempotency import metadata as idempotency_metadata
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 
 from inbox import Inbox
 from inbox.tables import ledger
-from outboxkit.devstack.stack import Stack
+from outboxkit_workshop.devstack.stack import Stack
 from spark_consumers.audit import audit
 from spark_consumers.job import Job
 from tests.kafka import read_records

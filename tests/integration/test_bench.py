@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from outboxkit.bench import cdc, cluster, inbox, profile, scheduled, writes
-from outboxkit.bench.cli import fresh_database
-from outboxkit.devstack.settings import StackSettings
-from outboxkit.devstack.stack import Stack
+from outboxkit_workshop.bench import cdc, cluster, inbox, profile, scheduled, writes
+from outboxkit_workshop.bench.cli import fresh_database
+from outboxkit_workshop.devstack.settings import StackSettings
+from outboxkit_workshop.devstack.stack import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -181,7 +181,7 @@ def test_cluster_shapes_parse_and_ratios_divide_by_the_baseline() -> None:
         saga = {"achieved_rate": 20.0, "p50": p50, "p99": 2 * p50} if p50 else None
         return {"pipeline": {"events_per_second": rates}, "saga": saga}
 
-    from outboxkit.bench.cluster_report import ratios
+    from outboxkit_workshop.bench.cluster_report import ratios
 
     base, faster, no_saga = ratios([shape(100, 1.0), shape(150, 0.5), shape(50, None)])
     assert set(base.values()) == {1.0}

@@ -21,9 +21,9 @@ from sqlalchemy import create_engine, pool, text
 from cdc.config import topic_for
 from cdc.limits import BROKER_MESSAGE_MAX_BYTES
 from cdc.recovery import PRODUCER_OVERRIDE
-from outboxkit.devstack.settings import StackSettings
-from outboxkit.devstack.stack import Stack
 from outboxkit.kernel.wire.record import header_map
+from outboxkit_workshop.devstack.settings import StackSettings
+from outboxkit_workshop.devstack.stack import Stack
 from tests.kafka import read_records
 
 BIG_HEADER = 1_200_000  # bytes of one header value: over max.request.size (1,048,576)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from outboxkit.devstack.stack import Stack
+from outboxkit_workshop.devstack.stack import Stack
 from tests.doc_snippets import ROOT, needs_stack, pages, python_blocks, run_page
 
 pytestmark = pytest.mark.integration

@@ -8,9 +8,9 @@ import uuid
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from outboxkit.devstack import artifacts, transactions
-from outboxkit.devstack.stack import Stack
-from outboxkit.devstack.transactions import Hanging, TransactionTool
+from outboxkit_workshop.devstack import artifacts, transactions
+from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.devstack.transactions import Hanging, TransactionTool
 
 
 def committed_values(bootstrap: str, topic: str) -> list[bytes]:

@@ -13,8 +13,8 @@ from fastapi import APIRouter
 from hypothesis import HealthCheck, given, settings
 from schemathesis.generation.modes import GenerationMode
 
-from outboxkit.saga import orders, payments, shipping
-from outboxkit.saga.common import migrations_of
+from outboxkit_workshop.saga import orders, payments, shipping
+from outboxkit_workshop.saga.common import migrations_of
 from service_template import ServiceSettings, create_app
 
 pytestmark = pytest.mark.integration

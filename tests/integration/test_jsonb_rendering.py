@@ -18,7 +18,6 @@ from sqlalchemy.orm import Session
 from cdc.config import topic_for
 from outbox import Outbox
 from outbox.table import outbox_table
-from outboxkit.devstack.stack import Stack
 from outboxkit.kernel.envelope import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_HEADERS,
@@ -34,6 +33,7 @@ from outboxkit.kernel.wire import (
     SOURCE_POSITION,
 )
 from outboxkit.kernel.wire.jsonb import render, utf8_size
+from outboxkit_workshop.devstack.stack import Stack
 from tests.kafka import read_records
 from tests.unit.test_jsonb import EXAMPLES
 

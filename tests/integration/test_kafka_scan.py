@@ -10,9 +10,9 @@ import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from outboxkit.devstack.stack import Stack
-from outboxkit.devstack.transactions import offsets
-from outboxkit.saga_harness.kafka_scan import scan
+from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.devstack.transactions import offsets
+from outboxkit_workshop.saga_harness.kafka_scan import scan
 
 
 def transactional(bootstrap: str) -> Producer:

@@ -13,9 +13,6 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from outboxkit.devstack import artifacts, broker
-from outboxkit.devstack.processes import free_port, stop
-from outboxkit.devstack.settings import StackSettings
 from outboxkit.kernel.kafka.security import (
     LOGIN_MODULES,
     KafkaSecurity,
@@ -23,6 +20,9 @@ from outboxkit.kernel.kafka.security import (
     jaas_quoted,
     librdkafka_config,
 )
+from outboxkit_workshop.devstack import artifacts, broker
+from outboxkit_workshop.devstack.processes import free_port, stop
+from outboxkit_workshop.devstack.settings import StackSettings
 
 pytestmark = pytest.mark.integration
 

@@ -140,7 +140,7 @@ class Lan:
 
     def shaper(self, *, delay_ms: float, jitter_ms: float = 0, loss: float = 0) -> Shaper:
         """Start a shaper on QUEUE in the switch namespace; wait until it has bound."""
-        argv = [sys.executable, "-m", "outboxkit.devstack.shaper", "--queue", str(QUEUE)]
+        argv = [sys.executable, "-m", "outboxkit_workshop.devstack.shaper", "--queue", str(QUEUE)]
         argv += ["--delay-ms", str(delay_ms), "--jitter-ms", str(jitter_ms)]
         argv += ["--loss", str(loss), "--seed", "7"]
         process = self.start(self.switch, argv)

@@ -16,8 +16,8 @@ from sqlalchemy import select
 
 from cdc.config import topic_for
 from inbox.tables import watermarks
-from outboxkit.devstack import artifacts, mirror
 from outboxkit.kernel.wire.record import header_map
+from outboxkit_workshop.devstack import artifacts, mirror
 from tests.faults.test_spark_faults import consume_command
 from tests.integration.test_topic_moves import (
     assert_audit_clean,

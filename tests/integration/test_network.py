@@ -19,12 +19,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from outboxkit.devstack import artifacts, postgres
-from outboxkit.devstack.network import Network, unavailable
-from outboxkit.devstack.processes import free_port, start, stop
-from outboxkit.devstack.secrets import write_pgpass
-from outboxkit.devstack.settings import StackSettings
 from outboxkit.kernel.engines import engine_for
+from outboxkit_workshop.devstack import artifacts, postgres
+from outboxkit_workshop.devstack.network import Network, unavailable
+from outboxkit_workshop.devstack.processes import free_port, start, stop
+from outboxkit_workshop.devstack.secrets import write_pgpass
+from outboxkit_workshop.devstack.settings import StackSettings
 
 pytestmark = pytest.mark.skipif(unavailable() is not None, reason=str(unavailable()))
 

@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session
 import outbox
 from inbox import status
 from outboxkit.cli import main
-from outboxkit.devstack.processes import free_port
 from outboxkit.kernel.wire.record import header_map, topic_for
+from outboxkit_workshop.devstack.processes import free_port
 from tests.kafka import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from outboxkit import cli
-from outboxkit.devstack import stack as devstack_stack
+from outboxkit_workshop.devstack import stack as devstack_stack
 
 pytestmark = pytest.mark.integration
 

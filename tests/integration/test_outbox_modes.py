@@ -22,10 +22,10 @@ from sqlalchemy.orm import Session
 import outbox
 from cdc.config import topic_for
 from outbox.publish import MODES, NewEvent
-from outboxkit.devstack.stack import Stack
 from outboxkit.kernel.wire import ID, SOURCE, SOURCE_POSITION
 from outboxkit.kernel.wire.jsonb import render
 from outboxkit.kernel.wire.record import KafkaRecord, decode, header_map
+from outboxkit_workshop.devstack.stack import Stack
 from tests.kafka import read_records
 from tests.streaming import RESUME_RESENDS
 

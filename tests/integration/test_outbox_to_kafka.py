@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 import outbox
 from cdc.config import topic_for
-from outboxkit.devstack.stack import Stack
+from outboxkit_workshop.devstack.stack import Stack
 from tests.kafka import read_records
 
 business = MetaData()

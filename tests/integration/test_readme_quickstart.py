@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from outboxkit.devstack.stack import Stack
+from outboxkit_workshop.devstack.stack import Stack
 from tests.doc_snippets import ROOT, shell_script
 from tests.integration.shell_session import drop_service, run_session
 

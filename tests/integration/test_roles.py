@@ -11,7 +11,7 @@ from sqlalchemy import create_engine, pool, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from outboxkit.devstack.stack import Stack
+from outboxkit_workshop.devstack.stack import Stack
 
 
 def _engine(url: str, **changes: str):  # type: ignore[no-untyped-def]
@@ -130,10 +130,10 @@ def test_a_cluster_an_earlier_version_created_with_trust_is_moved_to_passwords(t
     import tempfile
     from pathlib import Path
 
-    from outboxkit.devstack import artifacts, postgres
-    from outboxkit.devstack.processes import free_port, stop
-    from outboxkit.devstack.secrets import write_pgpass
-    from outboxkit.devstack.settings import StackSettings
+    from outboxkit_workshop.devstack import artifacts, postgres
+    from outboxkit_workshop.devstack.processes import free_port, stop
+    from outboxkit_workshop.devstack.secrets import write_pgpass
+    from outboxkit_workshop.devstack.settings import StackSettings
 
     found = artifacts.locate(StackSettings(_env_file=None).cache_dir)
     base = Path(tempfile.mkdtemp(prefix="outboxkit-trust-"))

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from outboxkit.devstack.stack import Stack
-from outboxkit.saga import jobs, orders, payments, rules, shipping
 from outboxkit.testing import Harness
+from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.saga import jobs, orders, payments, rules, shipping
 
 SERVICES = ("orders", "payments", "shipping")
 

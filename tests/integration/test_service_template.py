@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from sqlalchemy import create_engine, func, select
 from sqlalchemy.engine import make_url
 
-from outboxkit.devstack.processes import free_port, wait_until
-from outboxkit.saga import orders
-from outboxkit.saga.common import migrations_of, settings_of
+from outboxkit_workshop.devstack.processes import free_port, wait_until
+from outboxkit_workshop.saga import orders
+from outboxkit_workshop.saga.common import migrations_of, settings_of
 from service_template import ServiceSettings, create_app
 from service_template.idempotency import idempotency
 from tests.proxy import Proxy

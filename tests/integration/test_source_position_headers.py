@@ -1,7 +1,7 @@
 """Every record the connector writes names its source and its position there: the headers
 `outboxkit.kernel.wire.SOURCE` (Debezium's ``source.name``, the connector's topic.prefix) and
 `outboxkit.kernel.wire.SOURCE_POSITION` (``source.sequence``, ``["<last commit LSN>","<change
-LSN>"]``), copied by outboxkit's transform (outboxkit/devstack/java/smt) before the EventRouter
+LSN>"]``), copied by outboxkit's transform (cdc/java/smt) before the EventRouter
 drops the change event. On the real stack, in every outbox mode: the positions grow in the order the
 records stand in their partition, also when two transactions interleave and commit in the other
 order than they first wrote (their change LSNs then go backwards; the commit LSN first does not)."""
@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 
 import outbox
 from outbox.publish import MODES
-from outboxkit.devstack.stack import Stack
 from outboxkit.kernel.wire import SOURCE, SOURCE_POSITION
 from outboxkit.kernel.wire.record import KafkaRecord
+from outboxkit_workshop.devstack.stack import Stack
 from tests.integration.test_outbox_modes import read, unit
 
 AGGREGATE = "one"  # one key: every record in one partition, in the order the WAL committed

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from outboxkit.devstack import spark
-from outboxkit.devstack.processes import alive, free_port, stop, wait_until
+from outboxkit_workshop.devstack import spark
+from outboxkit_workshop.devstack.processes import alive, free_port, stop, wait_until
 
 pytestmark = pytest.mark.spark
 

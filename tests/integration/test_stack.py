@@ -15,10 +15,10 @@ import pytest
 from confluent_kafka import Producer
 from sqlalchemy import text
 
-from outboxkit.devstack.artifacts import pinned_versions
-from outboxkit.devstack.processes import alive
-from outboxkit.devstack.settings import StackSettings
-from outboxkit.devstack.stack import Stack
+from outboxkit_workshop.devstack.artifacts import pinned_versions
+from outboxkit_workshop.devstack.processes import alive
+from outboxkit_workshop.devstack.settings import StackSettings
+from outboxkit_workshop.devstack.stack import Stack
 from tests.kafka import read_records
 
 

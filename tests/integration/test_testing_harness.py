@@ -17,9 +17,9 @@ from sqlalchemy.engine import Engine
 
 import inbox
 from outbox import Envelope, UnitOfWork
-from outboxkit.devstack.stack import Stack
 from outboxkit.kernel.wire.record import topic_for
 from outboxkit.testing import Harness, partition_of
+from outboxkit_workshop.devstack.stack import Stack
 from service_template import Problem, ServiceSettings, create_app, unit_of_work
 from service_template.app import service_router
 from spark_consumers import Job

@@ -13,8 +13,8 @@ from outbox import Envelope, OutboxSettings, TraceContext
 from outbox.contracts import VERSION_HEADER
 from outbox.table import outbox_table
 from outboxkit.kernel.wire.record import encode
-from outboxkit.saga import orders, payments, rules
-from outboxkit.saga.common import migrations_of
+from outboxkit_workshop.saga import orders, payments, rules
+from outboxkit_workshop.saga.common import migrations_of
 from service_template import ServiceSettings, create_app
 
 CALLER = TraceContext.new()  # the client's span, sent as traceparent with the POST

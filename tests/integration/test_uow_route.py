@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, event, text
 
-from outboxkit.saga.common import migrations_of
+from outboxkit_workshop.saga.common import migrations_of
 from service_template import ServiceSettings, UnitOfWork, create_app, service_router, unit_of_work
 from service_template import uow as uow_module
 

@@ -23,9 +23,9 @@ import pytest
 from sqlalchemy.engine import make_url
 from uv import find_uv_bin
 
-from outboxkit.devstack.artifacts import cached_spark_jars
-from outboxkit.devstack.connect import SECRETS_PROVIDER
-from outboxkit.devstack.stack import Stack
+from outboxkit_workshop.devstack.artifacts import cached_spark_jars
+from outboxkit_workshop.devstack.connect import SECRETS_PROVIDER
+from outboxkit_workshop.devstack.stack import Stack
 from tests.doc_snippets import ROOT, shell_script
 from tests.integration.shell_session import drop_service, run_session
 
@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 PAGE = ROOT / "docs" / "how-to" / "install.md"
 TOP_LEVEL = {"outbox", "inbox", "cdc", "service_template", "spark_consumers", "migrations"}
 TOP_LEVEL |= {"outboxkit"}
-SHIPPED = ("outboxkit/devstack/java/pom.xml", "spark_consumers/submit.py", "migrations/env.py")
+SHIPPED = ("cdc/java/pom.xml", "spark_consumers/submit.py", "migrations/env.py")
 
 
 def top_level(record_paths: list[str]) -> set[str]:

@@ -1,11 +1,11 @@
-"""The before/after alternation of the benchmarks' A/B scripts (`outboxkit.bench.ab`)."""
+"""The before/after alternation of the benchmarks' A/B scripts (`outboxkit_workshop.bench.ab`)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from outboxkit.bench.ab import alternate, in_checkout
+from outboxkit_workshop.bench.ab import alternate, in_checkout
 
 
 def test_each_round_measures_both_and_the_order_swaps_every_other_round():

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from outboxkit.bench import figures
-from outboxkit.bench.profile import group_of
-from outboxkit.bench.report import markdown_table, percentile, ratio, spread
-from outboxkit.bench.saga import _cpu_rows, percentiles, process_ticks, step_verdict
+from outboxkit_workshop.bench import figures
+from outboxkit_workshop.bench.profile import group_of
+from outboxkit_workshop.bench.report import markdown_table, percentile, ratio, spread
+from outboxkit_workshop.bench.saga import _cpu_rows, percentiles, process_ticks, step_verdict
 
 
 def test_spread_and_ratio_formatting() -> None:

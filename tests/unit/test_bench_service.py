@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from outboxkit.bench import service
+from outboxkit_workshop.bench import service
 
 
 def test_process_cpu_seconds_grows_with_work() -> None:

@@ -96,8 +96,8 @@ def test_tables_must_be_qualified() -> None:
 
 
 def test_the_dev_stack_builds_its_connector_with_the_same_function(tmp_path: Path) -> None:
-    from outboxkit.devstack.connectors import connector_settings as stack_connector
-    from outboxkit.devstack.settings import StackSettings
+    from outboxkit_workshop.devstack.connectors import connector_settings as stack_connector
+    from outboxkit_workshop.devstack.settings import StackSettings
 
     class View:
         settings = StackSettings(_env_file=None, stack_dir=tmp_path, server_name="dev")  # type: ignore[call-arg]

@@ -8,12 +8,12 @@ from collections import Counter
 
 import pytest
 
-from outboxkit.bench.report import markdown_table
-from outboxkit.commands.chaos import _chaos_markdown
-from outboxkit.devstack.settings import StackSettings
-from outboxkit.saga import common
-from outboxkit.saga_harness.chaos import Campaign, Round, schedule
-from outboxkit.saga_harness.faults import (
+from outboxkit_workshop.bench.report import markdown_table
+from outboxkit_workshop.commands.chaos import _chaos_markdown
+from outboxkit_workshop.devstack.settings import StackSettings
+from outboxkit_workshop.saga import common
+from outboxkit_workshop.saga_harness.chaos import Campaign, Round, schedule
+from outboxkit_workshop.saga_harness.faults import (
     NAMES,
     NETWORK_KINDS,
     SERVICES,

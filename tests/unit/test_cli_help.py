@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from outboxkit.bench.cli import SCENARIOS
 from outboxkit.cli import build_parser
 from outboxkit.parsers import HelpFormatter
-from outboxkit.saga_harness import faults
+from outboxkit_workshop.bench.cli import SCENARIOS
+from outboxkit_workshop.saga_harness import faults
 from spark_consumers.job import DEFAULT_TRIGGER_SECONDS
 
 

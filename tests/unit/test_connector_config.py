@@ -49,7 +49,7 @@ def test_config_routes_by_aggregate_type_with_key_and_headers():
 
 
 def test_source_and_position_headers_are_copied_before_the_router():
-    """outboxkit's transform (outboxkit/devstack/java/smt) copies source.name and source.sequence
+    """outboxkit's transform (cdc/java/smt) copies source.name and source.sequence
     into the headers the inbox reads, on the outbox records only, before EventRouter drops the
     change event's source block."""
     for message_prefix in (None, "outbox.v1"):
@@ -64,9 +64,9 @@ def test_source_and_position_headers_are_copied_before_the_router():
 
 
 def test_the_transform_is_built_from_the_projects_own_java_source():
-    """The class the config names is the one outboxkit/devstack/java/smt compiles and registers for
+    """The class the config names is the one cdc/java/smt compiles and registers for
     Connect's service loading (plugin.discovery=service_load)."""
-    smt = Path(__file__).resolve().parents[2] / "outboxkit/devstack/java/smt/src/main"
+    smt = Path(__file__).resolve().parents[2] / "cdc/java/smt/src/main"
     name = build_connector_config(settings())["transforms.position.type"]
     source = smt / "java" / (name.replace(".", "/") + ".java")
     assert "implements Transformation<R>" in source.read_text()

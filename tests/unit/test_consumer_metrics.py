@@ -189,8 +189,8 @@ def test_driver_metrics_connect_nothing_until_scraped() -> None:
 
 def test_offsets_are_not_asked_again_for_a_while_once_kafka_did_not_answer():
     """With the broker down, one scrape waits the timeout once, not once per partition."""
-    from outboxkit.devstack.processes import free_port
     from outboxkit.kernel.kafka.offsets import PartitionOffsets
+    from outboxkit_workshop.devstack.processes import free_port
 
     offsets = PartitionOffsets(f"127.0.0.1:{free_port()}", timeout=0.5)
     try:

@@ -297,7 +297,10 @@ def test_the_saga_contracts_match_their_committed_schemas(
     it names every contract that is not exported yet."""
     from outboxkit.cli import main
 
-    assert main(["schemas", "check", "--contracts", "outboxkit.saga.contracts:CONTRACTS"]) == 0
+    assert (
+        main(["schemas", "check", "--contracts", "outboxkit_workshop.saga.contracts:CONTRACTS"])
+        == 0
+    )
     assert "10 contracts checked" in capsys.readouterr().out
 
 

@@ -1,6 +1,6 @@
 """deploy/ runs the saga as production would, scaled out (3 Kafka brokers, 2 Connect workers, a
 Spark standalone cluster, 2 replicas per service behind a load balancer), with the versions the
-embedded stack runs (one set of pins: outboxkit/devstack/java/pom.xml). Checked without Docker: the
+embedded stack runs (one set of pins: cdc/java/pom.xml). Checked without Docker: the
 compose file, the Dockerfile, the load balancer's config and the scripts are read, and the settings
 classes are built from each container's environment."""
 
@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 import yaml
 
-from outboxkit.devstack.artifacts import pinned_versions
-from outboxkit.saga.common import SERVICES
+from outboxkit_workshop.devstack.artifacts import pinned_versions
+from outboxkit_workshop.saga.common import SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -352,8 +352,9 @@ def test_the_build_context_lets_in_every_package_the_project_installs():
         if line.startswith("!")
     }
     for package in mypy:
-        assert (ROOT / package / "__init__.py").exists() or (ROOT / package).is_dir(), package
-        assert package in allowed, f"{package}/ is not in the image's build context"
+        folder = "workshop" if package == "outboxkit_workshop" else package  # its distribution
+        assert (ROOT / folder).is_dir(), package
+        assert folder in allowed, f"{folder}/ is not in the image's build context"
 
 
 def test_pyspark_is_pinned_to_the_spark_kafka_connector_version():
@@ -363,12 +364,12 @@ def test_pyspark_is_pinned_to_the_spark_kafka_connector_version():
 
 
 def test_spark_kafka_connector_comes_from_the_pinned_pom():
-    """The image resolves Spark's Kafka connector from outboxkit/devstack/java (spark.version) into
+    """The image resolves Spark's Kafka connector from cdc/java (spark.version) into
     the directory the consumer jobs put on spark-submit's --jars; no other version is named."""
     text = dockerfile()
     assert re.search(r"mvn .*-f /\S+/java/pom\.xml -pl spark dependency:copy-dependencies", text)
-    assert "COPY outboxkit/devstack/java " in text
-    module = (ROOT / "outboxkit/devstack/java/spark/pom.xml").read_text()
+    assert "COPY cdc/java " in text
+    module = (ROOT / "cdc/java/spark/pom.xml").read_text()
     assert re.search(
         r"<artifactId>spark-sql-kafka-0-10_2\.13</artifactId>\s*<version>\$\{spark\.version\}",
         module,
@@ -384,7 +385,7 @@ def test_spark_kafka_connector_comes_from_the_pinned_pom():
 
 
 def test_kraft_cluster_ids_never_look_like_an_option():
-    from outboxkit.devstack.broker import cluster_id
+    from outboxkit_workshop.devstack.broker import cluster_id
 
     ids = [cluster_id() for _ in range(2000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
@@ -402,8 +403,8 @@ def test_compose_sets_the_kafka_record_limits_of_cdc_limits():
 
 def test_the_embedded_stack_sets_the_same_record_limits():
     from cdc.limits import BROKER_SETTINGS, WORKER_SETTINGS
-    from outboxkit.devstack.broker import server_properties
-    from outboxkit.devstack.connect import worker_properties
+    from outboxkit_workshop.devstack.broker import server_properties
+    from outboxkit_workshop.devstack.connect import worker_properties
 
     def parse(props: str) -> dict[str, str]:
         return dict(line.split("=", 1) for line in props.splitlines() if line)
@@ -475,8 +476,11 @@ def test_the_setup_job_prepares_the_saga():
 def test_services_run_uvicorn_workers_on_the_app_factory_and_report_readiness():
     for service in SERVICES:
         argv = command(service)
-        assert argv[:2] == ["uvicorn", f"outboxkit.saga.{service}:app"] and "--factory" in argv
-        assert callable(importlib.import_module(f"outboxkit.saga.{service}").app)
+        assert (
+            argv[:2] == ["uvicorn", f"outboxkit_workshop.saga.{service}:app"]
+            and "--factory" in argv
+        )
+        assert callable(importlib.import_module(f"outboxkit_workshop.saga.{service}").app)
         assert int(argv[argv.index("--workers") + 1]) >= 1
         port = argv[argv.index("--port") + 1]
         assert argv[argv.index("--host") + 1] == "0.0.0.0"
@@ -494,7 +498,7 @@ def test_consumer_jobs_are_spark_submitted_in_client_mode():
         assert argv[argv.index("--master") + 1] == env["OUTBOXKIT_SPARK_MASTER"]
         resource = next(a for a in argv if a.endswith(".py"))
         assert f"COPY deploy/spark/consume.py {resource}" in dockerfile()
-        assert argv[argv.index(resource) + 1] == f"outboxkit.saga.jobs:{service}"
+        assert argv[argv.index(resource) + 1] == f"outboxkit_workshop.saga.jobs:{service}"
         checkpoint = argv[argv.index("--checkpoint") + 1]
         volumes = [v.split(":")[1] for v in services()[name].get("volumes", [])]
         assert checkpoint in volumes, f"{name}: checkpoints must outlive the container"
@@ -503,7 +507,7 @@ def test_consumer_jobs_are_spark_submitted_in_client_mode():
 # -- environment: every variable the code reads, from the settings classes -------------------
 @pytest.mark.parametrize("container", [*SERVICES, *CONSUMERS])
 def test_each_service_process_gets_its_settings(container: str, container_env: Any):
-    from outboxkit.saga.common import settings_of
+    from outboxkit_workshop.saga.common import settings_of
 
     service = CONSUMERS.get(container, container)
     env = container_env(container)
@@ -536,9 +540,9 @@ def test_each_service_process_gets_its_settings(container: str, container_env: A
 
 
 def test_the_setup_job_gets_the_stack_settings(container_env: Any):
-    from outboxkit.devstack import connect
-    from outboxkit.devstack.settings import StackSettings
     from outboxkit.kernel.kafka.security import KafkaSecuritySettings
+    from outboxkit_workshop.devstack import connect
+    from outboxkit_workshop.devstack.settings import StackSettings
 
     env = container_env("setup")
     settings = StackSettings()
@@ -577,11 +581,11 @@ def test_the_setup_job_gets_the_stack_settings(container_env: Any):
 
 
 def test_consumer_jobs_read_what_the_saga_jobs_consume(container_env: Any):
-    import outboxkit.saga.jobs
+    import outboxkit_workshop.saga.jobs
 
     for name, service in CONSUMERS.items():
         container_env(name)
-        job = getattr(outboxkit.saga.jobs, service)()
+        job = getattr(outboxkit_workshop.saga.jobs, service)()
         assert job.consumer == service and job.exactly_once_source
         assert job.kafka_security.sasl is not None
         assert job.kafka_security.sasl.username == service
@@ -721,7 +725,7 @@ def allowed(principal: str, operation: str, resource: str, name: str) -> bool:
 
 def outbox_topics() -> set[str]:
     from outboxkit.kernel.wire.record import topic_for
-    from outboxkit.saga import rules
+    from outboxkit_workshop.saga import rules
 
     prefix = environment("kafka-init")["TOPIC_PREFIX"]
     return {topic_for(t, topic_prefix=prefix) for t in rules.AGGREGATES}
@@ -753,13 +757,13 @@ def test_only_connect_writes_the_outbox_and_its_own_topics():
 
 
 def test_each_service_reads_only_what_its_job_consumes_and_its_own_groups(container_env: Any):
-    import outboxkit.saga.jobs
+    import outboxkit_workshop.saga.jobs
 
     for service in SERVICES:
         container_env(f"{service}-consumer")
-        assert readable_topics(service) == set(getattr(outboxkit.saga.jobs, service)().topics), (
-            service
-        )
+        assert readable_topics(service) == set(
+            getattr(outboxkit_workshop.saga.jobs, service)().topics
+        ), service
         assert not any(g.principal == service and "Write" in g.operations for g in grants())
         assert allowed(service, "Read", "group", f"outboxkit-{service}")
         for other in set(SERVICES) - {service}:
@@ -835,7 +839,7 @@ PROMQL_KEYWORDS = {"bool", "offset", "and", "or", "unless", "inf", "nan"}
 METRIC_PACKAGES = (
     "service_template",
     "spark_consumers",
-    "outboxkit/saga",
+    "workshop/outboxkit_workshop/saga",
     "inbox",
     "outbox",
     "cdc",

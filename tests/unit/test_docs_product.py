@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from outboxkit.bench import publish
+from outboxkit_workshop.bench import publish
 from tests.unit.test_layers import MAY_IMPORT
 
 ROOT = Path(__file__).resolve().parents[2]

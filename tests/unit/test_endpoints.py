@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from cdc.endpoints import EndpointError
-from outboxkit.devstack.state import EMBEDDED, Component, Node, StackState
 from outboxkit.endpoints import resolve
 from outboxkit.settings import Settings
+from outboxkit_workshop.devstack.state import EMBEDDED, Component, Node, StackState
 
 
 def record(stack_dir) -> None:

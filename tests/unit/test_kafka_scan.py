@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from outboxkit.saga_harness.kafka_scan import short
+from outboxkit_workshop.saga_harness.kafka_scan import short
 
 INVALID = -1001  # librdkafka's position before anything is read
 

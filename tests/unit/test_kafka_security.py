@@ -8,8 +8,6 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from outboxkit.devstack.connect import worker_properties
-from outboxkit.devstack.processes import java_properties
 from outboxkit.kernel.kafka.security import (
     PLAINTEXT,
     KafkaSecurity,
@@ -22,6 +20,8 @@ from outboxkit.kernel.kafka.security import (
     librdkafka_config,
     spark_source_options,
 )
+from outboxkit_workshop.devstack.connect import worker_properties
+from outboxkit_workshop.devstack.processes import java_properties
 from spark_consumers.job import Job
 
 PASSWORD = 'pa"ss\\word'  # a quote and a backslash: both need escaping in JAAS

@@ -21,12 +21,12 @@ import pytest
 import yaml
 
 from cdc.config import build_connector_config
-from outboxkit.commands import kubernetes as command
-from outboxkit.devstack.artifacts import pinned_versions
-from outboxkit.devstack.settings import default_cache_dir
-from outboxkit.kubernetes import Shape, manifests, render_yaml
-from outboxkit.kubernetes.connect import connector_settings
-from outboxkit.saga.common import SERVICES
+from outboxkit_workshop.commands import kubernetes as command
+from outboxkit_workshop.devstack.artifacts import pinned_versions
+from outboxkit_workshop.devstack.settings import default_cache_dir
+from outboxkit_workshop.kubernetes import Shape, manifests, render_yaml
+from outboxkit_workshop.kubernetes.connect import connector_settings
+from outboxkit_workshop.saga.common import SERVICES
 
 ROOT = Path(__file__).resolve().parents[2]
 RENDERED = ROOT / "deploy/kubernetes"
@@ -284,7 +284,7 @@ def test_the_shape_is_the_compose_files():
     for service in SERVICES:
         app = objs[("SparkApplication", f"{service}-consumer")]["spec"]
         assert app["sparkVersion"] == versions.spark
-        assert app["arguments"][0] == f"outboxkit.saga.jobs:{service}"
+        assert app["arguments"][0] == f"outboxkit_workshop.saga.jobs:{service}"
         deployment = objs[("Deployment", service)]["spec"]
         container = deployment["template"]["spec"]["containers"][0]
         assert container["readinessProbe"]["httpGet"]["path"] == "/ready"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 import httpx
 import pytest
 
-from outboxkit.saga_harness import load
+from outboxkit_workshop.saga_harness import load
 
 A, B, C = "http://a:1", "http://b:2", "http://c:3"
 BODY = {"customer": "cust-1", "items": [{"sku": "widget", "qty": 1}], "amount": 50}
@@ -83,7 +83,7 @@ def waits(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         else:
             real(seconds)
 
-    monkeypatch.setattr(time, "sleep", record)  # outboxkit.saga_harness.load's too
+    monkeypatch.setattr(time, "sleep", record)  # outboxkit_workshop.saga_harness.load's too
     return slept
 
 

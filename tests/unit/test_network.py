@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from outboxkit.devstack.network import (
+from outboxkit_workshop.devstack.network import (
     LinkRule,
     Network,
     NetworkError,
     address_of,
     rule_of,
 )
-from outboxkit.devstack.processes import LOOPBACK, Host
+from outboxkit_workshop.devstack.processes import LOOPBACK, Host
 
 
 def net() -> Network:

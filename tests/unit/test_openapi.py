@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
-from outboxkit.saga import orders
+from outboxkit_workshop.saga import orders
 from service_template import ServiceSettings, create_app
 from service_template.errors import PROBLEM
 

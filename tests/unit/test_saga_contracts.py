@@ -11,8 +11,8 @@ import pytest
 from inbox import BatchHandler
 from inbox.decision import Action, Incoming, PartitionView, decide
 from outbox import Envelope
-from outboxkit.saga import orders, payments, rules, shipping
-from outboxkit.saga.contracts import CONTRACTS
+from outboxkit_workshop.saga import orders, payments, rules, shipping
+from outboxkit_workshop.saga.contracts import CONTRACTS
 
 ORDER_1 = "00000000-0000-4000-8000-000000000001"
 ITEMS = [{"sku": "widget", "qty": 2}, {"sku": "gadget-2", "qty": 1}]

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy.dialects.postgresql import psycopg
 
 from outbox import Envelope
-from outboxkit.saga import orders, payments, rules, shipping
+from outboxkit_workshop.saga import orders, payments, rules, shipping
 
 ORDER_1 = "00000000-0000-4000-8000-000000000001"
 ORDER_2 = "00000000-0000-4000-8000-000000000002"

@@ -10,8 +10,8 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from sqlalchemy.dialects.postgresql import psycopg
 
-from outboxkit.saga import orders, rules
-from outboxkit.saga.order_metrics import (
+from outboxkit_workshop.saga import orders, rules
+from outboxkit_workshop.saga.order_metrics import (
     BUCKETS,
     OrdersCollector,
     StatusCount,

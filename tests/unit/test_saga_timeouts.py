@@ -6,7 +6,7 @@ refunded payment is cancelled and its stock returned. And the orders handler's t
 from __future__ import annotations
 
 from outbox import Envelope
-from outboxkit.saga import orders, rules
+from outboxkit_workshop.saga import orders, rules
 from tests.unit.test_saga_handlers import ORDER_1, FakeUnitOfWork, payment, placed, shipment
 
 ORDER_2 = "00000000-0000-4000-8000-000000000002"

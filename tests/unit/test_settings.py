@@ -15,7 +15,7 @@ def test_environment_overrides_with_prefix(monkeypatch):
 
 
 def test_defaults_are_embedded_with_exactly_once_connect():
-    from outboxkit.devstack.settings import StackSettings
+    from outboxkit_workshop.devstack.settings import StackSettings
 
     s = StackSettings(_env_file=None)
     assert (s.database_url, s.connect_url) == (None, None)
@@ -35,7 +35,7 @@ def test_outbox_mode_is_checked():
 
 
 def test_an_empty_message_prefix_captures_no_messages(monkeypatch):
-    from outboxkit.devstack.settings import StackSettings
+    from outboxkit_workshop.devstack.settings import StackSettings
 
     monkeypatch.setenv("OUTBOXKIT_MESSAGE_PREFIX", "")
     assert StackSettings().message_prefix is None
@@ -48,8 +48,8 @@ def test_an_empty_message_prefix_captures_no_messages(monkeypatch):
 def test_the_topic_prefix_is_one_field_read_under_each_class_prefix(monkeypatch):
     from pydantic_settings import SettingsConfigDict
 
-    from outboxkit.devstack.settings import StackSettings
     from outboxkit.kernel.wire.record import TopicPrefixSettings
+    from outboxkit_workshop.devstack.settings import StackSettings
     from spark_consumers.settings import ConsumerSettings
 
     class Orders(ConsumerSettings):
@@ -67,7 +67,7 @@ def test_the_topic_prefix_is_one_field_read_under_each_class_prefix(monkeypatch)
 
 @pytest.mark.parametrize("prefix", ["a b.", "p" * 50])
 def test_a_topic_prefix_kafka_would_refuse_fails_at_start(monkeypatch, prefix):
-    from outboxkit.devstack.settings import StackSettings
+    from outboxkit_workshop.devstack.settings import StackSettings
 
     monkeypatch.setenv("OUTBOXKIT_TOPIC_PREFIX", prefix)
     with pytest.raises(ValidationError, match="topic prefix"):

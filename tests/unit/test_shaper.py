@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from outboxkit.devstack.nfqueue import (
+from outboxkit_workshop.devstack.nfqueue import (
     NF_ACCEPT,
     NF_DROP,
     NLM_F_ACK,
@@ -26,7 +26,7 @@ from outboxkit.devstack.nfqueue import (
     pf_command,
     verdict_message,
 )
-from outboxkit.devstack.shaper import Link, Schedule, queue_number
+from outboxkit_workshop.devstack.shaper import Link, Schedule, queue_number
 
 QUEUE_PACKET = 0x0300  # NFNL_SUBSYS_QUEUE << 8 | NFQNL_MSG_PACKET
 QUEUE_VERDICT = 0x0301

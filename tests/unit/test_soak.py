@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from outboxkit.bench import figures, publish
-from outboxkit.saga_harness import proc, soak, trend
-from outboxkit.saga_harness.chaos import Checks, Round
-from outboxkit.saga_harness.trend import BOUNDED, FLAT, GROWING, Bound
+from outboxkit_workshop.bench import figures, publish
+from outboxkit_workshop.saga_harness import proc, soak, trend
+from outboxkit_workshop.saga_harness.chaos import Checks, Round
+from outboxkit_workshop.saga_harness.trend import BOUNDED, FLAT, GROWING, Bound
 
 MINUTE = 60.0
 TIMES = [n * 15.0 for n in range(241)]  # an hour, a sample every 15 s

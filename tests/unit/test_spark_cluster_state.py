@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from outboxkit.devstack.spark import (
+from outboxkit_workshop.devstack.spark import (
     EXECUTOR_CLASS,
     SparkWorker,
     master_url,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from outboxkit.devstack.transactions import Hanging, parse_hanging
+from outboxkit_workshop.devstack.transactions import Hanging, parse_hanging
 
 HEADER = (
     "Topic\tPartition\tProducerId\tProducerEpoch\tCoordinatorEpoch\tStartOffset\t"

@@ -1,8 +1,0 @@
-"""Kubernetes manifests of the saga's whole shape (Strimzi Kafka and Connect, the outbox
-connectors, the services, the Spark consumer jobs, the set-up job), rendered as plain dicts
-from one `Shape`; `outboxkit dev kubernetes render` writes them as YAML."""
-
-from outboxkit.kubernetes.render import manifests, render_yaml, write_manifests
-from outboxkit.kubernetes.shape import Shape
-
-__all__ = ["Shape", "manifests", "render_yaml", "write_manifests"]

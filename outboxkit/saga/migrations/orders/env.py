@@ -1,6 +1,0 @@
-"""Alembic environment of the orders service's own tables."""
-
-from migrations.environment import run
-from outboxkit.saga.orders import metadata
-
-run("orders_alembic_version", target_metadata=metadata)

@@ -1,6 +1,0 @@
-"""Alembic environment of the payments service's own tables."""
-
-from migrations.environment import run
-from outboxkit.saga.payments import metadata
-
-run("payments_alembic_version", target_metadata=metadata)

@@ -1,0 +1,234 @@
+"""The services (Deployments behind Services, with probes, limits and disruption budgets), the
+set-up Job (`outboxkit dev saga prepare`), and what they share: a ServiceAccount, a ConfigMap of
+client settings, and Secrets mounted as files (names only: the values are created elsewhere)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from outboxkit_workshop.kubernetes.shape import (
+    CONNECT_SECRETS_DIR,
+    SECRETS_DIR,
+    SERVICE_PORT,
+    Shape,
+    labels,
+    metadata,
+    postgres_secret,
+    resources,
+)
+
+ACCOUNT = "outboxkit"
+CLIENT_CONFIG = "outboxkit-client"
+SETUP = "outboxkit-setup"
+
+
+def service_account(shape: Shape) -> dict[str, Any]:
+    """The pods' identity; no API token mounted (none of them calls the Kubernetes API)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": metadata(shape, ACCOUNT, "outboxkit"),
+        "automountServiceAccountToken": False,
+    }
+
+
+def client_config(shape: Shape) -> dict[str, Any]:
+    """Settings every Python process shares: Kafka client security, where traces go."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(shape, CLIENT_CONFIG, "outboxkit"),
+        "data": {
+            "OUTBOXKIT_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+            "OUTBOXKIT_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+        },
+    }
+
+
+def secret_files(files: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    """One projected volume: file name -> (Secret, key), every file under /run/secrets."""
+    sources = [
+        {"secret": {"name": secret, "items": [{"key": key, "path": file}]}}
+        for file, (secret, key) in files.items()
+    ]
+    return {"name": "secrets", "projected": {"sources": sources, "defaultMode": 0o400}}
+
+
+def service_secrets(service: str) -> dict[str, tuple[str, str]]:
+    """A service's files: its database role's password and its Kafka user's."""
+    return {
+        f"{service}.password": postgres_secret(service),
+        f"kafka-{service}.password": (service, "password"),
+    }
+
+
+def service_env(shape: Shape, service: str) -> list[dict[str, str]]:
+    """What settings_of(service) reads, as the compose file gives it."""
+    prefix = service.upper()
+    values = {
+        f"{prefix}_DATABASE_URL": (
+            f"postgresql+psycopg://{service}@{shape.database_host}:{shape.database_port}/{service}"
+        ),
+        f"{prefix}_DATABASE_PASSWORD_FILE": f"{SECRETS_DIR}/{service}.password",
+        f"{prefix}_KAFKA_BOOTSTRAP_SERVERS": shape.bootstrap,
+        f"{prefix}_TOPIC_PREFIX": shape.topic_prefix,
+        f"{prefix}_EXACTLY_ONCE_SOURCE": "true",
+        f"{prefix}_OUTBOX__MODE": "delete",
+        "OUTBOXKIT_KAFKA_SASL_USERNAME": service,
+        "OUTBOXKIT_KAFKA_SASL_PASSWORD_FILE": f"{SECRETS_DIR}/kafka-{service}.password",
+        "OTEL_SERVICE_NAME": service,
+    }
+    return [{"name": name, "value": value} for name, value in values.items()]
+
+
+def _probe(path: str, period: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": 3,
+    }
+
+
+def _pod(shape: Shape, containers: list[dict[str, Any]], files: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "serviceAccountName": ACCOUNT,
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": containers,
+        "volumes": [secret_files(files)],
+    }
+
+
+def _container(shape: Shape, name: str, command: list[str], env: list[Any]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "image": shape.image,
+        "command": command,
+        "env": env,
+        "envFrom": [{"configMapRef": {"name": CLIENT_CONFIG}}],
+        "volumeMounts": [{"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+
+
+def deployment(shape: Shape, service: str) -> dict[str, Any]:
+    """A service's replicas: uvicorn on the app factory, ready while /ready answers 200."""
+    command = [
+        "uvicorn",
+        f"outboxkit_workshop.saga.{service}:app",
+        "--factory",
+        "--host",
+        "0.0.0.0",
+    ]
+    command += ["--port", str(SERVICE_PORT), "--workers", str(shape.service_workers)]
+    container = _container(
+        shape, service, [*command, "--no-access-log"], service_env(shape, service)
+    )
+    container["ports"] = [{"name": "http", "containerPort": SERVICE_PORT}]
+    container["readinessProbe"] = _probe("/ready", 10)
+    container["livenessProbe"] = {**_probe("/health", 15), "initialDelaySeconds": 30}
+    container["resources"] = resources("250m", "512Mi", cpu_limit="1")
+    selector = labels(service)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(shape, service, service),
+        "spec": {
+            "replicas": shape.service_replicas,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": _pod(shape, [container], service_secrets(service)),
+            },
+        },
+    }
+
+
+def service(shape: Shape, name: str) -> dict[str, Any]:
+    """The Service spreading requests over a service's ready replicas."""
+    port = {"name": "http", "port": SERVICE_PORT, "targetPort": "http"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(shape, name, name),
+        "spec": {"selector": labels(name), "ports": [port]},
+    }
+
+
+def disruption_budget(shape: Shape, name: str) -> dict[str, Any]:
+    """A drain leaves at least one replica of the service serving."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(shape, name, name),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels(name)}},
+    }
+
+
+def setup_job(shape: Shape) -> dict[str, Any]:
+    """`outboxkit dev saga prepare` against the cluster's components: roles, databases, migrations,
+    CDC grants, publications, the connectors (the KafkaConnectors' configs, equal) and topics."""
+    files = {
+        "postgres.password": postgres_secret("postgres"),
+        **{f"{s}.password": postgres_secret(s) for s in shape.services},
+        f"{shape.cdc_role}.password": postgres_secret(shape.cdc_role),
+        "kafka-setup.password": ("setup", "password"),
+    }
+    env = {
+        "OUTBOXKIT_DATABASE_URL": (
+            f"postgresql+psycopg://postgres@{shape.database_host}:{shape.database_port}/outboxkit"
+        ),
+        "OUTBOXKIT_DATABASE_PASSWORD_FILE": f"{SECRETS_DIR}/postgres.password",
+        "OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS": shape.bootstrap,
+        "OUTBOXKIT_KAFKA_SASL_USERNAME": "setup",
+        "OUTBOXKIT_KAFKA_SASL_PASSWORD_FILE": f"{SECRETS_DIR}/kafka-setup.password",
+        "OUTBOXKIT_CONNECT_URL": f"http://{shape.connect_name}-connect-api:8083",
+        "OUTBOXKIT_CONNECT_DATABASE_HOST": shape.database_host,
+        "OUTBOXKIT_CONNECT_DATABASE_PORT": str(shape.database_port),
+        "OUTBOXKIT_CONNECT_EXACTLY_ONCE": "true",
+        "OUTBOXKIT_SECRETS_DIR": SECRETS_DIR,
+        "OUTBOXKIT_CONNECT_SECRETS_DIR": CONNECT_SECRETS_DIR,
+        "OUTBOXKIT_CDC_ROLE": shape.cdc_role,
+        "OUTBOXKIT_TOPIC_PREFIX": shape.topic_prefix,
+        "OUTBOXKIT_OUTBOX_MODE": "delete",
+        "OUTBOXKIT_STACK_DIR": "/tmp/outboxkit-stack",
+    }
+    env_list = [{"name": k, "value": v} for k, v in env.items()]
+    container = _container(shape, "setup", ["outboxkit", "dev", "saga", "prepare"], env_list)
+    container["resources"] = resources("250m", "512Mi", cpu_limit="1")
+    pod = _pod(shape, [container], files)
+    pod["restartPolicy"] = "OnFailure"
+    pod_labels = labels(SETUP)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(shape, SETUP, SETUP),
+        "spec": {
+            "backoffLimit": 6,
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod},
+        },
+    }
+
+
+def setup_reaches_connect(shape: Shape) -> dict[str, Any]:
+    """Strimzi lets only its operator reach Connect's REST API; the set-up Job may too."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": metadata(shape, f"{SETUP}-to-connect", SETUP),
+        "spec": {
+            "podSelector": {"matchLabels": {"strimzi.io/cluster": shape.connect_name}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": labels(SETUP)}}],
+                    "ports": [{"protocol": "TCP", "port": 8083}],
+                }
+            ],
+        },
+    }
