@@ -198,6 +198,12 @@ class ConnectClient:
         """The Kafka Connect version the worker reports."""
         return str(self._expect("GET", "/", ok=(200,)).get("version", "unknown"))
 
+    def plugins(self) -> list[str]:
+        """The classes of every plugin the worker has: connectors, transforms, predicates,
+        converters (KIP-769's ``connectorsOnly=false``)."""
+        found = self._expect("GET", "/connector-plugins?connectorsOnly=false", ok=(200,))
+        return sorted({str(p["class"]) for p in found})
+
     def connectors(self) -> list[str]:
         """Names of the connectors on the cluster."""
         return list(self._expect("GET", "/connectors", ok=(200,)))

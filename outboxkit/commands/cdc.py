@@ -1,6 +1,6 @@
-"""`outboxkit cdc prepare|apply|preflight|restart|supervise|raise-limit|restore-limit|
-add-partitions`: CDC's set-up (`outboxkit.commands.cdc_setup`) and checks, the way out of a
-FAILED connector task, and adding partitions to an outbox topic."""
+"""`outboxkit cdc prepare|apply|plugin|preflight|restart|supervise|raise-limit|restore-limit|
+add-partitions`: CDC's set-up (`outboxkit.commands.cdc_setup`, `outboxkit.commands.cdc_plugin`)
+and checks, the way out of a FAILED connector task, and adding partitions to an outbox topic."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outboxkit.commands import cdc_setup
+from outboxkit.commands import cdc_plugin, cdc_setup
 from outboxkit.parsers import SubParsers, add_url, command, group
 
 if TYPE_CHECKING:
@@ -192,6 +192,7 @@ def add_parser(sub: SubParsers) -> None:
         sub, "cdc", help="CDC set-up and checks; the way out of a FAILED connector task"
     )
     cdc_setup.add_parsers(actions)
+    cdc_plugin.add_parsers(actions)
     preflight = command(
         actions,
         "preflight",

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import psycopg
 
     from cdc.config import ConnectorSettings
+    from cdc.connect import ConnectClient
     from outboxkit.settings import Settings
 
 # A role's password as ensure_role sends it (a SCRAM verifier): never printed.
@@ -95,6 +96,7 @@ def _apply(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(masked(config), indent=2, sort_keys=True))
         return 0
     client = resolve(settings).connect()
+    _check_plugins(client, config)
     current = client.get_config(cs.name)
     if current is not None and {k: v for k, v in current.items() if k != "name"} == config:
         print(f"connector {cs.name}: unchanged")
@@ -104,6 +106,19 @@ def _apply(args: argparse.Namespace, settings: Settings) -> int:
     status = supervisor.wait_running(client, cs.name, timeout=args.timeout)
     print(f"connector {status.name}: {status.state}")
     return 0
+
+
+def _check_plugins(client: ConnectClient, config: dict[str, str]) -> None:
+    """Refuse a config the workers cannot run, naming what to install."""
+    from cdc import plugins
+    from cdc.connect import ConnectError
+
+    lacking = plugins.missing(config, client.plugins())
+    if lacking:
+        raise ConnectError(
+            f"Kafka Connect at {client.url} lacks {len(lacking)} plugin class(es) the outbox "
+            f"connector needs:\n{plugins.fix_for(lacking)}"
+        )
 
 
 def add_parsers(actions: SubParsers) -> None:

@@ -72,11 +72,13 @@ def group_alive(pgid: int) -> bool:
 
 
 def drop_service(
-    stack: Stack, *, connector: str, slot: str, database: str, roles: list[str]
+    stack: Stack, *, connector: str | None, slot: str, database: str, roles: list[str]
 ) -> None:
-    """Remove a service the page created: its connector, its slot, its database (with the
-    publication in it) and its roles."""
-    stack.connect_client().delete(connector)
+    """Remove a service the page created: its connector on the stack's Connect (None: it ran
+    elsewhere, stopped already), its slot, its database (with the publication in it) and its
+    roles."""
+    if connector is not None:
+        stack.connect_client().delete(connector)
     server = create_engine(
         make_url(stack.database_url()).set(database="postgres"), isolation_level="AUTOCOMMIT"
     )

@@ -62,6 +62,8 @@ def quickstart(stack: Stack, tmp_path: Path) -> Iterator[Quickstart]:
         "OUTBOXKIT_CONNECT_URL": stack.connect_url(),
         "OUTBOXKIT_CDC_PASSWORD_FILE": str(tmp_path / "cdc.password"),
     }
+    for name in ("DATABASE_URL", "DATABASE_PASSWORD_FILE", "KAFKA_BOOTSTRAP_SERVERS"):
+        settings[f"SHOP_{name}"] = settings[f"OUTBOXKIT_{name}"]
     isolation = {
         "OUTBOXKIT_CDC_ROLE": cdc_role,
         "OUTBOXKIT_CONNECTOR_NAME": f"quickstart-{tag}",
@@ -69,6 +71,7 @@ def quickstart(stack: Stack, tmp_path: Path) -> Iterator[Quickstart]:
         "OUTBOXKIT_SLOT_NAME": f"quickstart_{tag}",
         "OUTBOXKIT_PUBLICATION_NAME": f"quickstart_{tag}",
         "OUTBOXKIT_TOPIC_PREFIX": f"quickstart{tag}.event.",
+        "SHOP_TOPIC_PREFIX": f"quickstart{tag}.event.",
     }
     try:
         yield Quickstart(settings, isolation, database)

@@ -11,6 +11,7 @@ dependency is there, else from the index."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -23,10 +24,15 @@ import pytest
 from sqlalchemy.engine import make_url
 from uv import find_uv_bin
 
+from cdc.config import SOURCE_POSITION_HEADERS
+from cdc.connect import ConnectClient
+from outboxkit_workshop.devstack import artifacts
 from outboxkit_workshop.devstack.artifacts import cached_spark_jars
 from outboxkit_workshop.devstack.connect import SECRETS_PROVIDER
+from outboxkit_workshop.devstack.processes import free_port, stop
 from outboxkit_workshop.devstack.stack import Stack
 from tests.doc_snippets import ROOT, shell_script
+from tests.integration import foreign_connect
 from tests.integration.shell_session import drop_service, run_session
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -34,7 +40,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 PAGE = ROOT / "docs" / "how-to" / "install.md"
 TOP_LEVEL = {"outbox", "inbox", "cdc", "service_template", "spark_consumers", "migrations"}
 TOP_LEVEL |= {"outboxkit"}
-SHIPPED = ("cdc/java/pom.xml", "spark_consumers/submit.py", "migrations/env.py")
+SHIPPED = ("spark_consumers/submit.py", "migrations/env.py", "cdc/lib/outboxkit-smt-1.jar")
+# Where the page says to restart the Connect workers: the test starts its worker there.
+RESTART = r"# restart the Connect workers here"
 
 
 def top_level(record_paths: list[str]) -> set[str]:
@@ -81,7 +89,49 @@ def uv_install(wheel: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def own_infrastructure(stack: Stack, tmp_path: Path) -> Iterator[dict[str, str]]:
+def own_connect(stack: Stack, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """A Connect worker with nothing of outboxkit on it (`foreign_connect`), started by the
+    page's session where the page restarts the workers: its URL, its plugin path (empty until
+    the page's `outboxkit cdc plugin`) and the command that starts it."""
+    work = tmp_path / "own-connect"
+    plugins = work / "plugins"
+    plugins.mkdir(parents=True)
+    port = free_port()
+    spec = {
+        "stack_libs": str(artifacts.locate(stack.settings.cache_dir).connect_libs),
+        "plugin_path": str(plugins),
+        "bootstrap": stack.bootstrap_servers(),
+        "port": port,
+        "group": f"own-connect-{uuid.uuid4().hex[:6]}",
+        "secrets_dir": stack.settings.connect_secrets_dir or str(stack.secrets.dir),
+        "workdir": str(work),
+    }
+    (work / "spec.json").write_text(json.dumps(spec))
+    python = ROOT / ".venv" / "bin" / "python"
+    starter = f"{python} {foreign_connect.__file__} {work / 'spec.json'}"
+    path = f"{ROOT}{os.pathsep}{ROOT / 'workshop'}"
+    try:
+        yield {
+            "url": f"http://127.0.0.1:{port}",
+            "plugins": str(plugins),
+            "start": f"PYTHONPATH={path} {starter}",
+            "pid_file": str(work / "pid"),
+        }
+    finally:
+        stop_own_connect(work / "pid")
+
+
+def stop_own_connect(pid_file: Path) -> None:
+    """Stop the worker the page started (before its slot is dropped: it holds it)."""
+    if pid_file.exists():
+        stop(int(pid_file.read_text()))
+        pid_file.unlink()
+
+
+@pytest.fixture
+def own_infrastructure(
+    stack: Stack, own_connect: dict[str, str], tmp_path: Path
+) -> Iterator[dict[str, str]]:
     """The page's settings, naming the session stack as a team's own services; what the page
     creates (database, roles, connector, slot) is removed afterwards."""
     tag = uuid.uuid4().hex[:6]
@@ -99,7 +149,8 @@ def own_infrastructure(stack: Stack, tmp_path: Path) -> Iterator[dict[str, str]]
         "OUTBOXKIT_DATABASE_URL": database,
         "OUTBOXKIT_DATABASE_PASSWORD_FILE": str(secrets / "shop.password"),
         "OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-        "OUTBOXKIT_CONNECT_URL": stack.connect_url(),
+        "OUTBOXKIT_CONNECT_URL": own_connect["url"],
+        "CONNECT_PLUGIN_DIR": own_connect["plugins"],
         "OUTBOXKIT_CONNECT_DATABASE_HOST": "127.0.0.1",
         "OUTBOXKIT_CDC_ROLE": cdc_role,
         "OUTBOXKIT_CDC_PASSWORD_FILE": str(stack.secrets.file(cdc_role)),
@@ -120,9 +171,10 @@ def own_infrastructure(stack: Stack, tmp_path: Path) -> Iterator[dict[str, str]]
     try:
         yield settings
     finally:
+        stop_own_connect(Path(own_connect["pid_file"]))  # its connector goes with it
         drop_service(
             stack,
-            connector=settings["OUTBOXKIT_CONNECTOR_NAME"],
+            connector=None,
             slot=settings["OUTBOXKIT_SLOT_NAME"],
             database="shop",
             roles=["shop", cdc_role],
@@ -131,7 +183,7 @@ def own_infrastructure(stack: Stack, tmp_path: Path) -> Iterator[dict[str, str]]
 
 
 def test_the_wheel_installs_and_runs_the_install_page(
-    own_infrastructure: dict[str, str], stack: Stack, tmp_path: Path
+    own_infrastructure: dict[str, str], own_connect: dict[str, str], stack: Stack, tmp_path: Path
 ) -> None:
     started = time.monotonic()
     wheel = build_wheel(tmp_path / "dist")
@@ -147,7 +199,11 @@ def test_the_wheel_installs_and_runs_the_install_page(
     (work / wheel.name).write_bytes(wheel.read_bytes())
     jars = ",".join(str(j) for j in cached_spark_jars(stack.settings.cache_dir))
     script = work / "install.sh"
-    substitute = {r"--packages \S+": f"--jars {jars}", **uv_install(wheel.name)}
+    substitute = {
+        r"--packages \S+": f"--jars {jars}",
+        RESTART: own_connect["start"],
+        **uv_install(wheel.name),
+    }
     script.write_text(shell_script(PAGE, own_infrastructure, substitute))
     passfile = str(make_url(stack.database_url()).query["passfile"])
     code, tails = run_session(script, clean_environment(passfile), timeout=600)
@@ -159,6 +215,16 @@ def test_the_wheel_installs_and_runs_the_install_page(
     assert own_infrastructure["OUTBOXKIT_CDC_PASSWORD_REFERENCE"] in output  # the dry-run's JSON
     cdc_password = stack.secrets.password(own_infrastructure["OUTBOXKIT_CDC_ROLE"])
     assert cdc_password not in output, "a password was printed"
+    # The transform ran from the plugin path the page filled, on a worker with nothing of ours.
+    libs = Path(tmp_path / "own-connect" / "libs")
+    assert not list(libs.glob("outboxkit-*")) and list(libs.glob("debezium-connector-postgres-*"))
+    plugin_jars = list(Path(own_connect["plugins"]).rglob("outboxkit-smt-*.jar"))
+    assert len(plugin_jars) == 1, plugin_jars
+    client = ConnectClient(own_connect["url"])
+    try:
+        assert SOURCE_POSITION_HEADERS in client.plugins()
+    finally:
+        client.close()
 
     installed = next((work / ".venv" / "lib").glob("python3*/site-packages"))
     (record,) = installed.glob("outboxkit-*.dist-info/RECORD")

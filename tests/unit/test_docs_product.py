@@ -137,3 +137,19 @@ def test_comments_and_docstrings_speak_of_the_product() -> None:
 )
 def test_work_words(text: str, words: list[str]) -> None:
     assert work_words(text) == words
+
+
+def _shop_module(page: Path, within: str | None = None) -> list[str]:
+    """The page's ``shop.py`` block, its comments and blank lines left out."""
+    from tests.doc_snippets import blocks
+
+    (code,) = [b.code for b in blocks(page, within) if b.title == "shop.py"]
+    lines = (re.sub(r"\s+#.*$", "", line).rstrip() for line in code.splitlines())
+    return [line for line in lines if line and not line.lstrip().startswith("#")]
+
+
+def test_the_readme_quickstart_and_the_install_page_write_the_same_service() -> None:
+    # One door: the short form and the long form teach the same code and settings prefix.
+    readme = _shop_module(ROOT / "README.md", "quickstart")
+    page = _shop_module(ROOT / "docs" / "how-to" / "install.md")
+    assert readme == page

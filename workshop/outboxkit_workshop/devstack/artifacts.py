@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import cdc
+from cdc import transform
 
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
 JAVA_POMS = Path(cdc.__file__).parent / "java"
@@ -107,7 +108,15 @@ def _complete(libs: Path) -> bool:
 
 def install_jars(cache: Path) -> Path:
     """Resolve the pom with Maven into the cache and compile the transform into it (once per
-    set of pins and sources: `jars_dir`); return the directory."""
+    set of pins and sources: `jars_dir`), and put that transform jar where the framework's wheel
+    ships it from (`cdc.transform.publish`); return the directory."""
+    libs = _resolve_jars(cache)
+    (built,) = (libs / "connect").glob(f"{SMT_JAR}*.jar")
+    transform.publish(built)
+    return libs
+
+
+def _resolve_jars(cache: Path) -> Path:
     libs = jars_dir(cache)
     if _complete(libs):
         return libs

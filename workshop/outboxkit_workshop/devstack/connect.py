@@ -39,10 +39,12 @@ def worker_properties(
     kafka_security: Mapping[str, str] | None = None,
     replication: int = 1,
     address: str = LOOPBACK.address,
+    plugin_path: Path | None = None,
 ) -> str:
     """Worker config tuned for small local workers (one, or a group of several sharing
     ``group``'s storage topics, each replicated ``replication`` times); with ``kafka_security``
-    (outboxkit.kernel.kafka.security.connect_worker_config) for a SASL/TLS cluster."""
+    (outboxkit.kernel.kafka.security.connect_worker_config) for a SASL/TLS cluster; with
+    ``plugin_path``, plugins are also loaded from that directory (as a team's own worker)."""
     settings = {
         "bootstrap.servers": bootstrap,
         "group.id": group,
@@ -90,6 +92,8 @@ def worker_properties(
                 f"config.providers.{SECRETS_PROVIDER}.param.allowed.paths": str(secrets_dir),
             }
         )
+    if plugin_path is not None:
+        settings["plugin.path"] = str(plugin_path)
     settings.update(kafka_security or {})
     return java_properties(settings)
 
@@ -109,6 +113,7 @@ def start_worker(
     replication: int = 1,
     wait: bool = True,
     host: Host = LOOPBACK,
+    plugin_path: Path | None = None,
 ) -> int:
     """Start the worker on ``host`` and (``wait``) wait until its herder is ready; return its
     PID."""
@@ -126,6 +131,7 @@ def start_worker(
             kafka_security=kafka_security,
             replication=replication,
             address=host.address,
+            plugin_path=plugin_path,
         )
     )
     log4j = workdir / "log4j2.properties"
