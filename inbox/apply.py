@@ -20,7 +20,14 @@ from sqlalchemy.orm import Session
 from inbox import moves
 from inbox.decision import Action, PartitionView
 from inbox.handlers import BatchHandler, Handlers, as_batch
-from inbox.position import OffsetsMoved, Superseded, TopicIdentity, judge_identity, merged
+from inbox.position import (
+    OffsetsMoved,
+    Superseded,
+    TopicIdentity,
+    judge_identity,
+    known_position,
+    merged,
+)
 from inbox.recorder import Locked, Recorder
 from inbox.retries import RetryPolicy
 from inbox.slice import BatchResult, HandlerFailed, SliceApplier, SliceOutcome
@@ -220,7 +227,7 @@ class Inbox:
                     (
                         d.event_id
                         for d in decoded
-                        if d.position is None or d.source not in locked.positions
+                        if d.position is None or known_position(locked.positions, d.source) is None
                     ),
                 ),
                 parked_keys=(

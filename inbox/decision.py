@@ -6,6 +6,7 @@ import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from inbox.position import known_position
 from outboxkit.kernel.wire.position import Position
 
 
@@ -85,7 +86,7 @@ class Decider:
 
     def decide(self, record: Incoming) -> Decision:
         """The action for the next record; offsets must be given in increasing order."""
-        known = self._positions.get(record.source) if record.source is not None else None
+        known = known_position(self._positions, record.source)
         if known is not None and record.position is not None:
             if record.position <= known:
                 action = (

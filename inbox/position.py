@@ -29,6 +29,13 @@ class TopicIdentity:
         return f"topic id {self.topic_id} on cluster {self.cluster_id}"
 
 
+def known_position(positions: Mapping[str, Position], source: str | None) -> Position | None:
+    """The rule of which records a position judges: the highest position the partition applied
+    of ``source``, which judges its record (with that record's own position); None when the
+    source is unknown here, and the record is judged by the id window and offsets instead."""
+    return positions.get(source) if source is not None else None
+
+
 def merged(
     stored: Mapping[str, Position], seen: Iterable[tuple[str | None, Position | None]]
 ) -> dict[str, Position]:

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from inbox.decision import Action, Decider, Decision, Incoming, PartitionView
 from inbox.handlers import BatchHandler
 from inbox.parked_rows import Parking
-from inbox.position import OffsetsMoved
+from inbox.position import OffsetsMoved, known_position
 from inbox.retries import RetryPolicy, retry_after
 from inbox.tracing import RecordSpans, ended
 from outbox.publish import Outbox
@@ -280,7 +280,7 @@ def all_new(view: PartitionView, decoded: Sequence[Decoded], batch: BatchHandler
         return False
     if view.positions:
         for item in decoded:
-            known = view.positions.get(item.source) if item.source is not None else None
+            known = known_position(view.positions, item.source)
             if known is None:
                 if view.by_position:
                     return False  # the decider stops on it
