@@ -23,9 +23,9 @@ from sqlalchemy.engine import URL
 
 from cdc.config import DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME
 from cdc.connect import ConnectClient
-from outboxkit.kernel.engines import engine_for
+from outboxkit.kernel.engines import database_url_setting, engine_for
 from outboxkit.kernel.kafka.security import KafkaSecurity, KafkaSecuritySettings, librdkafka_config
-from outboxkit.kernel.secrets import read_secret, url_with_password
+from outboxkit.kernel.secrets import read_secret, setting_name, url_with_password
 
 DEFAULT_CONNECTOR_NAME = "outboxkit-outbox"
 
@@ -46,9 +46,10 @@ class EndpointSettings(BaseSettings):
 
     database_url: str | None = Field(
         default=None,
-        description="SQLAlchemy URL of an external Postgres (postgresql+psycopg://), as a role "
-        "that may create roles and databases (set-up) or read the inbox tables (operator "
-        "commands); no password in it",
+        description="SQLAlchemy URL of an external Postgres (postgresql+psycopg://; "
+        "postgresql:// and postgres:// mean the same), as a role that may create roles and "
+        "databases (set-up) or read the inbox tables (operator commands); no password in it",
+        examples=["postgresql+psycopg://shop@db.internal:5432/shop"],
     )
     database_password_file: Path | None = Field(
         default=None, description="file holding database_url's password (a mounted secret)"
@@ -88,8 +89,15 @@ class EndpointSettings(BaseSettings):
         """Basic authentication for Connect's REST API (user, password from its file), or None."""
         if not self.connect_user:
             return None
-        password = read_secret(self.connect_password_file) if self.connect_password_file else ""
-        return (self.connect_user, password)
+        if self.connect_password_file is None:
+            return (self.connect_user, "")
+        variable = setting_name(self, "connect_password_file")
+        return (self.connect_user, read_secret(self.connect_password_file, variable))
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str | None) -> str | None:
+        return database_url_setting(value)  # OUTBOXKIT_DATABASE_URL= (empty): unset
 
     @field_validator("slot_name", "publication_name")
     @classmethod
@@ -184,7 +192,9 @@ def resolve(settings: EndpointSettings, fallback: Fallback | None = None) -> End
         return None
 
     configured_database = settings.database_url and url_with_password(
-        settings.database_url, settings.database_password_file
+        settings.database_url,
+        settings.database_password_file,
+        setting_name(settings, "database_password_file"),
     )
     known = recorded or Recorded(origin="")
     database = pick("database", configured_database, known.database)

@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
-from sqlalchemy.engine import URL, make_url
+from pydantic import Field, field_validator
+from sqlalchemy.engine import URL
 
 from cdc.config import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
@@ -22,7 +22,8 @@ from cdc.config import (
     ConnectorSettings,
 )
 from cdc.endpoints import EndpointSettings, postgres_identifier
-from outboxkit.kernel.secrets import read_secret
+from outboxkit.kernel import engines
+from outboxkit.kernel.secrets import read_secret, setting_name
 from outboxkit.kernel.wire import DEFAULT_MESSAGE_PREFIX
 from outboxkit.kernel.wire.record import TopicPrefixSettings
 
@@ -59,6 +60,7 @@ class CdcSettings(TopicPrefixSettings, EndpointSettings):
         "${file:/opt/kafka/secrets/cdc.properties:password} (the worker resolves it; the "
         "connector's config shows only the reference); unset: the password from "
         "cdc_password_file goes into the connector's config",
+        examples=["${file:/opt/kafka/secrets/cdc.properties:password}"],
     )
     cdc_password_file: Path | None = Field(
         default=None,
@@ -73,6 +75,7 @@ class CdcSettings(TopicPrefixSettings, EndpointSettings):
     outbox_tables: list[str] = Field(
         default_factory=lambda: ["public.outbox"],
         description="the captured outbox tables, each schema.table (JSON list in the environment)",
+        examples=[["public.outbox"]],
     )
     heartbeat_table: str | None = Field(
         default="public.outbox_heartbeat",
@@ -105,10 +108,20 @@ class CdcSettings(TopicPrefixSettings, EndpointSettings):
         "transaction; the Connect workers need exactly.once.source.support=enabled",
     )
 
-    @field_validator("message_prefix", "heartbeat_table")
+    @field_validator("message_prefix")
     @classmethod
     def _empty_is_none(cls, value: str | None) -> str | None:
         return value or None  # OUTBOXKIT_MESSAGE_PREFIX= (empty): capture no messages
+
+    @field_validator("heartbeat_table")
+    @classmethod
+    def _heartbeat_table(cls, value: str | None) -> str | None:
+        return _qualified(value) if value else None  # empty: no heartbeat
+
+    @field_validator("outbox_tables")
+    @classmethod
+    def _outbox_tables(cls, value: list[str]) -> list[str]:
+        return [_qualified(table) for table in value]
 
     @field_validator("cdc_role")
     @classmethod
@@ -127,15 +140,12 @@ class CdcSettings(TopicPrefixSettings, EndpointSettings):
             )
         return value or None
 
-    @model_validator(mode="after")
-    def _tables_qualified(self) -> CdcSettings:
-        for table in (
-            *self.outbox_tables,
-            *([self.heartbeat_table] if self.heartbeat_table else []),
-        ):
-            if not re.fullmatch(r"[A-Za-z_]\w*\.[A-Za-z_]\w*", table):
-                raise ValueError(f"table {table!r} must be written schema.table")
-        return self
+
+def _qualified(table: str) -> str:
+    """``table`` when written schema.table; ValueError otherwise."""
+    if not re.fullmatch(r"[A-Za-z_]\w*\.[A-Za-z_]\w*", table):
+        raise ValueError(f"table {table!r} must be written schema.table, e.g. public.outbox")
+    return table
 
 
 def connector_settings(
@@ -155,7 +165,7 @@ def connector_settings(
         ConnectorConfigError: No database is known, or it names no database.
     """
     given = database_url or settings.database_url
-    url = make_url(given) if given else None
+    url = engines.database_url(given) if given else None
     if url is None or not url.database:
         raise ConnectorConfigError(
             "the connector needs the outbox's database: set OUTBOXKIT_DATABASE_URL "
@@ -215,7 +225,7 @@ def connector_password(settings: CdcSettings) -> str:
     if settings.cdc_password_reference:
         return settings.cdc_password_reference
     if settings.cdc_password_file is not None:
-        return read_secret(settings.cdc_password_file)
+        return read_secret(settings.cdc_password_file, setting_name(settings, "cdc_password_file"))
     raise ConnectorConfigError(
         "the connector needs the CDC role's password: set OUTBOXKIT_CDC_PASSWORD_REFERENCE "
         "(a Kafka Connect config-provider reference) or OUTBOXKIT_CDC_PASSWORD_FILE"
@@ -235,7 +245,7 @@ def role_password(settings: CdcSettings) -> str:
         raise ConnectorConfigError(
             "set OUTBOXKIT_CDC_PASSWORD_FILE: the file holding the CDC role's password"
         )
-    return read_secret(settings.cdc_password_file)
+    return read_secret(settings.cdc_password_file, setting_name(settings, "cdc_password_file"))
 
 
 def masked(config: dict[str, str]) -> dict[str, str]:

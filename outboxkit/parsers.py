@@ -11,13 +11,15 @@ import copy
 import re
 import textwrap
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import Any, Final, Literal, TypeAlias
 
 Run = Callable[[argparse.Namespace, Any], int]
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-# What a command reads: None for the operator settings (`outboxkit.settings.Settings`), else a
+# What a command reads: None for the operator settings (`outboxkit.settings.Settings`),
+# NO_SETTINGS for none (the command runs with None: a bad setting cannot stop it), else a
 # function returning the settings class (imported when the command runs, not when parsed).
-SettingsSource = Callable[[], type[Any]] | None
+NO_SETTINGS: Final = False
+SettingsSource = Callable[[], type[Any]] | Literal[False] | None
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -31,7 +33,8 @@ class HelpFormatter(argparse.HelpFormatter):
         if (
             "default" in text
             or not action.option_strings
-            or action.default in (None, False, argparse.SUPPRESS)
+            # by identity: a default of 0 equals False, and must still be shown
+            or any(action.default is unset for unset in (None, False, argparse.SUPPRESS))
         ):
             return text
         return f"{text} (default: %(default)s)"
@@ -86,7 +89,8 @@ def command(
     settings: SettingsSource = None,
 ) -> argparse.ArgumentParser:
     """Add the (sub-)command ``name``, run by ``run(args, settings)``; ``settings`` gives the
-    class of the settings it reads (None: the operator's, `outboxkit.settings.Settings`)."""
+    class of the settings it reads (None: the operator's, `outboxkit.settings.Settings`;
+    `NO_SETTINGS`: none, and ``run`` gets None)."""
     parser = sub.add_parser(
         name, help=help, description=description or help, formatter_class=HelpFormatter
     )

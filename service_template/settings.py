@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import URL
 
 from outbox.settings import OutboxSettings
+from outboxkit.kernel.engines import database_url
 from outboxkit.kernel.kafka.security import KafkaSecuritySettings
-from outboxkit.kernel.secrets import url_with_password
+from outboxkit.kernel.secrets import setting_name, url_with_password
 
 
 class ServiceSettings(BaseSettings):
@@ -25,7 +26,9 @@ class ServiceSettings(BaseSettings):
 
     name: str = Field(default="service", description="service name, in logs and metrics")
     database_url: str = Field(
-        description="SQLAlchemy URL of the service's own database, without its password"
+        description="SQLAlchemy URL of the service's own database, without its password "
+        "(postgresql+psycopg://; postgresql:// and postgres:// mean the same)",
+        examples=["postgresql+psycopg://app@db.internal:5432/app"],
     )
     database_password_file: Path | None = Field(
         default=None, description="file holding the database password (a mounted secret)"
@@ -61,4 +64,10 @@ class ServiceSettings(BaseSettings):
     def engine_url(self) -> URL:
         """The database URL with its password from ``database_password_file`` (masked when
         printed)."""
-        return url_with_password(self.database_url, self.database_password_file)
+        variable = setting_name(self, "database_password_file")
+        return url_with_password(self.database_url, self.database_password_file, variable)
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        return database_url(value).render_as_string(hide_password=False)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError
 from sqlalchemy.engine import URL, Engine
@@ -12,8 +13,10 @@ from sqlalchemy.engine import URL, Engine
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW, Inbox
 from inbox.handlers import Handlers
 from inbox.retries import RetryPolicy
+from outbox import at_commit
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
+from outboxkit.kernel.engines import Role, engine_for
 from outboxkit.kernel.kafka.security import PLAINTEXT, KafkaSecurity
 from outboxkit.kernel.secrets import url_with_password
 from spark_consumers.retry import BATCH_RETRY
@@ -102,6 +105,17 @@ class Job:
             return self.window
         return EXACTLY_ONCE_WINDOW if self.exactly_once_source else DEFAULT_WINDOW
 
+    def engine(self, role: Role = "consumer", **options: Any) -> Engine:
+        """The one way to build an engine on this job's database, attached for at-commit
+        publishing so that the events its handlers publish ride in their transaction's commit
+        (`outbox.at_commit`).
+
+        Args:
+            role: The engine's role, which sizes its pool (`outboxkit.kernel.engines.engine_for`).
+            options: More keyword arguments for `engine_for` (``pool_size``...).
+        """
+        return at_commit.attach(engine_for(self.engine_url(), role, **options))
+
     def inbox(self, engine: Engine, on_published: PublishedObserver | None = None) -> Inbox:
         """The one way to build this job's inbox.
 
@@ -123,6 +137,22 @@ class Job:
         )
 
 
+def query_name(jobs: Sequence[Job]) -> str:
+    """The name of the streaming query that reads ``jobs`` together, and of its checkpoint."""
+    return "+".join(job.name for job in jobs)
+
+
+class JobCodeError(ValueError):
+    """The job's module or factory raised as it ran: the user's code failed (``error``, also
+    the ``__cause__``); ``where`` names the module or the factory."""
+
+    def __init__(self, spec: str, where: str, error: Exception) -> None:
+        super().__init__(f"job {spec!r}: {where} raised {type(error).__name__}: {error}")
+        self.spec = spec
+        self.where = where
+        self.error = error
+
+
 def load_job(spec: str) -> Job:
     """Resolve ``module:attr`` to a Job (attr may be a Job or a zero-argument factory).
 
@@ -131,6 +161,7 @@ def load_job(spec: str) -> Job:
 
     Raises:
         ValueError: The spec is malformed, or does not give a Job (the message says why).
+        JobCodeError: The module or the factory raised as it ran (a ValueError too).
     """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -138,11 +169,25 @@ def load_job(spec: str) -> Job:
             f"job {spec!r}: write it as module:attribute, e.g. myservice.jobs:payments"
         )
     try:
-        target = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
         raise ValueError(f"job {spec!r} cannot be loaded: {exc}") from exc
+    except Exception as exc:  # the user's module failed as it ran: say where (its __cause__)
+        raise JobCodeError(spec, f"the job module {module_name}", exc) from exc
     try:
-        job = target() if callable(target) and not isinstance(target, Job) else target
+        target = getattr(module, attr)
+    except AttributeError as exc:
+        raise ValueError(f"job {spec!r} cannot be loaded: {exc}") from exc
+    job = _built(spec, target)
+    if not isinstance(job, Job):
+        raise ValueError(f"job {spec!r} is a {type(job).__name__}, not a spark_consumers.Job")
+    return job
+
+
+def _built(spec: str, target: object) -> object:
+    """``target``, or what it returns when it is a factory (not a Job itself)."""
+    try:
+        return target() if callable(target) and not isinstance(target, Job) else target
     except ValidationError as exc:  # the job's settings, read from its environment
         missing = "; ".join(
             f"{'.'.join(str(part) for part in error['loc'])}: {error['msg']}"
@@ -151,9 +196,8 @@ def load_job(spec: str) -> Job:
         raise ValueError(
             f"job {spec!r} cannot be built from its settings ({exc.title}): {missing}"
         ) from exc
-    if not isinstance(job, Job):
-        raise ValueError(f"job {spec!r} is a {type(job).__name__}, not a spark_consumers.Job")
-    return job
+    except Exception as exc:  # the user's factory failed: say where (its __cause__)
+        raise JobCodeError(spec, f"the job factory {spec}", exc) from exc
 
 
 JobFactory = Callable[[], Job]

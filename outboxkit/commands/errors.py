@@ -8,7 +8,10 @@ that was raised."""
 from __future__ import annotations
 
 import re
+import sys
+import traceback
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -23,6 +26,16 @@ EXIT_CODES = {
     INTERRUPTED: "interrupted (Ctrl-C)",
 }
 JOB_FORM = "module:attr naming a spark_consumers.Job (or a function returning one)"
+# The framework's packages: a frame in one of them is not the user's code.
+FRAMEWORK = (
+    "outboxkit",
+    "cdc",
+    "inbox",
+    "outbox",
+    "migrations",
+    "spark_consumers",
+    "service_template",
+)
 # Connection failures (class 08), refused logins (28), a missing database (3D), a server
 # shutting down or starting (57P): the database cannot be used, as opposed to a failed statement.
 UNREACHABLE_SQLSTATES = ("08", "28", "3D", "57P")
@@ -42,18 +55,54 @@ def exit_codes_text() -> str:
     return "exit codes:\n" + "\n".join(f"  {c:<3} {text}" for c, text in EXIT_CODES.items())
 
 
-def bad_settings(exc: Any, env_prefix: str) -> CommandError:
-    """A pydantic ValidationError of the settings: one line per bad field, named as its
-    environment variable."""
+def bad_settings(exc: Exception, settings_type: type[Any] | None) -> CommandError:
+    """A settings error (pydantic's ValidationError, pydantic-settings' SettingsError of a value
+    that is not JSON) as one line per bad value: its environment variable as the user spells
+    it, what is wrong, the expected form and an example. ``settings_type``: the class read,
+    unless the error's stack shows the one that failed (a nested settings class)."""
+    from pydantic import ValidationError
+
+    from outboxkit.settings import expected, variable
+
+    title = exc.title if isinstance(exc, ValidationError) else None
+    model = _settings_model(exc.__traceback__, title) or settings_type
+    if model is None:
+        return CommandError(f"bad settings: {first_line(str(exc))}")
+    if not isinstance(exc, ValidationError):
+        field = re.search(r'field "([^"]+)"', str(exc))
+        name, info = variable(model, (field.group(1),)) if field else ("", None)
+        problem = "not a JSON value" if isinstance(exc.__cause__, ValueError) else str(exc)
+        return CommandError(f"bad setting {name or '?'}: {problem}{expected(name, info)}")
     lines = []
-    for error in exc.errors():
-        field = "_".join(str(part) for part in error["loc"]) or "?"
-        lines.append(f"bad setting {env_prefix}{field.upper()}: {error['msg']}")
-    return CommandError("\n".join(lines), USAGE)
+    for error in exc.errors(include_url=False):
+        name, info = variable(model, error["loc"])
+        cause = error.get("ctx", {}).get("error")
+        problem = first_line(str(cause) if error["type"] == "value_error" else error["msg"])
+        # A check of several settings (loc ()) names them in its message.
+        lines.append(f"bad setting {name}: {problem}{expected(name, info)}" if name else problem)
+    return CommandError("\n".join(dict.fromkeys(lines)), USAGE)
+
+
+def _settings_model(tb: TracebackType | None, title: str | None) -> type[Any] | None:
+    """The class of the innermost settings object being built on the failed call's stack
+    (named ``title``, when given): the one whose value was bad, e.g. a nested one."""
+    from pydantic_settings import BaseSettings
+
+    found = None
+    for frame_locals in _frames(tb):
+        for value in frame_locals.values():
+            if isinstance(value, BaseSettings) and title in (None, type(value).__name__):
+                found = type(value)
+    return found
 
 
 def load_job(spec: str) -> Any:
-    """`spark_consumers.job.load_job`, its failure as a CommandError that shows the form."""
+    """`spark_consumers.job.load_job`, its failure as a CommandError that shows the form, or
+    where the user's code failed as it ran."""
+    from pydantic import ValidationError
+    from pydantic_settings import SettingsError
+
+    from spark_consumers.job import JobCodeError
     from spark_consumers.job import load_job as load
 
     module, _, attr = spec.partition(":")
@@ -61,9 +110,48 @@ def load_job(spec: str) -> Any:
         raise CommandError(f"bad job reference {spec!r}: expected {JOB_FORM}")
     try:
         return load(spec)
+    except JobCodeError as exc:
+        where = f"(in {exc.where})"
+        if isinstance(exc.error, ValidationError | SettingsError):
+            lines = str(bad_settings(exc.error, None)).splitlines()
+            raise CommandError("\n".join(f"{line} {where}" for line in lines)) from exc
+        raise CommandError(f"{failed_code(exc.error, module)} {where}") from exc
     except ValueError as exc:
+        if isinstance(exc.__cause__, ValidationError):
+            lines = str(bad_settings(exc.__cause__, None)).splitlines()
+            where = f"(in the job factory {spec})"
+            raise CommandError("\n".join(f"{line} {where}" for line in lines)) from exc
         detail = first_line(str(exc)).removeprefix(f"job {spec!r} ")
         raise CommandError(f"bad job reference {spec!r}: {detail}; expected {JOB_FORM}") from exc
+
+
+def failed_code(error: BaseException, module: str) -> str:
+    """``error``'s type and message, and the file:line of the user's code that raised it: the
+    innermost frame outside the framework, the standard library and installed libraries (the
+    package of ``module``, the user's, counts wherever it is installed)."""
+    own = module.partition(".")[0]
+    where = ""
+    for frame, line in traceback.walk_tb(error.__traceback__):
+        name, filename = str(frame.f_globals.get("__name__", "")), frame.f_code.co_filename
+        if _users_code(name.partition(".")[0], filename, own):
+            where = f" in {_shown(filename)}:{line}"
+    text = first_line(str(error))
+    return f"{type(error).__name__}{' ' + text if text else ''}{where}"
+
+
+def _users_code(top: str, filename: str, own: str) -> bool:
+    if top == own:
+        return True
+    if top in FRAMEWORK or top in sys.stdlib_module_names or filename.startswith("<"):
+        return False
+    return not {"site-packages", "dist-packages"} & set(Path(filename).parts)
+
+
+def _shown(filename: str) -> str:
+    try:
+        return Path(filename).relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return filename
 
 
 def translate(exc: BaseException, settings: Mapping[str, Any]) -> tuple[str, int] | None:
@@ -71,7 +159,8 @@ def translate(exc: BaseException, settings: Mapping[str, Any]) -> tuple[str, int
     ``settings`` gives the endpoints named in a message when the error does not carry them."""
     if isinstance(exc, CommandError):
         return str(exc), exc.code
-    for found in (_database(exc), _connect(exc), _kafka(exc, settings), _endpoint(exc)):
+    found_in = (_database, _connect, _endpoint, _bad_value)
+    for found in (*(f(exc) for f in found_in), _kafka(exc, settings)):
         if found is not None:
             return found
     return None
@@ -186,5 +275,20 @@ def _kafka(exc: BaseException, settings: Mapping[str, Any]) -> tuple[str, int] |
 def _endpoint(exc: BaseException) -> tuple[str, int] | None:
     """An endpoint that no setting and no local stack gives: a setting to add."""
     if type(exc).__name__ == "EndpointError":
+        return first_line(str(exc)), USAGE
+    return None
+
+
+def _bad_value(exc: BaseException) -> tuple[str, int] | None:
+    """A value a setting (or --url) gives that proves wrong when used: a secret file that
+    cannot be read, a database URL that cannot be parsed, Kafka security that contradicts
+    itself. The messages name the setting."""
+    from outboxkit.kernel.engines import DatabaseUrlError
+    from outboxkit.kernel.kafka.security import KafkaSecurityError
+    from outboxkit.kernel.secrets import SecretError
+
+    if isinstance(exc, DatabaseUrlError):
+        return f"bad database URL: {first_line(str(exc))}", USAGE
+    if isinstance(exc, SecretError | KafkaSecurityError):
         return first_line(str(exc)), USAGE
     return None

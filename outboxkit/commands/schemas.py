@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from outboxkit.commands.errors import CommandError
-from outboxkit.parsers import SubParsers, command, group
+from outboxkit.parsers import NO_SETTINGS, SubParsers, command, group
 
 if TYPE_CHECKING:
     from outbox.contracts import Contracts
-    from outboxkit.settings import Settings
 
 CONTRACTS_FORM = "module:attr naming an outbox.contracts.Contracts, e.g. myservice.events:CONTRACTS"
 
@@ -42,7 +41,7 @@ def load(spec: str) -> tuple[Contracts, Path]:
     return contracts, Path(module.__file__ or ".").parent / "schemas"
 
 
-def _export(args: argparse.Namespace, settings: Settings) -> int:
+def _export(args: argparse.Namespace, settings: None) -> int:
     from outbox.schemas import export
 
     contracts, default = load(args.contracts)
@@ -54,7 +53,7 @@ def _export(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _check(args: argparse.Namespace, settings: Settings) -> int:
+def _check(args: argparse.Namespace, settings: None) -> int:
     from outbox.schemas import check
 
     contracts, default = load(args.contracts)
@@ -81,6 +80,7 @@ def add_parser(sub: SubParsers) -> None:
         actions,
         "export",
         _export,
+        settings=NO_SETTINGS,
         help="write each contract's JSON Schema (per version) to the folder committed with the "
         "code",
     )
@@ -88,6 +88,7 @@ def add_parser(sub: SubParsers) -> None:
         actions,
         "check",
         _check,
+        settings=NO_SETTINGS,
         help="check the models against their committed JSON Schemas; exits 1 when incompatible",
         description="Fail when a model changed in a way that breaks a deployed publisher or "
         "consumer (a removed or newly required field, a changed type, a narrowed enum, a "

@@ -15,6 +15,9 @@ a connection error within about half a minute, which the caller retries (a 503, 
 retried), instead of a request or a task hanging until the operating system gives up after
 hours.
 
+Every URL passes through `database_url` first (engines, settings, passwords from files): the plain
+Postgres schemes, ``postgresql://`` and ``postgres://``, mean the framework's driver, psycopg 3.
+
 Benchmarks size their pools to what they measure and make their own."""
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Literal
 
 from sqlalchemy import Engine, create_engine, pool
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
 
 Role = Literal["service", "consumer", "metrics", "once"]
 
@@ -40,6 +44,12 @@ NETWORK: dict[str, int] = {
     "tcp_user_timeout": 20_000,
 }
 
+# The schemes that name Postgres but no driver (libpq's spelling, and the one of Heroku's and
+# many providers' URLs): SQLAlchemy would load psycopg2 for the first and fail on the second.
+PLAIN_POSTGRES = ("postgresql", "postgres")
+POSTGRES_DRIVER = "psycopg"
+DATABASE_URL_FORM = "postgresql+psycopg://user@host:5432/database (no password in it)"
+
 _POOLS: dict[str, dict[str, Any]] = {
     "service": {"pool_size": 10, "pool_pre_ping": True},
     "consumer": {"pool_size": 2, "pool_pre_ping": True},
@@ -48,12 +58,46 @@ _POOLS: dict[str, dict[str, Any]] = {
 }
 
 
+class DatabaseUrlError(ValueError):
+    """A database URL that cannot be parsed, or names a database SQLAlchemy does not know."""
+
+
+def database_url(url: str | URL) -> URL:
+    """``url`` parsed, its plain Postgres scheme (``postgresql://``, ``postgres://``) turned into
+    psycopg 3's (``postgresql+psycopg://``); any other driver as given.
+
+    Raises:
+        DatabaseUrlError: ``url`` is not a URL, or its database is unknown to SQLAlchemy.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:  # never echo the text: it may hold a password
+        raise DatabaseUrlError(f"not a database URL; expected {DATABASE_URL_FORM}") from exc
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend in PLAIN_POSTGRES:
+        parsed = parsed.set(drivername=f"postgresql+{driver or POSTGRES_DRIVER}")
+    try:
+        parsed.get_dialect()
+    except ArgumentError as exc:
+        raise DatabaseUrlError(
+            f"unknown database kind {parsed.drivername!r}; expected {DATABASE_URL_FORM}"
+        ) from exc
+    return parsed
+
+
+def database_url_setting(value: str | None) -> str | None:
+    """A settings field's database URL as `database_url` reads it; None when unset or empty."""
+    if not value:
+        return None
+    return database_url(value).render_as_string(hide_password=False)
+
+
 def engine_for(url: str | URL, role: Role, **options: Any) -> Engine:
     """An engine on ``url`` pooled for ``role``; ``options`` override (e.g. a service's
     ``pool_size``, ``isolation_level``).
 
     Args:
-        url: The database URL (a SQLAlchemy URL or its text).
+        url: The database URL (a SQLAlchemy URL or its text; see `database_url`).
         role: What the engine serves, which sets its pool: ``service``, ``consumer``,
             ``metrics`` or ``once`` (as above).
         **options: `sqlalchemy.create_engine` arguments, over the role's pool settings.
@@ -61,9 +105,9 @@ def engine_for(url: str | URL, role: Role, **options: Any) -> Engine:
     if role not in _POOLS:
         raise ValueError(f"engine role {role!r}: one of {', '.join(_POOLS)}")
     settings = {**_POOLS[role], **options}
-    parsed = make_url(url)
+    parsed = database_url(url)
     if parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() in LIBPQ_DRIVERS:
         # What the URL or the caller set wins: these are defaults.
         defaults = {k: v for k, v in NETWORK.items() if k not in parsed.query}
         settings["connect_args"] = {**defaults, **settings.get("connect_args", {})}
-    return create_engine(url, **settings)
+    return create_engine(parsed, **settings)

@@ -87,7 +87,8 @@ def test_a_bad_setting(tmp_path: Path) -> None:
     done = outboxkit(tmp_path, "inbox", "status", OUTBOXKIT_CONSUMER_METRICS_PORT="70000")
     assert one_line(done, USAGE) == (
         "outboxkit: error: bad setting OUTBOXKIT_CONSUMER_METRICS_PORT: "
-        "Input should be less than or equal to 65535"
+        "Input should be less than or equal to 65535; expected a whole number from 0 to 65535, "
+        "e.g. OUTBOXKIT_CONSUMER_METRICS_PORT=9464"
     )
 
 
@@ -95,6 +96,15 @@ def test_a_bad_job_reference(tmp_path: Path) -> None:
     assert one_line(outboxkit(tmp_path, "consume", "nowhere:job"), USAGE) == (
         "outboxkit: error: bad job reference 'nowhere:job': cannot be loaded: No module named "
         f"'nowhere'; expected {JOB_FORM}"
+    )
+
+
+def test_a_job_factorys_error_names_the_users_line(tmp_path: Path) -> None:
+    (tmp_path / "shopjobs.py").write_text(
+        "import os\n\n\ndef orders():\n    return os.environ['SHOP_X']\n"
+    )
+    assert one_line(outboxkit(tmp_path, "consume", "shopjobs:orders"), USAGE) == (
+        "outboxkit: error: KeyError 'SHOP_X' in shopjobs.py:5 (in the job factory shopjobs:orders)"
     )
 
 

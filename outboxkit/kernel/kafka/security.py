@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from outboxkit.kernel.secrets import SecretError, read_secret
+from outboxkit.kernel.secrets import SecretError, read_secret, setting_name
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -165,9 +165,10 @@ class KafkaSecuritySettings(BaseSettings):
         """The security these settings describe, with the password read from its file."""
         login = None
         if self.sasl_mechanism and self.sasl_username and self.sasl_password_file:
+            variable = setting_name(self, "sasl_password_file")
             try:
-                password = read_secret(self.sasl_password_file)
+                password = read_secret(self.sasl_password_file, variable)
             except SecretError as exc:
-                raise KafkaSecurityError(f"OUTBOXKIT_KAFKA_SASL_PASSWORD_FILE: {exc}") from exc
+                raise KafkaSecurityError(str(exc)) from exc
             login = SaslLogin(self.sasl_mechanism, self.sasl_username, password)
         return KafkaSecurity(self.security_protocol, login, self.ssl_ca_location)

@@ -1,0 +1,160 @@
+"""`outboxkit doctor` on the session stack given as a team's settings: all well, then each piece
+broken for real (a database that is not there, one not migrated, a CDC role that does not exist,
+an unreachable Kafka or Connect, a topic no job can read, a connector that differs or is gone,
+a worker without the transform, no JDK, no Spark jars, a job outside the connector's prefix)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdc.config import SOURCE_POSITION_HEADERS
+from outboxkit import cli
+from outboxkit.doctor import Examination, Finding, examine
+from outboxkit.endpoints import resolve
+from outboxkit.settings import Settings
+from outboxkit_workshop.devstack import artifacts, connectors
+from outboxkit_workshop.devstack.processes import free_port, stop
+from outboxkit_workshop.devstack.stack import Stack
+from spark_consumers.job import Job
+from tests.integration import foreign_connect
+
+pytestmark = pytest.mark.integration
+DEAD = "127.0.0.1:9"  # discard: nothing listens there
+
+
+def team_settings(stack: Stack, **changes: Any) -> Settings:
+    """The stack's own connector as a team's OUTBOXKIT_* settings would describe it."""
+    known = {k: v for k, v in stack.settings.model_dump().items() if k in Settings.model_fields}
+    known |= {
+        "database_url": stack.database_url(),
+        "kafka_bootstrap_servers": stack.bootstrap_servers(),
+        "connect_url": stack.connect_url(),
+        "cdc_password_reference": connectors.connector_settings(
+            stack, stack.database_url()
+        ).database_password,
+        "stack_dir": Path("/nonexistent"),  # nothing from a state file
+    }
+    return Settings(_env_file=None, **(known | changes))  # type: ignore[call-arg]
+
+
+def job(topics: tuple[str, ...]) -> Job:
+    return Job(
+        name="doctor",
+        consumer="doctor",
+        topics=topics,
+        handlers={},
+        database_url="postgresql+psycopg://nobody@127.0.0.1/none",
+        bootstrap_servers="",
+    )
+
+
+def findings(settings: Settings, jobs: tuple[Job, ...] = ()) -> dict[str, list[Finding]]:
+    by_check: dict[str, list[Finding]] = {}
+    for finding in examine(Examination(settings, resolve(settings, fallback=False), jobs)):
+        by_check.setdefault(finding.check, []).append(finding)
+    return by_check
+
+
+def failed(found: dict[str, list[Finding]]) -> set[str]:
+    return {name for name, items in found.items() if any(f.ok is False for f in items)}
+
+
+def test_the_stack_as_a_team_would_set_it_up_is_well(stack: Stack) -> None:
+    found = findings(team_settings(stack))
+    assert failed(found) == set(), found
+    assert {"database", "migrations", "wal_level", "cdc role", "kafka", "connect"} <= set(found)
+    assert [f.ok for f in found["connector"]] == [True], found["connector"]  # as applied, RUNNING
+
+
+def test_each_broken_piece_is_one_failing_line_with_its_fix(
+    stack: Stack, empty_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cases: list[tuple[dict[str, Any], str, str]] = [
+        ({"database_url": f"postgresql+psycopg://x@{DEAD}/x"}, "database", "OUTBOXKIT_DATABASE"),
+        ({"database_url": empty_database}, "migrations", "outboxkit db upgrade"),
+        ({"cdc_role": f"nobody_{uuid.uuid4().hex[:6]}"}, "cdc role", "outboxkit cdc prepare"),
+        ({"kafka_bootstrap_servers": DEAD}, "kafka", "OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS"),
+        ({"connect_url": f"http://{DEAD}"}, "connect", "OUTBOXKIT_CONNECT_URL"),
+        ({"topic_prefix": "elsewhere.event."}, "connector", "outboxkit cdc apply"),
+        ({"connector_name": "not-registered"}, "connector", "outboxkit cdc apply"),
+    ]
+    for changes, check, fix in cases:
+        found = findings(team_settings(stack, **changes))
+        assert check in failed(found), (changes, found)
+        (bad,) = [f for f in found[check] if f.ok is False]
+        assert fix in bad.line(), (changes, bad)
+    # a dead Connect or database skips what needs it, and says so
+    found = findings(team_settings(stack, connect_url=f"http://{DEAD}"))
+    assert found["connector"][0].ok is None and "connect failed" in found["connector"][0].detail
+    # what only `outboxkit consume` needs here is a warning, not a failure
+    monkeypatch.setenv("PATH", "/nonexistent")
+    found = findings(team_settings(stack, spark_jars=[Path("/nonexistent/x.jar")]))
+    assert not {"java", "spark jars"} & failed(found)
+    assert found["java"][0].warning and "install Java 17" in found["java"][0].line()
+    (jars,) = found["spark jars"]
+    assert jars.warning and "OUTBOXKIT_SPARK_JARS" in jars.line()
+
+
+def test_jobs_topics_are_checked_against_kafka_and_the_connector_prefix(stack: Stack) -> None:
+    prefix = stack.settings.topic_prefix
+    stray = f"other{uuid.uuid4().hex[:6]}.event.order"
+    found = findings(team_settings(stack), (job((stray,)),))
+    assert {"kafka topics", "topic prefix"} <= failed(found)
+    assert "outside the connector's prefix" in found["topic prefix"][0].detail
+    assert f"topic {stray} missing" in found["kafka topics"][0].detail
+    found = findings(team_settings(stack), (job((f"{prefix}order",)),))
+    assert "topic prefix" not in failed(found)
+
+
+@pytest.fixture
+def worker_without_transform(stack: Stack, tmp_path: Path) -> Iterator[str]:
+    """A Connect worker with Debezium and nothing of outboxkit (`foreign_connect`)."""
+    spec = {
+        "stack_libs": str(artifacts.locate(stack.settings.cache_dir).connect_libs),
+        "plugin_path": str(tmp_path / "plugins"),
+        "bootstrap": stack.bootstrap_servers(),
+        "port": free_port(),
+        "group": f"doctor-{uuid.uuid4().hex[:6]}",
+        "secrets_dir": stack.settings.connect_secrets_dir or str(stack.secrets.dir),
+        "workdir": str(tmp_path / "worker"),
+    }
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    foreign_connect.main(str(tmp_path / "spec.json"))
+    try:
+        yield f"http://127.0.0.1:{spec['port']}"
+    finally:
+        stop(int((tmp_path / "worker" / "pid").read_text()))
+
+
+def test_a_worker_without_the_transform_is_named_with_the_command_that_installs_it(
+    stack: Stack, worker_without_transform: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    found = findings(team_settings(stack, connect_url=worker_without_transform))
+    (plugins,) = found["connect plugins"]
+    assert plugins.ok is False and SOURCE_POSITION_HEADERS in plugins.detail
+    assert "outboxkit cdc plugin --into DIR" in plugins.fix
+
+
+def test_the_command_prints_one_line_per_finding_and_exits_1_on_a_problem(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = team_settings(stack, kafka_bootstrap_servers=DEAD)
+    for name in ("database_url", "kafka_bootstrap_servers", "connect_url", "connector_name"):
+        monkeypatch.setenv(f"OUTBOXKIT_{name.upper()}", str(getattr(settings, name)))
+    monkeypatch.setenv("OUTBOXKIT_STACK_DIR", "/nonexistent")
+    assert cli.main(["doctor", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert {"check", "ok", "detail", "fix"} == set(report[0])
+    (kafka,) = [r for r in report if r["check"] == "kafka"]
+    assert kafka["ok"] is False and "OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS" in kafka["fix"]
+    assert cli.main(["doctor"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("[FAIL] kafka: ") and " -- check " in line for line in lines)
+    assert lines[-1].endswith("problem(s)")
