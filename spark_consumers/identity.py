@@ -14,9 +14,8 @@ from typing import Any
 
 from inbox import moves
 from inbox.position import TopicIdentity
-from outboxkit.kernel.engines import engine_for
 from outboxkit.kernel.kafka.security import librdkafka_config
-from spark_consumers.job import Job
+from spark_consumers.job import Job, query_name
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +82,7 @@ def prepare_start(
     positions. Returns the partitions' start-over counts, which the query's slices carry."""
     epochs: Epochs = {}
     for job in jobs:
-        engine = engine_for(job.engine_url(), "once")
+        engine = job.engine("once")
         try:
             for move in moves.moved(engine, job.consumer, identities, job.topics):
                 if not move.automatic:
@@ -113,7 +112,7 @@ def _checkpoint_for(
 ) -> None:
     """Move the query's checkpoint aside when it was made for other topic identities or
     start-overs than today's, and record today's beside it (written whole, then renamed)."""
-    name = "+".join(job.name for job in jobs)
+    name = query_name(jobs)
     folder = checkpoint / name
     noted = checkpoint / f"{name}.topics.json"
     now = {

@@ -13,7 +13,6 @@ from sqlalchemy.engine import Engine
 
 from outbox.scheduled import Releaser
 from outbox.settings import ReleaseSettings
-from outboxkit.kernel.engines import engine_for
 from spark_consumers.job import Job
 
 
@@ -30,7 +29,7 @@ def releasing(
         url = job.engine_url()
         name = url.database or url.render_as_string(hide_password=True)
         if name not in engines:
-            engines[name] = (engine_for(url, "consumer", pool_size=1), job)
+            engines[name] = (job.engine(pool_size=1), job)
     try:
         on_release = None
         if registry is not None and engines:

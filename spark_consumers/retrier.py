@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from sqlalchemy.engine import Engine
 
 from inbox import Inbox, RedriveResult, retry_due
-from outbox import at_commit
-from outboxkit.kernel.engines import engine_for
 from outboxkit.kernel.errors import is_transient
 from spark_consumers.job import Job
 
@@ -45,7 +43,7 @@ class Retrier:
         url = job.engine_url()
         name = url.render_as_string(hide_password=True)
         if name not in self._engines:
-            self._engines[name] = at_commit.attach(engine_for(url, "consumer", pool_size=1))
+            self._engines[name] = job.engine(pool_size=1)
         return self._engines[name]
 
     def start(self) -> Retrier:

@@ -13,10 +13,9 @@ from typing import Any
 
 from inbox.recorder import Recorder
 from outboxkit.kernel import tracing
-from outboxkit.kernel.engines import engine_for
 from outboxkit.kernel.kafka.security import librdkafka_config, spark_source_options
 from spark_consumers.identity import TopicIdentities, prepare_start
-from spark_consumers.job import DEFAULT_TRIGGER_SECONDS, Job
+from spark_consumers.job import DEFAULT_TRIGGER_SECONDS, Job, query_name
 from spark_consumers.listeners import add_listeners
 from spark_consumers.progress import ProgressLog
 from spark_consumers.retrier import Retrier
@@ -38,7 +37,7 @@ BatchCallback = Callable[[str, int, list[SliceSummary]], None]
 
 def inbox_positions(job: Job) -> dict[tuple[str, int], int]:
     """Next offset per (topic, partition) from the inbox watermarks (job without checkpoint)."""
-    engine = engine_for(job.engine_url(), "once")
+    engine = job.engine("once")
     try:
         with engine.connect() as conn:
             return Recorder(job.consumer).positions(conn, job.topics)
@@ -177,7 +176,7 @@ def start_query(
     """Start one streaming query applying every micro-batch through each of ``jobs``' inboxes
     (checkpoint under ``checkpoint``/<job names joined by '+'>), after the partitions whose
     offsets moved were dealt with (`spark_consumers.identity.prepare_start`)."""
-    name = "+".join(job.name for job in jobs)
+    name = query_name(jobs)
     use_local_checkpoints(session)
     identities = TopicIdentities.of(jobs[0])
     epochs = prepare_start(jobs, identities.read(topics_of(jobs)), checkpoint)

@@ -14,15 +14,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from inbox.position import TopicIdentity
-from outbox import at_commit
 from outboxkit.kernel import tracing
-from outboxkit.kernel.engines import engine_for
 from outboxkit.kernel.errors import is_transient
 from outboxkit.kernel.tracing import spans
 from outboxkit.kernel.tracing.context import TraceContext
 from outboxkit.kernel.wire.record import KafkaRecord
 from spark_consumers.clock import HandlerClock
-from spark_consumers.job import Job
+from spark_consumers.job import Job, query_name
 from spark_consumers.retry import BATCH_RETRY, IDENTITY_RETRY, retrying
 from spark_consumers.summary import SPARK_SCHEMA, SliceSummary, to_arrow
 
@@ -37,7 +35,7 @@ def _engine(job: Job) -> Any:
     """One engine per executor process and database, reused across batches."""
     key = f"{job.database_url} {job.database_password_file}"
     if key not in _ENGINES:
-        _ENGINES[key] = at_commit.attach(engine_for(job.engine_url(), "consumer"))
+        _ENGINES[key] = job.engine()
     return _ENGINES[key]
 
 
@@ -196,7 +194,7 @@ def inbox_sink(
     replays; ``epochs`` (`spark_consumers.identity.prepare_start`'s) are checked by every slice,
     so that a task left over from before a start-over cannot apply from the middle of a topic."""
     jobs = tuple(jobs)
-    name = "+".join(job.name for job in jobs)
+    name = query_name(jobs)
     topics = tuple(sorted({t for job in jobs for t in job.topics}))
 
     def sink(frame: Any, batch_id: int) -> None:

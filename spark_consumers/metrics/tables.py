@@ -17,7 +17,6 @@ from cdc.preflight import SlotLag, database_slots
 from inbox.lag import PartitionLag, read_lags
 from inbox.operations import partition_counts, stopped_partitions
 from inbox.tables import ledger, parked, skipped
-from outboxkit.kernel.engines import engine_for
 from outboxkit.kernel.kafka.offsets import PartitionOffsets
 from spark_consumers.job import Job
 from spark_consumers.runner import source_key
@@ -166,7 +165,7 @@ class InboxTablesCollector(Collector):
     def _engine(self, job: Job) -> Engine:
         key = f"{job.database_url} {job.database_password_file}"
         if key not in self._engines:
-            self._engines[key] = engine_for(job.engine_url(), "metrics")
+            self._engines[key] = job.engine("metrics")
         return self._engines[key]
 
     def _offsets_of(self, job: Job) -> PartitionOffsets:

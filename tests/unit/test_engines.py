@@ -60,3 +60,15 @@ def test_every_postgres_connection_notices_a_lost_peer_in_bounded_time(monkeypat
         seen.clear()
         engines.engine_for(other, "once")
         assert "connect_args" not in seen  # libpq's settings only for libpq's drivers
+
+
+def test_a_consumer_job_s_engines_and_query_name_are_made_by_the_job() -> None:
+    # The composition root of the consumer side: `Job.engine` (attached for at-commit
+    # publishing) and `query_name`; no module of the package builds them again.
+    again = [
+        path.relative_to(ROOT).as_posix()
+        for path in python_files("spark_consumers")
+        if path.name != "job.py"
+        and ("engine_for(" in path.read_text() or '"+".join(job.name' in path.read_text())
+    ]
+    assert again == []
