@@ -1,9 +1,11 @@
 """Operating an inbox, for operators and metrics: status, watermarks, parked records (list,
-show, skip), redrive (in key order: `inbox.redrives`) and explicit rewind."""
+show, skip), redrive (in key order: `inbox.redrives`), explicit rewind (and its plan), and the
+operator action log those commands append to."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -27,7 +29,7 @@ from inbox.recorder import Recorder
 from inbox.redrives import RedriveResult as RedriveResult
 from inbox.redrives import redrive as redrive
 from inbox.redrives import retry_due as retry_due
-from inbox.tables import parked, recent_ids, skipped, watermarks
+from inbox.tables import operator_actions, parked, recent_ids, skipped, watermarks
 
 
 def status(engine: Engine, consumer: str | None = None) -> list[dict[str, Any]]:
@@ -125,6 +127,47 @@ def partition_counts(conn: Connection, table: Table, consumer: str) -> dict[tupl
     return {(t, int(p)): int(n) for t, p, n in conn.execute(query).all()}
 
 
+@dataclass(frozen=True)
+class RewindPlan:
+    """What `rewind` would do to one partition, read without changing it.
+
+    Attributes:
+        watermark: The partition's watermark now (the last offset applied).
+        offset: The watermark asked for.
+        forgotten: Event ids of the window above ``offset``, which the rewind forgets.
+    """
+
+    watermark: int
+    offset: int
+    forgotten: int
+
+    @property
+    def replayed(self) -> int:
+        """Offsets above the new watermark up to the current one: read and applied again."""
+        return max(self.watermark - self.offset, 0)
+
+
+def rewind_plan(
+    engine: Engine, consumer: str, topic: str, partition: int, offset: int
+) -> RewindPlan:
+    """What `rewind` to ``offset`` would do (nothing changed; no lock: the consumer may move
+    the watermark on before the rewind runs)."""
+    recorder = Recorder(consumer)
+    with engine.connect() as conn:
+        watermark = conn.execute(
+            select(watermarks.c.offset).where(*recorder.match(watermarks, topic, partition))
+        ).scalar_one_or_none()
+        if watermark is None:
+            raise ValueError(f"no watermark for {consumer} {topic}[{partition}]")
+        slices = conn.execute(
+            select(recent_ids.c.offsets).where(
+                *recorder.match(recent_ids, topic, partition), recent_ids.c.last_offset > offset
+            )
+        ).scalars()
+        forgotten = sum(1 for offsets in slices for o in offsets if o > offset)
+    return RewindPlan(int(watermark), offset, forgotten)
+
+
 def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: int) -> int:
     """Move a watermark back to ``offset`` explicitly (events above it will be applied again).
 
@@ -220,6 +263,36 @@ def skip(engine: Engine, parked_id: int, *, by: str, reason: str) -> dict[str, A
         session.execute(delete(parked).where(where))
         recorder.recheck_parked(session, row.topic, row.partition)
     return {k: v for k, v in row._mapping.items() if k not in RAW}
+
+
+def record_action(
+    engine: Engine,
+    *,
+    who: str,
+    command: str,
+    target: str,
+    detail: Mapping[str, Any],
+    count: int | None,
+) -> None:
+    """Append one operator action to the action log (`outboxkit inbox actions`), in a
+    transaction of its own, once the change it tells of committed: a command killed in between
+    leaves its change unrecorded, never a record of a change that did not happen."""
+    row = {"who": who[:255], "command": command, "target": target, "detail": dict(detail)}
+    with engine.begin() as conn:
+        conn.execute(insert(operator_actions).values(**row, count=count))
+
+
+def list_actions(
+    engine: Engine, *, limit: int = 100, command: str | None = None
+) -> list[dict[str, Any]]:
+    """The action log, newest first: at most ``limit`` rows (of ``command`` only, when given)."""
+    query = select(operator_actions).order_by(
+        operator_actions.c.at.desc(), operator_actions.c.id.desc()
+    )
+    if command:
+        query = query.where(operator_actions.c.command == command)
+    with engine.connect() as conn:
+        return [dict(row._mapping) for row in conn.execute(query.limit(limit))]
 
 
 # The raw-bytes columns of a parked row (shown by `show`, left out of listings).

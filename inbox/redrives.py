@@ -81,6 +81,13 @@ def redrive(inbox: Inbox, topic: str, partition: int, key: str | None = None) ->
     return done.told(inbox)
 
 
+def to_redrive(inbox: Inbox, topic: str, partition: int, key: str | None = None) -> list[Any]:
+    """The parked records `redrive` would apply again, in its order (read without the
+    partition's lock, nothing changed: a dry run's list, which the consumer may change)."""
+    with Session(inbox.engine) as session:
+        return list(inbox.recorder.parked_rows(session, topic, partition, key))
+
+
 def retry_due(inbox: Inbox, now: datetime | None = None) -> RedriveResult:
     """Redrive, per partition in one transaction each, every key of ``inbox``'s consumer whose
     first parked record waits for a delayed retry that is due: its records in offset order,

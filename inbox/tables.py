@@ -1,5 +1,5 @@
 """Inbox tables: watermarks, the bounded window of applied event ids, parked and skipped records,
-and the ledger."""
+the ledger, and the operator action log."""
 
 from __future__ import annotations
 
@@ -196,4 +196,21 @@ ledger = Table(
     Column("event_id", UUID(as_uuid=False), nullable=False),
     Column("applied_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Index("ix_inbox_ledger_consumer_event", "consumer", "event_id"),
+)
+
+# The operator action log (migration 0015): one row per command that destroyed, rewound or
+# redrove state (`outboxkit inbox rewind|rebase|skip|redrive`, `outboxkit db downgrade`): who,
+# when, which command, its target, what it did and how many things it touched. Append-only;
+# `outboxkit inbox actions` lists it, newest first.
+operator_actions = Table(
+    "inbox_operator_action",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("who", String(255), nullable=False),
+    Column("command", String(255), nullable=False),
+    Column("target", Text, nullable=False),
+    Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("count", BigInteger, nullable=True),
+    Index("ix_inbox_operator_action_at", "at"),
 )

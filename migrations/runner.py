@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,12 +11,16 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.script.revision import RevisionError
+from alembic.util.exc import CommandError
 from sqlalchemy.engine import URL
 
 from outboxkit.kernel.engines import engine_for
 
 VERSION_TABLE = "outboxkit_alembic_version"
 """The table holding the framework chain's revision (a service's chain has its own)."""
+ACTION_LOG_REVISION = "0015_inbox_operator_actions"
+"""The framework revision that creates the operator action log: a downgrade below it drops it."""
 _HERE = Path(__file__).resolve().parent
 
 
@@ -39,6 +44,21 @@ def resolve_url(url: str | URL | None) -> str | URL:
             "or run `outboxkit db upgrade --url ...`"
         )
     return settings_url
+
+
+@dataclass(frozen=True)
+class Step:
+    """One revision a downgrade un-applies.
+
+    Attributes:
+        revision: Its id.
+        down_revision: The revision below it (None: it is the first).
+        doc: What it made: its docstring's first paragraph, on one line.
+    """
+
+    revision: str
+    down_revision: str | None
+    doc: str
 
 
 @dataclass(frozen=True)
@@ -113,7 +133,47 @@ class Migrations:
 
     def head(self) -> str | None:
         """The newest revision in the script directory."""
-        return ScriptDirectory.from_config(self.config("unused")).get_current_head()
+        return self.scripts().get_current_head()
+
+    def scripts(self) -> ScriptDirectory:
+        """The chain's script directory (no database involved)."""
+        return ScriptDirectory.from_config(self.config("unused"))
+
+    def steps_down(self, current: str | None, target: str) -> list[Step]:
+        """The revisions a downgrade from ``current`` to ``target`` un-applies, newest first
+        (none when the database is at ``target`` or empty); `MigrationError` when ``target``
+        is unknown or not below ``current``.
+
+        Args:
+            current: The database's revision (`current`), None for an empty database.
+            target: A revision id, ``base`` or a relative step (``-1``).
+        """
+        if current is None:
+            return []
+        try:
+            found = list(self.scripts().iterate_revisions(current, target))
+        except (CommandError, RevisionError) as exc:
+            raise MigrationError(f"cannot downgrade from {current} to {target}: {exc}") from exc
+        return [
+            Step(s.revision, _single(s.down_revision), " ".join((s.doc or "").split()))
+            for s in found
+        ]
+
+    def lineage(self, revision: str | None) -> set[str]:
+        """``revision`` and every revision below it: what a database at ``revision`` has
+        applied.
+
+        Args:
+            revision: A revision id; None for an empty database (nothing applied).
+        """
+        if revision is None:
+            return set()
+        return {s.revision for s in self.scripts().iterate_revisions(revision, "base")}
+
+
+def _single(revisions: str | Sequence[str] | None) -> str | None:
+    """One down revision (a merge's several, comma-joined)."""
+    return revisions if revisions is None or isinstance(revisions, str) else ",".join(revisions)
 
 
 FRAMEWORK = Migrations(_HERE, VERSION_TABLE)
@@ -161,3 +221,14 @@ def current(url: str | URL) -> str | None:
 def head() -> str | None:
     """The newest framework revision shipped with the package."""
     return FRAMEWORK.head()
+
+
+def steps_down(current: str | None, target: str) -> list[Step]:
+    """The framework revisions a downgrade from ``current`` to ``target`` un-applies, newest
+    first (`Migrations.steps_down`)."""
+    return FRAMEWORK.steps_down(current, target)
+
+
+def lineage(revision: str | None) -> set[str]:
+    """The framework revisions a database at ``revision`` has applied (`Migrations.lineage`)."""
+    return FRAMEWORK.lineage(revision)

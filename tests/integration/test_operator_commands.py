@@ -3,8 +3,15 @@
 
 from __future__ import annotations
 
-import pytest
+import io
+import json
+import uuid
 
+import pytest
+from sqlalchemy import create_engine, insert, select
+
+from inbox.tables import watermarks
+from migrations import runner
 from outboxkit import cli
 from outboxkit_workshop.devstack import stack as devstack_stack
 
@@ -75,3 +82,65 @@ def test_a_database_without_the_framework_tables_says_to_upgrade(
     assert err.count("\n") == 1
     assert cli.main(["db", "upgrade"]) == 0
     assert cli.main(["inbox", "status", "--json"]) == 0
+
+
+def test_rewind_asks_first_then_replays_and_is_recorded(
+    production_like, stack, monkeypatch, capsys
+):
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal, even under -s
+    consumer = f"rewind_{uuid.uuid4().hex[:8]}"
+    where = ["--consumer", consumer, "--topic", "t", "--partition", "1", "--offset", "4"]
+    engine = create_engine(stack.database_url())
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                insert(watermarks).values(consumer=consumer, topic="t", partition=1, offset=9)
+            )
+
+        def watermark() -> int:
+            with engine.connect() as conn:
+                query = select(watermarks.c.offset).where(watermarks.c.consumer == consumer)
+                return int(conn.execute(query).scalar_one())
+
+        assert cli.main(["inbox", "rewind", *where]) == 2  # pytest's stdin: not a terminal
+        assert "add --yes" in capsys.readouterr().err and watermark() == 9
+        assert cli.main(["inbox", "rewind", *where, "--dry-run"]) == 0
+        assert "watermark 9 -> 4: 5 offset(s)" in capsys.readouterr().out and watermark() == 9
+        monkeypatch.setenv("OUTBOXKIT_OPERATOR", "ci-operator")
+        assert cli.main(["inbox", "rewind", *where, "--yes"]) == 0
+        assert watermark() == 4
+        capsys.readouterr()
+        assert cli.main(["inbox", "actions", "--command", "inbox rewind", "--json"]) == 0
+        rows = [r for r in json.loads(capsys.readouterr().out) if consumer in r["target"]]
+        assert [(r["who"], r["target"], r["count"]) for r in rows] == [
+            ("ci-operator", f"{consumer} t[1]", 5)
+        ]
+        assert rows[0]["detail"] == {"from": 9, "to": 4, "forgotten_ids": 0}
+    finally:
+        engine.dispose()
+
+
+def test_downgrade_names_its_revision_and_database_and_asks(
+    production_like, empty_database, monkeypatch, capsys
+):
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # not a terminal, even under -s
+    monkeypatch.setenv("OUTBOXKIT_DATABASE_URL", empty_database)
+    assert cli.main(["db", "upgrade"]) == 0
+    head = runner.head()
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["db", "downgrade"])
+    assert refused.value.code == 2 and runner.current(empty_database) == head
+    assert cli.main(["db", "downgrade", "0013_outbox_scheduled"]) == 2  # no terminal, no --yes
+    assert runner.current(empty_database) == head
+    capsys.readouterr()
+    assert cli.main(["db", "downgrade", "0013_outbox_scheduled", "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert "    0015_inbox_operator_actions: " in plan and "    0014_inbox_retries: " in plan
+    assert runner.current(empty_database) == head
+    assert cli.main(["db", "downgrade", "0013_outbox_scheduled", "--yes"]) == 0
+    assert runner.current(empty_database) == "0013_outbox_scheduled"
+    assert "not in the operator action log" in capsys.readouterr().out  # it dropped the log
+    monkeypatch.delenv("OUTBOXKIT_DATABASE_URL")  # no fallback to a local stack, ever
+    assert cli.main(["db", "downgrade", "base", "--yes"]) == 2
+    assert "pass --url or set OUTBOXKIT_DATABASE_URL" in capsys.readouterr().err
+    assert runner.current(empty_database) == "0013_outbox_scheduled"

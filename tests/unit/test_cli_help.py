@@ -57,12 +57,19 @@ def test_every_option_shows_its_default() -> None:
         for path, parser in parsers(build_parser())
         for action in parser._actions
         if action.option_strings
-        and action.default not in (None, False, argparse.SUPPRESS)
+        and not any(action.default is v for v in (None, False, argparse.SUPPRESS))
         and "default" not in parser._get_formatter()._expand_help(action)
     ]
     assert silent == []
     consume = dict(parsers(build_parser()))["outboxkit consume"].format_help()
     assert f"DEFAULT_TRIGGER_SECONDS, {DEFAULT_TRIGGER_SECONDS}" in consume
+
+
+def test_a_default_of_zero_is_shown() -> None:
+    # `inbox rewind --partition` was 0 by default, and its help never said so.
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter)
+    parser.add_argument("--partition", type=int, default=0, help="the partition")
+    assert "(default: 0)" in parser.format_help()
 
 
 def test_every_parser_uses_the_help_formatter() -> None:
@@ -80,6 +87,9 @@ def test_every_parser_uses_the_help_formatter() -> None:
         ["cdc", "preflight", "--max-bytes", "9"],
         ["cdc", "restart", "--interval", "1"],
         ["db", "current", "--revision", "head"],
+        ["db", "upgrade", "--yes"],
+        ["inbox", "status", "--dry-run"],
+        ["dev", "saga", "stop", "--all"],
         ["dev", "saga", "prepare", "orders"],
     ],
 )
@@ -93,7 +103,14 @@ def test_an_action_refuses_another_actions_options(
 
 
 def test_a_missing_required_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["inbox", "skip", "--id", "1"], ["schemas", "check"], ["inbox", "redrive"]):
+    rewind = ["inbox", "rewind", "--consumer", "c", "--topic", "t", "--offset", "1"]
+    for argv in (
+        ["inbox", "skip", "--id", "1"],
+        ["schemas", "check"],
+        ["inbox", "redrive"],
+        ["db", "downgrade"],  # REVISION: no default
+        rewind,  # --partition: no default
+    ):
         with pytest.raises(SystemExit) as refused:
             build_parser().parse_args(argv)
         assert refused.value.code == 2

@@ -43,6 +43,7 @@ def saga_command(args: argparse.Namespace, settings: StackSettings) -> int:
     from outboxkit_workshop.devstack.stack import Stack
     from outboxkit_workshop.saga_harness.processes import Saga, service_of
 
+    _check_kill_target(args)
     stack = Stack(settings, echo=progress)  # stdout carries the report (--json) alone
     unknown = sorted(n for n in args.names if n != "consumers" and service_of(n) is None)
     if unknown:
@@ -90,6 +91,19 @@ def saga_command(args: argparse.Namespace, settings: StackSettings) -> int:
     return 0 if all(p["health"] in ("ready", "running", "stopped") for p in processes) else 1
 
 
+def _check_kill_target(args: argparse.Namespace) -> None:
+    """kill -9 names its processes, or says --all: never every process by default."""
+    from outboxkit.commands.errors import CommandError
+
+    if args.action != "kill":
+        return
+    if bool(args.names) == args.all:
+        raise CommandError(
+            "saga kill needs its target: the processes' names (orders, orders-2, consumers, ...) "
+            "or --all, not both"
+        )
+
+
 def print_processes(processes: Sequence[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -117,7 +131,7 @@ ACTIONS = {
     "start": "start the named processes",
     "stop": "stop the named processes",
     "restart": "stop and start the named processes again, each on its port",
-    "kill": "kill -9 the named processes (faults by hand)",
+    "kill": "kill -9 the named processes, or every one with --all (faults by hand)",
 }
 
 
@@ -138,7 +152,12 @@ def add_parser(sub: SubParsers) -> None:
                 nargs="*",
                 metavar="NAME",
                 help="processes: orders, payments, shipping (replica 1 of each), orders-2 ... "
-                "(other replicas: setting service_replicas), consumers (default: all)",
+                "(other replicas: setting service_replicas), consumers "
+                + ("(required, or --all)" if name == "kill" else "(default: all)"),
+            )
+        if name == "kill":
+            parser.add_argument(
+                "--all", action="store_true", help="kill -9 every process (instead of names)"
             )
         if name != "prepare":
             parser.add_argument("--json", action="store_true", help="print the processes as JSON")

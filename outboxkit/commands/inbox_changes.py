@@ -1,0 +1,320 @@
+"""`outboxkit inbox skip|redrive|rewind|rebase`: what an operator does to a consumer's
+inbox. Each names its target (a parked record's id, or consumer, topic and partition), has a
+``--dry-run`` that prints what it would do and to how many records or offsets, asks before it
+rewinds (``--yes`` for scripts), and appends what it did to the operator action log
+(`outboxkit inbox actions`)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from outboxkit.commands import confirm
+from outboxkit.parsers import SubParsers, add_url, command
+
+if TYPE_CHECKING:
+    from outboxkit.settings import Settings
+
+
+def engine_of(args: argparse.Namespace, settings: Settings) -> Any:
+    """An engine on the database of --url, the settings or the local stack."""
+    from outboxkit.endpoints import resolve
+
+    return resolve(settings).engine(args.url)
+
+
+def _record(
+    engine: Any, command: str, target: str, detail: Mapping[str, Any], count: int, who: str = ""
+) -> None:
+    from inbox import operations
+
+    operations.record_action(
+        engine,
+        who=who or confirm.operator(),
+        command=command,
+        target=target,
+        detail=detail,
+        count=count,
+    )
+
+
+def _database(engine: Any) -> str:
+    return str(engine.url.render_as_string(hide_password=True))
+
+
+def _skip(args: argparse.Namespace, settings: Settings) -> int:
+    """Give up on one parked record (kept whole in inbox_skipped), or print what would be."""
+    from inbox import operations
+
+    engine = engine_of(args, settings)
+    if args.dry_run:
+        found = operations.show(engine, args.id)
+        if found is None or found["state"] != "parked":
+            raise LookupError(f"no parked record with id {args.id}")
+        print(f"would skip {_parked_text(found)}: {found['error']}")
+        print("dry run: nothing changed")
+        return 0
+    by = args.by or confirm.operator()
+    row = operations.skip(engine, args.id, by=by, reason=args.reason)
+    print(
+        f"skipped {_parked_text(row)}; records of its key parked behind it stay parked until "
+        "the key is redriven"
+    )
+    detail = {k: row[k] for k in ("id", "offset", "key", "event_id", "event_type")}
+    target = f"{row['consumer']} {row['topic']}[{row['partition']}]"
+    _record(engine, "inbox skip", target, {**detail, "reason": args.reason}, 1, who=by)
+    return 0
+
+
+def _parked_text(row: Mapping[str, Any]) -> str:
+    return (
+        f"parked record {row['id']}: {row['consumer']} {row['topic']}[{row['partition']}] "
+        f"offset {row['offset']} (key {row['key']!r})"
+    )
+
+
+def _rewind(args: argparse.Namespace, settings: Settings) -> int:
+    """Move a partition's watermark back to --offset, once its plan is confirmed."""
+    from inbox import operations
+
+    engine = engine_of(args, settings)
+    where = (args.consumer, args.topic, args.partition)
+    target = f"{args.consumer} {args.topic}[{args.partition}]"
+    plan = operations.rewind_plan(engine, *where, args.offset)
+    if plan.offset == plan.watermark:
+        print(f"{target} is at watermark {plan.watermark} already: nothing to rewind")
+        return 0
+    if not confirm.go_ahead(args, "inbox rewind", _rewind_plan(target, engine, plan)):
+        return 0
+    previous = operations.rewind(engine, *where, args.offset)
+    print(f"rewound {target}: {previous} -> {args.offset}")
+    detail = {"from": previous, "to": args.offset, "forgotten_ids": plan.forgotten}
+    _record(engine, "inbox rewind", target, detail, max(previous - args.offset, 0))
+    return 0
+
+
+def _rewind_plan(target: str, engine: Any, plan: Any) -> list[str]:
+    """The plan of a rewind (`inbox.operations.RewindPlan`); an --offset that is not below the
+    watermark is a usage error."""
+    from outboxkit.commands.errors import CommandError
+
+    if plan.offset < -1 or plan.offset > plan.watermark:
+        raise CommandError(
+            f"--offset {plan.offset} is not a rewind of {target}: choose from -1 (read it from "
+            f"its start) to its watermark {plan.watermark} (a higher one would pass records "
+            "never applied)"
+        )
+    return [
+        f"inbox rewind of {target} on {_database(engine)}",
+        f"  watermark {plan.watermark} -> {plan.offset}: {plan.replayed} offset(s), "
+        f"{plan.offset + 1} to {plan.watermark}, read and applied again (handlers run again)",
+        f"  forgotten: {plan.forgotten} event id(s) of the window above {plan.offset}, and the "
+        "partition's source positions (judged by offset until its records bring them again)",
+    ]
+
+
+def _rebase(args: argparse.Namespace, settings: Settings) -> int:
+    from outboxkit.endpoints import resolve
+
+    return _inbox_rebase(args, engine_of(args, settings), resolve(settings).kafka())
+
+
+def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) -> int:
+    """Start over the partitions of a consumer's topic whose offsets moved (stopped, or of
+    another topic identity than the topic's today): watermark at ``--offset`` (-1: read the
+    topic from its start; the sources' positions, where the records carry them, decide what
+    was applied), once the plan is confirmed."""
+    from inbox import moves, operations
+    from spark_consumers.identity import TopicIdentities
+
+    current = TopicIdentities(kafka).read([args.topic]).get(args.topic)
+    if current is None:
+        raise ValueError(f"topic {args.topic} does not exist on {kafka['bootstrap.servers']}")
+    found = [
+        m
+        for m in moves.moved(engine, args.consumer, {args.topic: current}, [args.topic])
+        if args.partition_given is None or m.partition == args.partition_given
+    ]
+    if not found:
+        print(f"{args.consumer} {args.topic}: no partition is stopped or of another topic id")
+        return 0
+    if not confirm.go_ahead(args, "inbox rebase", _rebase_plan(args, engine, current, found)):
+        return 0
+    for move in found:
+        moves.start_over(engine, move, current)
+        if args.offset != -1:
+            operations.rewind(engine, move.consumer, move.topic, move.partition, args.offset)
+    partitions = [m.partition for m in found]
+    print(f"started {args.consumer} {args.topic} {partitions} over at {args.offset}")
+    print("restart the consumer job: it reads these partitions from the inbox's positions")
+    detail = {"partitions": partitions, "offset": args.offset, "topic": current.describe()}
+    _record(engine, "inbox rebase", f"{args.consumer} {args.topic}", detail, len(found))
+    return 0
+
+
+def _rebase_plan(
+    args: argparse.Namespace, engine: Any, current: Any, found: list[Any]
+) -> list[str]:
+    lines = [f"inbox rebase of {args.consumer} {args.topic} on {_database(engine)}"]
+    for move in found:
+        judged = "by its sources' positions" if move.positions else "by offset only"
+        lines.append(
+            f"  start [{move.partition}] over: watermark {move.watermark} -> {args.offset} for "
+            f"{current.describe()} (was: {move.describe()}); its records judged {judged}"
+        )
+    return lines
+
+
+def _redrive(args: argparse.Namespace, settings: Settings) -> int:
+    """Apply a key's parked records again with the job's handlers; exit 1 if some stay parked."""
+    from inbox import operations
+
+    _check_redrive_target(args)
+    inbox = job_inbox(args.job)
+    topic, partition, key = _redrive_target(args, inbox)
+    target = f"{inbox.consumer} {topic}[{partition}]"
+    if args.dry_run:
+        return _redrive_plan(inbox, target, topic, partition, key)
+    result = operations.redrive(inbox, topic, partition, key=key)
+    print(
+        f"redrive: {result.applied} applied, {result.skipped} already applied, "
+        f"{result.still_parked} still parked"
+    )
+    counts = (result.applied, result.skipped, result.still_parked)
+    detail = dict(zip(("applied", "already_applied", "still_parked"), counts, strict=True))
+    _record(
+        inbox.engine, "inbox redrive", target, {**detail, "key": key, "id": args.id}, sum(counts)
+    )
+    return 0 if result.still_parked == 0 else 1
+
+
+def _check_redrive_target(args: argparse.Namespace) -> None:
+    from outboxkit.commands.errors import CommandError
+
+    if args.id is None and (args.topic is None or args.partition is None):
+        raise CommandError("redrive needs its target: --topic and --partition, or --id")
+    if args.id is not None and (args.topic, args.partition, args.key) != (None, None, None):
+        raise CommandError("--id names the partition and key to redrive: leave out the others")
+
+
+def _redrive_target(args: argparse.Namespace, inbox: Any) -> tuple[str, int, str | None]:
+    """The topic, partition and key (None: every key) that --id or the options name."""
+    if args.id is None:
+        return args.topic, args.partition, args.key
+    from inbox import operations
+    from outboxkit.kernel.wire.record import key_text
+
+    found = operations.show(inbox.engine, int(args.id))  # its partition and exact key
+    if found is None or found["state"] != "parked" or found["consumer"] != inbox.consumer:
+        raise ValueError(f"no parked record {args.id} of consumer {inbox.consumer}")
+    return found["topic"], found["partition"], key_text(found["raw_key"])
+
+
+def _redrive_plan(inbox: Any, target: str, topic: str, partition: int, key: str | None) -> int:
+    """--dry-run: the parked records a redrive would apply again, in its order."""
+    from inbox.redrives import to_redrive
+
+    rows = to_redrive(inbox, topic, partition, key)
+    keys = {row.raw_key for row in rows}
+    print(
+        f"would redrive {len(rows)} parked record(s) of {len(keys)} key(s) of {target}, in this "
+        "order (the first of a key that fails again holds the rest):"
+    )
+    for row in rows:
+        waits = f"retry at {row.retry_at}" if row.retry_at else "parked"
+        print(f"  id {row.id} offset {row.offset} key {row.key!r} {row.event_type} ({waits})")
+    print("dry run: nothing changed")
+    return 0
+
+
+def job_inbox(spec: str) -> Any:
+    """The inbox of the job ``spec`` names, on its database, for an operator command."""
+    from outbox import at_commit
+    from outboxkit.commands.errors import load_job
+    from outboxkit.kernel.engines import engine_for
+
+    job = load_job(spec)
+    return job.inbox(at_commit.attach(engine_for(job.engine_url(), "once")))
+
+
+def add_parsers(actions: SubParsers) -> None:
+    """The sub-commands that change an inbox by hand: skip, redrive, rewind, rebase."""
+    skip = command(actions, "skip", _skip, help="give up on one parked record, on the record")
+    parked_id(skip)
+    skip.add_argument("--reason", required=True, help="why (recorded with the skipped record)")
+    skip.add_argument(
+        "--by", help=f"who (recorded; default: {confirm.OPERATOR_VARIABLE}, else the OS user)"
+    )
+    confirm.add_options(skip, ask=False)
+    add_url(skip)
+    redrive = command(
+        actions,
+        "redrive",
+        _redrive,
+        help="apply a key's parked records again, with a job's (fixed) handlers; exits 1 when "
+        "some stay parked",
+    )
+    job_option(redrive)
+    redrive.add_argument("--id", type=int, help="a parked record: redrive its key exactly")
+    redrive.add_argument("--topic", help="the topic (without --id)")
+    redrive.add_argument("--partition", type=int, help="the partition (with --topic, no default)")
+    redrive.add_argument("--key", help="only this key (default: every parked key of the partition)")
+    confirm.add_options(redrive, ask=False)
+    _add_rewind(actions)
+    _add_rebase(actions)
+
+
+def _add_rewind(actions: SubParsers) -> None:
+    rewind = command(
+        actions,
+        "rewind",
+        _rewind,
+        help="move a partition's watermark back: the records above it are applied again; "
+        "prints the plan and asks first",
+    )
+    rewind.add_argument("--consumer", required=True, help="the inbox consumer")
+    rewind.add_argument("--topic", required=True, help="the topic")
+    rewind.add_argument("--partition", type=int, required=True, help="the partition")
+    rewind.add_argument(
+        "--offset", type=int, required=True, help="the new watermark, at most the current one"
+    )
+    confirm.add_options(rewind)
+    add_url(rewind)
+
+
+def _add_rebase(actions: SubParsers) -> None:
+    rebase = command(
+        actions,
+        "rebase",
+        _rebase,
+        help="start over the partitions whose offsets moved (a re-created topic, another "
+        "cluster); prints the plan and asks first",
+    )
+    rebase.add_argument("--consumer", required=True, help="the inbox consumer")
+    rebase.add_argument("--topic", required=True, help="the topic")
+    rebase.add_argument(
+        "--only-partition",
+        dest="partition_given",
+        type=int,
+        help="this partition only (default: every moved one, each listed in the plan)",
+    )
+    rebase.add_argument(
+        "--offset", type=int, default=-1, help="the new watermark; -1: from the topic's start"
+    )
+    confirm.add_options(rebase)
+    add_url(rebase)
+
+
+def parked_id(parser: argparse.ArgumentParser) -> None:
+    """The --id of a parked (or skipped) record."""
+    parser.add_argument(
+        "--id", type=int, required=True, help="the record's id (the id column of inbox parked)"
+    )
+
+
+def job_option(parser: argparse.ArgumentParser) -> None:
+    """The --job whose handlers apply (and whose database and consumer are the target)."""
+    parser.add_argument(
+        "--job", required=True, metavar="MODULE:ATTR", help="the Job whose handlers apply"
+    )
