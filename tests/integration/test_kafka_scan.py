@@ -4,6 +4,7 @@ left open fails it with the partitions it holds back."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -43,8 +44,12 @@ def test_the_scan_counts_committed_ids_and_fails_on_a_transaction_left_open(stac
     send(producer, topic, 1, "aborted")
     producer.flush(30)  # written, then aborted: its record and the abort marker in the log
     producer.abort_transaction(30)
-    # "c" and its commit marker, "aborted" and its abort marker: the scan reads past both.
-    assert offsets(admin, [TopicPartition(topic, 1)]) == {(topic, 1): 4}
+    # "c" and its commit marker, "aborted" and its abort marker: the scan reads past both. The
+    # coordinator writes the abort marker after abort_transaction returns: wait for it.
+    deadline = time.monotonic() + 15
+    while offsets(admin, [TopicPartition(topic, 1)]) != {(topic, 1): 4}:
+        assert time.monotonic() < deadline, offsets(admin, [TopicPartition(topic, 1)])
+        time.sleep(0.2)
 
     found = scan(config, [topic], timeout=30)
     assert found.records == 4  # the aborted transaction's record is not read
