@@ -132,3 +132,21 @@ def test_the_top_level_help_imports_no_library() -> None:
     ).stdout.split()
     heavy = ("sqlalchemy", "pydantic", "pydantic_settings", "confluent_kafka", "rich", "httpx")
     assert [m for m in heavy if m in loaded] == []
+
+
+def test_outboxkit_consume_and_the_spark_submit_driver_take_the_same_options() -> None:
+    # One consumer driver (spark_consumers.driver) behind two parsers: the CLI's stays light
+    # (no import of the package), spark-submit's ships in the wheel; their options may not drift.
+    from spark_consumers.submit import parser as submit_parser
+
+    def options(parser: argparse.ArgumentParser) -> set[str]:
+        return {o for a in parser._actions for o in a.option_strings} - {"-h", "--help"}
+
+    consume = next(
+        sub
+        for action in build_parser()._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name, sub in action.choices.items()
+        if name == "consume"
+    )
+    assert options(submit_parser()) - {"--path"} == options(consume)
