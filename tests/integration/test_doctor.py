@@ -151,7 +151,7 @@ def test_the_command_prints_one_line_per_finding_and_exits_1_on_a_problem(
     monkeypatch.setenv("OUTBOXKIT_STACK_DIR", "/nonexistent")
     assert cli.main(["doctor", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)
-    assert {"check", "ok", "detail", "fix"} == set(report[0])
+    assert {"check", "ok", "detail", "fix", "warning"} == set(report[0])
     (kafka,) = [r for r in report if r["check"] == "kafka"]
     assert kafka["ok"] is False and "OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS" in kafka["fix"]
     assert cli.main(["doctor"]) == 1
