@@ -220,12 +220,15 @@ def _spark(exam: Examination) -> Iterator[Finding]:
     kafka = [j for j in jars if j.name.startswith("spark-sql-kafka-0-10")]
     yield Finding(
         "spark jars",
-        bool(kafka),
-        f"{len(jars)} jar(s), Kafka connector {kafka[0].name}" if kafka else "no Kafka connector",
+        True,
+        f"{len(jars)} jar(s), Kafka connector {kafka[0].name}"
+        if kafka
+        else "no Kafka connector for `outboxkit consume`",
         ""
         if kafka
         else "set OUTBOXKIT_SPARK_JARS to spark-sql-kafka-0-10 and its dependencies, "
-        "or run the jobs with spark-submit --packages",
+        "or submit the jobs with spark-submit --packages",
+        warning=not kafka,
     )
 
 

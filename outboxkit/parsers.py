@@ -95,6 +95,14 @@ def command(
         name, help=help, description=description or help, formatter_class=HelpFormatter
     )
     parser.set_defaults(run=run, settings=settings)
+    # --debug after the sub-command too (`outboxkit inbox status --debug`); SUPPRESS keeps the
+    # top-level value when it is not given here.
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="show the traceback of an error instead of its one-line message",
+    )
     return parser
 
 

@@ -5,6 +5,7 @@ and checks, the way out of a FAILED connector task, and adding partitions to an 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,8 +46,11 @@ def _preflight(args: argparse.Namespace, settings: Settings) -> int:
             status=current,
         )
         checks.append(connector_check(name, current, diagnosis, expect_running=args.expect_slot))
-    for check in checks:
-        print(f"[{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
+    if args.json:
+        print(json.dumps([{"check": c.name, "ok": c.ok, "detail": c.detail} for c in checks]))
+    else:
+        for check in checks:
+            print(f"[{'ok' if check.ok else 'FAIL'}] {check.name}: {check.detail}")
     return 0 if all(c.ok for c in checks) else 1
 
 
@@ -204,6 +208,7 @@ def add_parser(sub: SubParsers) -> None:
         "--expect-slot", action="store_true", help="fail if the slot (or the connector) is missing"
     )
     preflight.add_argument("--connector", help=CONNECTOR_HELP)
+    preflight.add_argument("--json", action="store_true", help="print the checks as JSON")
     restart = command(actions, "restart", _restart, help="restart a connector's FAILED tasks")
     restart.add_argument("--connector", help=CONNECTOR_HELP)
     supervise = command(

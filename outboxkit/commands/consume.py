@@ -55,8 +55,7 @@ def add_parser(sub: SubParsers) -> None:
     consume.add_argument(
         "--trigger",
         type=float,
-        help="seconds between batches; lower: shorter hops, more idle CPU (default: "
-        "spark_consumers.job.DEFAULT_TRIGGER_SECONDS, 1.0)",
+        help="seconds between batches; lower: shorter hops, more idle CPU (default: 1.0)",
     )
     consume.add_argument("--once", action="store_true", help="apply what is there, then stop")
     consume.add_argument(

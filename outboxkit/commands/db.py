@@ -6,6 +6,7 @@ once its plan is confirmed."""
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,11 @@ def _report(args: argparse.Namespace, settings: Settings, migrate: Callable[[Any
 
     url = resolve(settings).database_url(args.url)
     migrate(url)
-    print(f"database at revision {runner.current(url)} (head {runner.head()})")
+    current, head = runner.current(url), runner.head()
+    if getattr(args, "json", False):
+        print(json.dumps({"revision": current, "head": head, "at_head": current == head}))
+    else:
+        print(f"database at revision {current} (head {head})")
     return 0
 
 
@@ -172,3 +177,4 @@ def add_parser(sub: SubParsers) -> None:
     )
     current = command(actions, "current", _current, help="print the database's revision")
     add_url(current)
+    current.add_argument("--json", action="store_true", help="print the revisions as JSON")

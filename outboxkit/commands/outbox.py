@@ -5,6 +5,7 @@ services (or a one-off pass)."""
 from __future__ import annotations
 
 import argparse
+import json
 from typing import TYPE_CHECKING
 
 from outboxkit.kernel.wire import DEFAULT_MESSAGE_PREFIX
@@ -37,6 +38,9 @@ def _scheduled(args: argparse.Namespace, settings: Settings) -> int:
     engine = resolve(settings).engine(args.url)
     now = scheduled.pending(engine)
     following = "none" if now["next_at"] is None else now["next_at"].isoformat()
+    if args.json:
+        print(json.dumps({**now, "next_at": None if now["next_at"] is None else following}))
+        return 0
     print(
         f"scheduled messages: {now['pending']} pending, {now['due']} due (the oldest "
         f"{now['oldest_due_seconds']:.1f} s past its time), next at {following}"
@@ -100,6 +104,7 @@ def add_parser(sub: SubParsers) -> None:
         actions, "scheduled", _scheduled, help="how many scheduled messages wait, and how late"
     )
     add_url(waiting)
+    waiting.add_argument("--json", action="store_true", help="print the counts as JSON")
     release = command(
         actions,
         "release",
