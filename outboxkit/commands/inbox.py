@@ -15,6 +15,7 @@ from outboxkit.commands.inbox_changes import (
     job_inbox,
     job_option,
     parked_id,
+    record_id,
 )
 from outboxkit.parsers import SubParsers, add_url, command, group
 
@@ -65,7 +66,9 @@ def _print_rows(title: str, rows: list[dict[str, Any]], *, as_json: bool) -> int
 
 
 def _show(args: argparse.Namespace, settings: Settings) -> int:
-    return _inbox_show(engine_of(args, settings), args.id, as_json=args.json, full=args.full)
+    return _inbox_show(
+        engine_of(args, settings), record_id(args), as_json=args.json, full=args.full
+    )
 
 
 def _retry(args: argparse.Namespace, settings: Settings) -> int:

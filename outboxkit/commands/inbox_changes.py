@@ -48,15 +48,16 @@ def _skip(args: argparse.Namespace, settings: Settings) -> int:
     from inbox import operations
 
     engine = engine_of(args, settings)
+    record = record_id(args)
     if args.dry_run:
-        found = operations.show(engine, args.id)
+        found = operations.show(engine, record)
         if found is None or found["state"] != "parked":
-            raise LookupError(f"no parked record with id {args.id}")
+            raise LookupError(f"no parked record with id {record}")
         print(f"would skip {_parked_text(found)}: {found['error']}")
         print("dry run: nothing changed")
         return 0
     by = args.by or confirm.operator()
-    row = operations.skip(engine, args.id, by=by, reason=args.reason)
+    row = operations.skip(engine, record, by=by, reason=args.reason)
     print(
         f"skipped {_parked_text(row)}; records of its key parked behind it stay parked until "
         "the key is redriven"
@@ -307,10 +308,35 @@ def _add_rebase(actions: SubParsers) -> None:
 
 
 def parked_id(parser: argparse.ArgumentParser) -> None:
-    """The --id of a parked (or skipped) record."""
+    """The id of a parked (or skipped) record: positional, as git or kubectl take a name, or
+    --id (scripts written before); `record_id` reads it."""
     parser.add_argument(
-        "--id", type=int, required=True, help="the record's id (the id column of inbox parked)"
+        "id",
+        nargs="?",
+        type=_id_or_absent,
+        metavar="ID",
+        default=argparse.SUPPRESS,  # absent: --id's value stays
+        help="the record's id (the id column of inbox parked)",
     )
+    parser.add_argument("--id", dest="id", type=int, help="the same id, as an option")
+
+
+def _id_or_absent(value: str) -> Any:
+    # argparse converts an absent optional positional's default too: keep SUPPRESS as it is.
+    if value == argparse.SUPPRESS:
+        return value
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a record id (a whole number)")
+    return int(value)
+
+
+def record_id(args: argparse.Namespace) -> int:
+    """The record id a command was given (`parked_id`); a usage error without one."""
+    if args.id is None:
+        from outboxkit.commands.errors import USAGE, CommandError
+
+        raise CommandError("name the record: its ID (the id column of `inbox parked`)", USAGE)
+    return int(args.id)
 
 
 def job_option(parser: argparse.ArgumentParser) -> None:
