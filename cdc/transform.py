@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from cdc.config import SOURCE_POSITION_HEADERS
 
 LIB = Path(__file__).parent / "lib"
 SOURCE = Path(__file__).parent / "java"
+# The jar's checksums as the reproducible build gives them (a source checkout only).
+PINNED = SOURCE / "smt" / "transform.sums"
 JAR_PREFIX = "outboxkit-smt-"
 # The directory under a worker's plugin path that holds the transform: a plugin of its own,
 # isolated, that takes Connect's API from the worker.
@@ -99,12 +102,26 @@ def install(plugin_path: Path, transform: Transform) -> bool:
     return True
 
 
-def publish(built: Path, lib: Path | None = None) -> Transform:
-    """Put a freshly built jar where the wheel takes it from, with its checksum (a source
-    checkout's set-up does this; the same bytes run on the dev stack's Connect)."""
+def pinned(sums: Path | None = None) -> dict[str, str]:
+    """The pinned checksums of the transform's jar (``sha256``, ``sha512``)."""
+    with (PINNED if sums is None else sums).open("rb") as text:
+        return {k: str(v) for k, v in tomllib.load(text).items()}
+
+
+def publish(built: Path, lib: Path | None = None, sums: Path | None = None) -> Transform:
+    """Put a freshly built jar where the wheel takes it from, with its checksum, once it is the
+    pinned build (a source checkout's set-up does this; the same bytes run on the dev stack's
+    Connect, go into the wheel and are named in the Kubernetes manifests)."""
     lib = LIB if lib is None else lib
-    lib.mkdir(exist_ok=True)
     digest = sha256_of(built)
+    expected = pinned(sums)["sha256"]
+    if digest != expected:
+        raise TransformError(
+            f"the transform built from {SOURCE / 'smt'} has SHA-256 {digest}, not the pinned "
+            f"{expected} ({PINNED}): if you changed its source or its pins, put the new sums "
+            "there (sha256sum/sha512sum of the jar); else check the JDK (Debian's OpenJDK 17)"
+        )
+    lib.mkdir(exist_ok=True)
     dest = lib / built.name
     if not (dest.exists() and sha256_of(dest) == digest):
         for old in lib.glob(f"{JAR_PREFIX}*.jar*"):

@@ -3,6 +3,7 @@ plugin path, and the plugin check `cdc apply` runs before it puts a config."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -13,14 +14,36 @@ from cdc.config import SOURCE_POSITION_HEADERS, ConnectorSettings, build_connect
 from outboxkit.cli import main
 
 
+def pin(built: Path, sums: Path) -> Path:
+    """Pins for ``built`` as the source tree's transform.sums holds them."""
+    digest = hashlib.sha256(built.read_bytes()).hexdigest()
+    sums.write_text(f'sha256 = "{digest}"\nsha512 = "-"\n')
+    return sums
+
+
 @pytest.fixture
 def lib(tmp_path: Path) -> Path:
     """A shipped jar (any bytes) published as the set-up publishes the built one."""
     built = tmp_path / "build" / "outboxkit-smt-1.jar"
     built.parent.mkdir()
     built.write_bytes(b"PK\x03\x04 a jar")
-    transform.publish(built, tmp_path / "lib")
+    transform.publish(built, tmp_path / "lib", pin(built, tmp_path / "transform.sums"))
     return tmp_path / "lib"
+
+
+def test_a_build_that_is_not_the_pinned_one_is_not_published(tmp_path: Path) -> None:
+    built = tmp_path / "outboxkit-smt-1.jar"
+    built.write_bytes(b"PK\x03\x04 a jar")
+    sums = pin(built, tmp_path / "transform.sums")
+    built.write_bytes(b"PK\x03\x04 another build")
+    with pytest.raises(transform.TransformError, match="not the pinned"):
+        transform.publish(built, tmp_path / "lib", sums)
+    assert not (tmp_path / "lib").exists()
+
+
+def test_the_pins_are_a_sha256_and_a_sha512() -> None:
+    sums = transform.pinned()
+    assert len(sums["sha256"]) == 64 and len(sums["sha512"]) == 128
 
 
 def test_a_published_jar_is_shipped_with_its_checksum(lib: Path) -> None:

@@ -21,6 +21,7 @@ DEFAULTS: dict[str, Any] = {
     "service_workers": 2,
     "connect_replicas": 2,
     "connect_image": "registry.example.com/outboxkit/connect",
+    "transform_url": "https://artifacts.example.com/outboxkit/outboxkit-smt-1.jar",
     "database_host": "postgres",
     "database_port": 5432,
     "topic_prefix": "outbox.event.",
@@ -38,6 +39,7 @@ def shape_of(args: argparse.Namespace) -> Shape:
         service_workers=args.workers,
         connect_replicas=args.connect_replicas,
         connect_image=args.connect_image,
+        transform_url=args.transform_url,
         database_host=args.database_host,
         database_port=args.database_port,
         topic_prefix=args.topic_prefix,
@@ -87,6 +89,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--connect-image",
         default=DEFAULTS["connect_image"],
         help="where Strimzi pushes the Connect image it builds (tagged with Debezium's version)",
+    )
+    render.add_argument(
+        "--transform-url",
+        default=DEFAULTS["transform_url"],
+        help="where Strimzi downloads outboxkit's Connect transform: the jar that outboxkit "
+        "cdc plugin --into DIR writes, served by your artifact host (its SHA-512 is pinned)",
     )
     render.add_argument(
         "--database-host", default=DEFAULTS["database_host"], help="the Postgres host"

@@ -9,6 +9,7 @@ from cdc import settings as cdc_settings
 from cdc.config import ConnectorSettings, build_connector_config
 from cdc.limits import WORKER_SETTINGS
 from cdc.settings import CdcSettings, per_database
+from cdc.transform import pinned
 from outboxkit_workshop.devstack.connect import DIRECTORY_CONFIG_PROVIDER, SECRETS_PROVIDER
 from outboxkit_workshop.kubernetes.kafka import (
     API,
@@ -53,8 +54,8 @@ def _maven(group: str, artifact: str, version: str) -> dict[str, str]:
 
 def kafka_connect(shape: Shape) -> dict[str, Any]:
     """Two workers in one group. Strimzi builds their image: Debezium's Postgres connector from
-    Maven Central and outboxkit's transform, both at the pom's versions (the transform's jar
-    is published from cdc/java/smt to a repository the cluster reaches)."""
+    Maven Central at the pom's version, and outboxkit's transform, the jar the wheel ships,
+    downloaded from ``shape.transform_url`` and checked against its pinned SHA-512."""
     secret, _ = postgres_secret(shape.cdc_role)
     versions = shape.versions
     config: dict[str, Any] = {
@@ -80,8 +81,10 @@ def kafka_connect(shape: Shape) -> dict[str, Any]:
             "artifacts": [_maven("io.debezium", "debezium-connector-postgres", versions.debezium)],
         },
         {
-            "name": "outboxkit-smt",
-            "artifacts": [_maven("io.outboxkit.stack", "outboxkit-smt", "1")],
+            "name": "outboxkit-transform",
+            "artifacts": [
+                {"type": "jar", "url": shape.transform_url, "sha512sum": pinned()["sha512"]}
+            ],
         },
     ]
     return {

@@ -41,6 +41,7 @@ class Shape:
     kafka_storage: str = "20Gi"
     connect_replicas: int = 2
     connect_image: str = "registry.example.com/outboxkit/connect"
+    transform_url: str = "https://artifacts.example.com/outboxkit/outboxkit-smt-1.jar"
     database_host: str = "postgres"
     database_port: int = 5432
     spark_executors: int = 2
