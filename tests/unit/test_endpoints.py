@@ -3,6 +3,8 @@ file, each endpoint on its own."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cdc.endpoints import EndpointError
@@ -75,3 +77,17 @@ def test_a_secured_kafka_needs_its_own_bootstrap_servers(tmp_path, monkeypatch):
     assert settings.kafka_security.security_protocol == "SSL"
     with pytest.raises(EndpointError, match="local stack's \\(PLAINTEXT\\)"):
         resolve(settings)
+
+
+def test_the_local_stack_is_found_from_any_folder(tmp_path, monkeypatch) -> None:
+    # A relative stack_dir (the default) names the repository's stack when the current folder
+    # has none: an operator command run from elsewhere finds the same stack.
+    from outboxkit_workshop import endpoints as workshop
+
+    monkeypatch.chdir(tmp_path)
+    relative = Path(".outboxkit/stack")
+    assert workshop.state_file_of(relative) == workshop.REPOSITORY / relative / "state.json"
+    (tmp_path / relative).mkdir(parents=True)
+    record(tmp_path / relative)
+    assert workshop.state_file_of(relative) == (tmp_path / relative / "state.json").resolve()
+    assert workshop.state_file_of(tmp_path / "x") == tmp_path / "x" / "state.json"

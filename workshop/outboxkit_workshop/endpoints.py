@@ -15,10 +15,14 @@ from outboxkit_workshop.devstack.connect import live_url
 from outboxkit_workshop.devstack.settings import default_cache_dir
 from outboxkit_workshop.devstack.state import StackState
 
+# The repository the workshop is installed from: its dev stack, wherever the command runs.
+REPOSITORY = Path(__file__).resolve().parents[2]
+
 
 def recorded(settings: EndpointSettings) -> Recorded | None:
-    """The endpoints in the state file of ``settings.stack_dir`` (None: no stack recorded)."""
-    state_file = settings.stack_dir.resolve() / "state.json"
+    """The endpoints in the state file of ``settings.stack_dir`` (None: no stack recorded); a
+    relative stack_dir is looked for in the current folder, then in the repository's."""
+    state_file = state_file_of(settings.stack_dir)
     state = StackState.load(state_file)
     if state is None:
         return None
@@ -28,6 +32,14 @@ def recorded(settings: EndpointSettings) -> Recorded | None:
         bootstrap_servers=state.broker.endpoint or None,
         connect_url=live_url(state) or None,
     )
+
+
+def state_file_of(stack_dir: Path) -> Path:
+    """The state file a stack directory holds: here, else (relative) the repository's."""
+    here = stack_dir.resolve() / "state.json"
+    if here.exists() or stack_dir.is_absolute():
+        return here
+    return REPOSITORY / stack_dir / "state.json"
 
 
 def spark_jars(cache_dir: Path | None) -> list[Path]:
