@@ -4,6 +4,8 @@
 #   ./dev.sh test   install everything missing, then run the test suite (CI runs this)
 #   ./dev.sh check  install everything missing, then lint (ruff), check formatting and types (mypy)
 #   ./dev.sh bench  install everything missing, then run the benchmarks (bench-results/)
+#   ./dev.sh wheel  install everything missing, then build the framework's wheel into dist/
+#                   (with the Connect transform the set-up builds and checks)
 #   ./dev.sh setup  install only
 # Extra arguments after the verb go to the command. Tests: ./dev.sh test runs everything but the
 # slow fault campaign (what CI runs); ./dev.sh test --slow is the full campaign;
@@ -13,8 +15,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cd "$here"
 verb="${1:-}"; shift || true
 case "$verb" in
-  demo|test|check|bench|setup) ;;
-  *) echo "usage: ./dev.sh demo|test|check|bench|setup [args...]" >&2; exit 2 ;;
+  demo|test|check|bench|wheel|setup) ;;
+  *) echo "usage: ./dev.sh demo|test|check|bench|wheel|setup [args...]" >&2; exit 2 ;;
 esac
 bash scripts/install-system.sh
 bash scripts/install-python.sh
@@ -29,5 +31,6 @@ case "$verb" in
     .venv/bin/ruff format --check .
     exec .venv/bin/mypy ;;
   bench) exec .venv/bin/outboxkit dev bench "$@" ;;
+  wheel) exec .venv/bin/python -m uv build --wheel --out-dir dist "$@" . ;;
   setup) echo "set-up complete: .venv/bin/outboxkit is ready" ;;
 esac
