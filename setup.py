@@ -3,6 +3,8 @@ repository's set-up builds (`./dev.sh wheel` builds it, then the wheel). A wheel
 would install a framework whose connector no team's Connect can run: refuse. An editable
 install (the set-up's own, before the jar exists) is not a wheel a team takes home."""
 
+import hashlib
+import tomllib
 from pathlib import Path
 
 from setuptools import setup
@@ -11,17 +13,27 @@ from setuptools.command.build_py import build_py
 LIB = Path(__file__).resolve().parent / "cdc" / "lib"
 
 
+PINNED = Path(__file__).resolve().parent / "cdc" / "java" / "smt" / "transform.sums"
+
+
+def _pinned_build() -> bool:
+    """True when cdc/lib holds one jar whose bytes are the pinned build's."""
+    jars = list(LIB.glob("outboxkit-smt-*.jar"))
+    if len(jars) != 1:
+        return False
+    with PINNED.open("rb") as sums:
+        expected = tomllib.load(sums)["sha256"]
+    return hashlib.sha256(jars[0].read_bytes()).hexdigest() == expected
+
+
 class BuildWithTransform(build_py):
-    """build_py that refuses to build a wheel without the transform's jar and its checksum."""
+    """build_py that refuses to build a wheel without the pinned transform jar."""
 
     def run(self) -> None:
-        jars = list(LIB.glob("outboxkit-smt-*.jar"))
-        if not getattr(self, "editable_mode", False) and not (
-            jars and all(jar.with_name(jar.name + ".sha256").exists() for jar in jars)
-        ):
+        if not getattr(self, "editable_mode", False) and not _pinned_build():
             raise SystemExit(
-                f"no Connect transform jar in {LIB}: build the wheel with `./dev.sh wheel` "
-                "(it builds the transform from cdc/java/smt first)"
+                f"no Connect transform jar of the pinned build in {LIB}: build the wheel with "
+                "`./dev.sh wheel` (it builds the transform from cdc/java/smt first)"
             )
         super().run()
 

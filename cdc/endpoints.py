@@ -149,7 +149,7 @@ class Endpoints:
         if self.database is None:
             raise EndpointError(
                 "no database: set OUTBOXKIT_DATABASE_URL (and OUTBOXKIT_DATABASE_PASSWORD_FILE), "
-                "pass --url, or start the local stack (outboxkit dev stack up)"
+                "or pass --url (in outboxkit's repository: or start the local stack)"
             )
         return self.database
 

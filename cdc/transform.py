@@ -91,14 +91,15 @@ def install(plugin_path: Path, transform: Transform) -> bool:
             f"{plugin_path} is not a directory: give a directory of the worker's plugin.path"
         )
     dest.parent.mkdir(exist_ok=True)
-    for old in dest.parent.glob(f"{JAR_PREFIX}*.jar"):
-        old.unlink()
     partial = dest.with_name(dest.name + ".partial")
     shutil.copyfile(transform.jar, partial)
     if sha256_of(partial) != transform.sha256:
         partial.unlink()
         raise TransformError(f"copying {transform.jar} to {dest} did not give the same bytes")
     partial.replace(dest)
+    for old in dest.parent.glob(f"{JAR_PREFIX}*.jar"):  # only once the new one is in place
+        if old != dest:
+            old.unlink()
     return True
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,10 +151,19 @@ class Migrations:
         """
         if current is None:
             return []
+        relative = re.fullmatch(r"-(\d+)", target.strip())
         try:
-            found = list(self.scripts().iterate_revisions(current, target))
+            # -N counts down from the database's revision (Alembic's own -N counts from head)
+            found = list(self.scripts().iterate_revisions(current, "base" if relative else target))
         except (CommandError, RevisionError) as exc:
             raise MigrationError(f"cannot downgrade from {current} to {target}: {exc}") from exc
+        if relative:
+            down = int(relative.group(1))
+            if down > len(found):
+                raise MigrationError(
+                    f"cannot go {down} revision(s) down from {current}: {len(found)} applied"
+                )
+            found = found[:down]
         return [
             Step(s.revision, _single(s.down_revision), " ".join((s.doc or "").split()))
             for s in found

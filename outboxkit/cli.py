@@ -106,7 +106,7 @@ def unknown_variables(
             continue
         guess = closest(name, known)
         hint = f"did you mean {guess}?" if guess else "no outboxkit setting is spelt like it"
-        warnings.append(f"{name} is not a setting, ignored ({hint})")
+        warnings.append(f"{name} is not an outboxkit setting ({hint})")
     return warnings
 
 

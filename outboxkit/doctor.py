@@ -40,12 +40,22 @@ class Finding:
 
 @dataclass
 class Examination:
-    """What the checks share: the settings, the endpoints, the jobs named, and what has failed."""
+    """What the checks share: the settings, the endpoints (resolved when a check first needs
+    them: a secret file that cannot be read is that check's finding, not the end of the run),
+    the jobs named, and what has failed."""
 
     settings: Settings
-    endpoints: Endpoints
+    resolver: Callable[[], Endpoints]
     jobs: Sequence[Any] = ()
     failed: set[str] = field(default_factory=set)
+    _endpoints: Endpoints | None = None
+
+    @property
+    def endpoints(self) -> Endpoints:
+        """The resolved endpoints (resolved once)."""
+        if self._endpoints is None:
+            self._endpoints = self.resolver()
+        return self._endpoints
 
     def client(self) -> ConnectClient:
         """A client for Connect's REST API (short timeouts: a doctor must answer)."""
@@ -129,17 +139,25 @@ def _kafka(exam: Examination) -> Iterator[Finding]:
     described = admin.list_topics(timeout=10)
     brokers = len(described.brokers)
     yield Finding("kafka", True, f"{brokers} broker(s) at {exam.endpoints.bootstrap_servers}")
-    for job in exam.jobs:
+
+
+def _job_topics(exam: Examination) -> Iterator[Finding]:
+    from confluent_kafka.admin import AdminClient
+
+    from outboxkit.kernel.kafka.security import librdkafka_config
+
+    for job in exam.jobs:  # on the job's own cluster, with its own login
+        config = {"bootstrap.servers": job.bootstrap_servers, "log_level": 0}
+        admin = AdminClient({**config, **librdkafka_config(job.kafka_security)})
+        described = admin.list_topics(timeout=10)
         for topic in job.topics:
             meta = described.topics.get(topic)
             error = None if meta is None else meta.error
             ok = meta is not None and error is None
-            detail = f"job {job.name}: topic {topic} " + (
+            detail = f"job {job.name}: topic {topic} on {job.bootstrap_servers} " + (
                 "readable" if ok else ("missing" if meta is None else f"error {error}")
             )
-            fix = (
-                "" if ok else "check the topic prefix, or grant the job's principal DESCRIBE, READ"
-            )
+            fix = "" if ok else "check the prefix, or grant the job's principal DESCRIBE, READ"
             yield Finding("kafka topics", ok, detail, fix)
 
 
@@ -251,6 +269,7 @@ CHECKS: tuple[tuple[str, Check, tuple[str, ...]], ...] = (
     ("migrations", _migrations, ("database",)),
     ("capture", _capture, ("database",)),
     ("kafka", _kafka, ()),
+    ("kafka topics", _job_topics, ()),
     ("connect", _connect, ()),
     ("connector", _outbox_connector, ("database", "connect")),
     ("spark", _spark, ()),
@@ -286,5 +305,6 @@ def _fix_for(check: str) -> str:
     return {
         "database": "check OUTBOXKIT_DATABASE_URL, its password file, and that Postgres runs",
         "kafka": "check OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS and OUTBOXKIT_KAFKA_SECURITY_*",
+        "kafka topics": "check the job's bootstrap_servers and kafka_security",
         "connect": "check OUTBOXKIT_CONNECT_URL (and OUTBOXKIT_CONNECT_USER)",
     }.get(check, "see the error above (--debug)")

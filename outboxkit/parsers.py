@@ -76,6 +76,7 @@ def group(sub: SubParsers, name: str, *, help: str, description: str | None = No
     parser = sub.add_parser(
         name, help=help, description=description or help, formatter_class=HelpFormatter
     )
+    add_debug(parser)
     return parser.add_subparsers(dest="action", metavar="ACTION", required=True)
 
 
@@ -95,15 +96,19 @@ def command(
         name, help=help, description=description or help, formatter_class=HelpFormatter
     )
     parser.set_defaults(run=run, settings=settings)
-    # --debug after the sub-command too (`outboxkit inbox status --debug`); SUPPRESS keeps the
-    # top-level value when it is not given here.
+    add_debug(parser)
+    return parser
+
+
+def add_debug(parser: argparse.ArgumentParser) -> None:
+    """--debug after a (sub-)command's name too (`outboxkit inbox status --debug`); SUPPRESS
+    keeps the value given before it when it is not given here."""
     parser.add_argument(
         "--debug",
         action="store_true",
         default=argparse.SUPPRESS,
         help="show the traceback of an error instead of its one-line message",
     )
-    return parser
 
 
 def add_url(parser: argparse.ArgumentParser) -> None:

@@ -18,13 +18,12 @@ def _audit(args: argparse.Namespace, settings: Settings) -> int:
     from rich.table import Table
 
     from outboxkit.commands.errors import load_job
-    from outboxkit.kernel.engines import engine_for
     from spark_consumers.audit import CATEGORIES, audit
 
     results = []
     for spec in args.jobs:
         job = load_job(spec)
-        engine = engine_for(job.engine_url(), "once")
+        engine = job.engine("once")
         try:
             with engine.connect() as conn:
                 results.append(audit(job, conn))

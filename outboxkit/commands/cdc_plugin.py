@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from outboxkit.parsers import SubParsers, command
+from outboxkit.parsers import NO_SETTINGS, SubParsers, command
 
 
 def _plugin(args: argparse.Namespace, settings: Any) -> int:
@@ -53,6 +53,7 @@ def add_parsers(actions: SubParsers) -> None:
         "outboxkit-transform/, DIR a directory of the Kafka Connect workers' plugin.path; "
         "without --into, show the jar and its checksum. Safe to repeat; restart the workers "
         "afterwards. Every worker of the Connect cluster needs it.",
+        settings=NO_SETTINGS,
     )
     plugin.add_argument(
         "--into", type=Path, metavar="DIR", help="a directory of the workers' plugin.path"

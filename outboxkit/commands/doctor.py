@@ -30,7 +30,7 @@ def _doctor(args: argparse.Namespace, settings: Settings) -> int:
 
     sys.path.insert(0, os.getcwd())  # the jobs' modules, as `outboxkit consume` finds them
     jobs = [load_job(spec) for spec in args.jobs]
-    findings = examine(Examination(settings, resolve(settings), jobs))
+    findings = examine(Examination(settings, lambda: resolve(settings), jobs))
     if args.json:
         print(json.dumps([f.as_dict() for f in findings], indent=2))
     else:

@@ -231,12 +231,10 @@ def _redrive_plan(inbox: Any, target: str, topic: str, partition: int, key: str 
 
 def job_inbox(spec: str) -> Any:
     """The inbox of the job ``spec`` names, on its database, for an operator command."""
-    from outbox import at_commit
     from outboxkit.commands.errors import load_job
-    from outboxkit.kernel.engines import engine_for
 
     job = load_job(spec)
-    return job.inbox(at_commit.attach(engine_for(job.engine_url(), "once")))
+    return job.inbox(job.engine("once"))
 
 
 def add_parsers(actions: SubParsers) -> None:

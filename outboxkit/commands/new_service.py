@@ -26,7 +26,7 @@ from importlib.resources.abc import Traversable
 from pathlib import Path, PurePosixPath
 
 import outboxkit
-from outboxkit.parsers import NO_SETTINGS, HelpFormatter
+from outboxkit.parsers import NO_SETTINGS, HelpFormatter, add_debug
 
 TEMPLATE = ("templates", "service")
 SUFFIX = ".tmpl"
@@ -251,6 +251,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "a Dockerfile and a README. Refuses to write into a folder that is not empty (exit 2, "
         "nothing changed).",
     )
+    add_debug(new)
     new.add_argument(
         "name",
         metavar="NAME",

@@ -43,20 +43,21 @@ def team_settings(stack: Stack, **changes: Any) -> Settings:
     return Settings(_env_file=None, **(known | changes))  # type: ignore[call-arg]
 
 
-def job(topics: tuple[str, ...]) -> Job:
+def job(topics: tuple[str, ...], bootstrap: str) -> Job:
     return Job(
         name="doctor",
         consumer="doctor",
         topics=topics,
         handlers={},
         database_url="postgresql+psycopg://nobody@127.0.0.1/none",
-        bootstrap_servers="",
+        bootstrap_servers=bootstrap,
     )
 
 
 def findings(settings: Settings, jobs: tuple[Job, ...] = ()) -> dict[str, list[Finding]]:
     by_check: dict[str, list[Finding]] = {}
-    for finding in examine(Examination(settings, resolve(settings, fallback=False), jobs)):
+    exam = Examination(settings, lambda: resolve(settings, fallback=False), jobs)
+    for finding in examine(exam):
         by_check.setdefault(finding.check, []).append(finding)
     return by_check
 
@@ -89,6 +90,9 @@ def test_each_broken_piece_is_one_failing_line_with_its_fix(
         assert check in failed(found), (changes, found)
         (bad,) = [f for f in found[check] if f.ok is False]
         assert fix in bad.line(), (changes, bad)
+    # a secret file that cannot be read is a finding of the checks that need it
+    found = findings(team_settings(stack, database_password_file=Path("/nonexistent/pw")))
+    assert "database" in failed(found) and "OUTBOXKIT_DATABASE_PASSWORD_FILE" in str(found)
     # a dead Connect or database skips what needs it, and says so
     found = findings(team_settings(stack, connect_url=f"http://{DEAD}"))
     assert found["connector"][0].ok is None and "connect failed" in found["connector"][0].detail
@@ -104,11 +108,16 @@ def test_each_broken_piece_is_one_failing_line_with_its_fix(
 def test_jobs_topics_are_checked_against_kafka_and_the_connector_prefix(stack: Stack) -> None:
     prefix = stack.settings.topic_prefix
     stray = f"other{uuid.uuid4().hex[:6]}.event.order"
-    found = findings(team_settings(stack), (job((stray,)),))
+    found = findings(team_settings(stack), (job((stray,), stack.bootstrap_servers()),))
     assert {"kafka topics", "topic prefix"} <= failed(found)
     assert "outside the connector's prefix" in found["topic prefix"][0].detail
-    assert f"topic {stray} missing" in found["kafka topics"][0].detail
-    found = findings(team_settings(stack), (job((f"{prefix}order",)),))
+    assert (
+        f"topic {stray} on {stack.bootstrap_servers()} missing" in found["kafka topics"][0].detail
+    )
+    # the job's own cluster is asked, not the operator's
+    found = findings(team_settings(stack), (job((f"{prefix}order",), DEAD),))
+    assert "kafka topics" in failed(found) and "kafka" not in failed(found)
+    found = findings(team_settings(stack), (job((f"{prefix}order",), stack.bootstrap_servers()),))
     assert "topic prefix" not in failed(found)
 
 

@@ -281,3 +281,14 @@ def test_the_operator_is_the_setting_else_the_os_user(monkeypatch: pytest.Monkey
     monkeypatch.setenv("OUTBOXKIT_OPERATOR", "")
     monkeypatch.setattr("getpass.getuser", lambda: "svc")
     assert confirm.operator() == "svc"
+
+
+def test_minus_n_counts_down_from_the_database_s_revision_not_from_head() -> None:
+    # Alembic reads -1 as "head minus one": from a database below head it would undo nothing,
+    # or refuse; `db downgrade -N` means N revisions down from where the database is.
+    chain = [s.revision for s in runner.steps_down(runner.head() or "", "base")]
+    below_head = chain[1]
+    assert [s.revision for s in runner.steps_down(below_head, "-1")] == [below_head]
+    assert [s.revision for s in runner.steps_down(below_head, "-2")] == chain[1:3]
+    with pytest.raises(runner.MigrationError, match="revision\\(s\\) down"):
+        runner.steps_down(below_head, f"-{len(chain)}")

@@ -192,7 +192,7 @@ def test_other_drivers_stay_as_given(url: str) -> None:
 def test_a_misspelt_variable_names_the_closest(no_settings: Path) -> None:
     environ = {"OUTBOXKIT_DATABSE_URL": "x", "OUTBOXKIT_KAFKA_SECURITY_PROTOCOL": "SSL"}
     assert unknown_variables(environ, [Settings]) == [
-        "OUTBOXKIT_DATABSE_URL is not a setting, ignored (did you mean OUTBOXKIT_DATABASE_URL?)"
+        "OUTBOXKIT_DATABSE_URL is not an outboxkit setting (did you mean OUTBOXKIT_DATABASE_URL?)"
     ]
     assert (
         unknown_variables({"OUTBOXKIT_DEBUG": "1", "PATH": "/bin"}, [Settings], ["OUTBOXKIT_DEBUG"])
@@ -209,7 +209,7 @@ def test_the_warning_does_not_stop_the_command(
     argv = ["schemas", "check", "--contracts", "warnedcontracts:CONTRACTS", "--dir", "s"]
     assert main(argv) == 0
     assert capsys.readouterr().err == (
-        "outboxkit: warning: OUTBOXKIT_CONECT_URL is not a setting, ignored (did you mean "
+        "outboxkit: warning: OUTBOXKIT_CONECT_URL is not an outboxkit setting (did you mean "
         "OUTBOXKIT_CONNECT_URL?)\n"
     )
 
