@@ -66,10 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
         "OUTBOXKIT_DEBUG=1)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in (db, outbox, cdc, consume, inbox, audit, doctor, schemas, new_service, completion):
+    for group in (db, outbox, cdc, consume, inbox, audit, doctor, schemas, new_service):
         group.add_parser(sub)
     for entry in sorted(entry_points(group=COMMAND_GROUPS), key=lambda e: e.name):
         entry.load().add_parser(sub)
+    completion.add_parser(sub, build_parser)  # completes the whole tree, built again
     return parser
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from outboxkit.parsers import NO_SETTINGS, SubParsers, command
 
@@ -52,14 +52,13 @@ complete -o default -F {FUNCTION} outboxkit
 """
 
 
-def _completion(args: argparse.Namespace, settings: object) -> int:
-    from outboxkit.cli import build_parser
+def add_parser(sub: SubParsers, whole: Callable[[], argparse.ArgumentParser]) -> None:
+    """Add `completion`; ``whole`` builds the whole command line it completes."""
 
-    print(bash_script(build_parser()), end="")
-    return 0
+    def _completion(args: argparse.Namespace, settings: object) -> int:
+        print(bash_script(whole()), end="")
+        return 0
 
-
-def add_parser(sub: SubParsers) -> None:
     completion = command(
         sub,
         "completion",
