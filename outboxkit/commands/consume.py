@@ -26,6 +26,7 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
     from outboxkit.endpoints import spark_jars
     from spark_consumers.driver import configure_logging, drive, options_of
 
+    _need_java()
     configure_logging()
     options = options_of(
         args,
@@ -33,7 +34,27 @@ def _consume(args: argparse.Namespace, settings: Settings) -> int:
         metrics_host=settings.consumer_metrics_host,
         jars=spark_jars(settings),
     )
-    return drive(jobs, options, say=Console().print)
+    console = Console()
+    if not options.jars:
+        console.print(
+            "no Spark Kafka connector jars given (OUTBOXKIT_SPARK_JARS): Spark must find "
+            "spark-sql-kafka-0-10 on its own classpath (`outboxkit doctor` checks)"
+        )
+    return drive(jobs, options, say=console.print)
+
+
+def _need_java() -> None:
+    """Spark runs on a JVM: say so before it fails to start without one."""
+    import shutil
+
+    from outboxkit.commands.errors import USAGE, CommandError
+
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        raise CommandError(
+            "Spark needs Java 17 and none is on PATH or in JAVA_HOME: install it (e.g. apt-get "
+            "install openjdk-17-jre-headless), or submit the jobs to a cluster with spark-submit",
+            USAGE,
+        )
 
 
 def add_parser(sub: SubParsers) -> None:

@@ -127,3 +127,25 @@ def test_a_job_module_in_the_current_folder_is_found(tmp_path: Path) -> None:
         "outboxkit: error: bad job reference 'shopjobs:job': is a int, not a "
         f"spark_consumers.Job; expected {JOB_FORM}"
     )
+
+
+def test_consume_without_java_says_so_before_spark_starts(tmp_path: Path) -> None:
+    (tmp_path / "shopjobs.py").write_text(
+        "from spark_consumers import Job\n"
+        "job = Job(name='j', consumer='j', topics=('t',), handlers={}, "
+        "database_url='postgresql+psycopg://u@127.0.0.1/d', bootstrap_servers='127.0.0.1:9')\n"
+    )
+    script = Path(sys.executable).parent / "outboxkit"
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOXKIT_")}
+    clean.pop("PYTHONPATH", None)
+    clean.pop("JAVA_HOME", None)
+    clean["PATH"] = str(tmp_path)  # no java on it
+    done = subprocess.run(
+        [sys.executable, str(script), "consume", "shopjobs:job"],
+        capture_output=True,
+        text=True,
+        env=clean,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert one_line(done, USAGE).startswith("outboxkit: error: Spark needs Java 17"), done
