@@ -98,6 +98,7 @@ def _apply(args: argparse.Namespace, settings: Settings) -> int:
     client = resolve(settings).connect()
     _check_plugins(client, config)
     current = client.get_config(cs.name)
+    _check_collisions(client, cs.name, config, current, rename=args.rename_source)
     if current is not None and {k: v for k, v in current.items() if k != "name"} == config:
         print(f"connector {cs.name}: unchanged")
     else:
@@ -119,6 +120,30 @@ def _check_plugins(client: ConnectClient, config: dict[str, str]) -> None:
             f"Kafka Connect at {client.url} lacks {len(lacking)} plugin class(es) the outbox "
             f"connector needs:\n{plugins.fix_for(lacking)}"
         )
+
+
+def _check_collisions(
+    client: ConnectClient,
+    name: str,
+    config: dict[str, str],
+    current: dict[str, str] | None,
+    *,
+    rename: bool,
+) -> None:
+    """Refuse a config that would share a source name or an outbox with another connector, or
+    rename the running one's source without --rename-source (`cdc.collisions`)."""
+    from cdc import collisions
+    from outboxkit.commands.errors import USAGE, CommandError
+
+    new = collisions.capture_of(name, config)
+    if new is None:
+        return
+    others = {other: client.get_config(other) for other in client.connectors() if other != name}
+    problems = collisions.collisions(new, collisions.captures(others))
+    renamed = None if rename else collisions.renamed(current, new)
+    problems += [renamed] if renamed else []
+    if problems:
+        raise CommandError("\n".join(f"refused: {p}" for p in problems), USAGE)
 
 
 def add_parsers(actions: SubParsers) -> None:
@@ -157,6 +182,12 @@ def add_parsers(actions: SubParsers) -> None:
     )
     add_url(apply)
     apply.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for RUNNING")
+    apply.add_argument(
+        "--rename-source",
+        action="store_true",
+        help="let a running connector's source name (OUTBOXKIT_SERVER_NAME) change: what it "
+        "has not confirmed is published again under the new name",
+    )
     apply.add_argument(
         "--dry-run",
         action="store_true",

@@ -6,6 +6,8 @@ a worker without the transform, no JDK, no Spark jars, a job outside the connect
 from __future__ import annotations
 
 import json
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,4 +168,66 @@ def test_the_command_prints_one_line_per_finding_and_exits_1_on_a_problem(
     assert cli.main(["doctor"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert any(line.startswith("[FAIL] kafka: ") and " -- check " in line for line in lines)
-    assert lines[-1].endswith("problem(s)")
+    assert " problem(s), " in lines[-1] and lines[-1].endswith("warning(s)")
+
+
+@pytest.fixture
+def postgres_without_logical_decoding(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A Postgres cluster of its own with wal_level=replica (what a managed database has until
+    its logical replication parameter is set): the URL of its superuser's postgres database."""
+    from outboxkit_workshop.devstack import postgres
+    from outboxkit_workshop.devstack.artifacts import POSTGRES_BIN
+    from outboxkit_workshop.devstack.secrets import write_pgpass
+
+    base = Path(tempfile.mkdtemp(prefix="outboxkit-doctor-"))
+    base.chmod(0o755)  # the postgres user enters it
+    password = uuid.uuid4().hex
+    passfile = write_pgpass(base / "pgpass", [(postgres.SUPERUSER, password)])
+    port = free_port()
+    monkeypatch.setitem(postgres.SERVER_SETTINGS, "wal_level", "replica")
+    postgres.initdb(POSTGRES_BIN, base / "data", base / "postgres.log", password)
+    pid = postgres.start_server(
+        POSTGRES_BIN, base / "data", port, base / "postgres.log", passfile, password
+    )
+    try:
+        yield postgres.url(port, "postgres", passfile)
+    finally:
+        stop(pid)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_database_without_logical_decoding_is_named_with_its_setting(
+    stack: Stack, postgres_without_logical_decoding: str
+) -> None:
+    found = findings(team_settings(stack, database_url=postgres_without_logical_decoding))
+    (wal,) = found["wal_level"]
+    assert wal.ok is False and "'replica'" in wal.detail and "wal_level=logical" in wal.fix
+
+
+def test_cdc_apply_refuses_a_second_connector_on_the_outbox_and_a_renamed_source(
+    stack: Stack,
+) -> None:
+    # On the live Connect: the stack's own connector runs; a config for another connector on
+    # its outbox, or its own under another source name, is refused before it is put.
+    from outboxkit.commands.cdc_setup import _check_collisions
+    from outboxkit.commands.errors import CommandError
+    from outboxkit.doctor import desired_config
+
+    def attempt(settings: Settings, *, rename: bool = False) -> None:
+        exam = Examination(settings, lambda: resolve(settings, fallback=False))
+        client = exam.client()
+        try:
+            name = settings.connector_name
+            _check_collisions(
+                client, name, desired_config(exam), client.get_config(name), rename=rename
+            )
+        finally:
+            client.close()
+
+    attempt(team_settings(stack))  # the running connector as it is: nothing refused
+    with pytest.raises(CommandError, match="already captures"):
+        attempt(team_settings(stack, connector_name="second", server_name="second"))
+    renamed = team_settings(stack, server_name="renamed")
+    with pytest.raises(CommandError, match="--rename-source"):
+        attempt(renamed)
+    attempt(renamed, rename=True)  # allowed when asked for
