@@ -10,7 +10,7 @@ from the middle of the new topic would pass the records before it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import delete, func, select, update
@@ -125,25 +125,43 @@ def stop(session: Session, consumer: str, topic: str, partition: int, reason: st
     )
 
 
-def raise_floors(engine: Engine, consumer: str, topic: str, partitions: int) -> dict[str, Position]:
-    """Before ``topic`` gets ``partitions`` partitions, with its connector paused and
-    ``consumer`` caught up: every partition's position per source raised to the highest any
-    partition applied, and the new partitions' rows made with it (offsets from -1, the topic's
-    identity). Everything written before then was applied, and everything written after has a
-    higher position, so a re-send landing in a partition that never saw its original is still
-    known for one. Returns the floor per source."""
+def floors(rows: Sequence[Mapping[str, Position]], sources: Collection[str]) -> dict[str, Position]:
+    """The floor of each of ``sources``: the highest position any partition applied of it
+    (sources no partition knows have none)."""
+    floor: dict[str, Position] = {}
+    for positions in rows:
+        for source, position in positions.items():
+            if source in sources:
+                floor[source] = max(floor.get(source, position), position)
+    return floor
+
+
+def raise_floors(
+    engine: Engine, consumer: str, topic: str, partitions: int, sources: Collection[str]
+) -> dict[str, Position]:
+    """Before ``topic`` gets ``partitions`` partitions, with the connectors publishing as
+    ``sources`` paused and ``consumer`` caught up: each partition's position of each of those
+    sources raised to the highest any partition applied, and the new partitions' rows made with
+    them (offsets from -1, the topic's identity). Everything those sources wrote before was
+    applied, and everything they write after has a higher position, so a re-send landing in a
+    partition that never saw its original is still known for one. The other sources' positions
+    stay as they are: their connectors kept publishing, and a partition may still hold their
+    events below another partition's position. Returns the floor per source raised."""
     keys = (watermarks.c.consumer == consumer, watermarks.c.topic == topic)
     with Session(engine) as session, session.begin():
         rows = session.execute(
             select(watermarks).where(*keys).order_by(watermarks.c.partition).with_for_update()
         ).all()
-        floor: dict[str, Position] = {}
-        for row in rows:
-            for source, position in from_json(row.sources).items():
-                floor[source] = max(floor.get(source, position), position)
+        floor = floors([from_json(row.sources) for row in rows], sources)
         if not rows or not floor:
             return floor
-        session.execute(update(watermarks).where(*keys).values(sources=to_json(floor)))
+        for row in rows:
+            raised = {**from_json(row.sources), **floor}
+            session.execute(
+                update(watermarks)
+                .where(*keys, watermarks.c.partition == row.partition)
+                .values(sources=to_json(raised))
+            )
         known = {int(row.partition) for row in rows}
         missing = [p for p in range(partitions) if p not in known]
         if missing:

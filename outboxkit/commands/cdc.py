@@ -148,16 +148,19 @@ def _add_partitions(
             lowest[p] = min(marks.get(c, -1) for c in args.consumer)
         return lowest
 
+    # The source the paused connector publishes as: only its floors are raised.
+    source = (client.get_config(connector) or {}).get("topic.prefix", "")
+
     def drained() -> None:
         for consumer in args.consumer:
-            floor = moves.raise_floors(engine, consumer, topic, chosen.after)
+            floor = moves.raise_floors(engine, consumer, topic, chosen.after, [source])
             if floor:
                 print(f"{consumer}: every partition's source positions raised to {floor}")
             else:
                 print(
-                    f"warning: {consumer} has no source positions on {topic} (records written "
-                    "without them): a re-send landing in a new partition is caught only by "
-                    "that partition's window, which starts empty",
+                    f"warning: {consumer} has no positions of source {source!r} on {topic} "
+                    "(records written without them): a re-send landing in a new partition is "
+                    "caught only by that partition's window, which starts empty",
                     file=sys.stderr,
                 )
 

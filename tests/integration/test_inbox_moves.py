@@ -177,3 +177,30 @@ def test_a_reader_started_before_a_start_over_is_refused(engine, consumer):
         inbox.apply_partition([event(topic, 5, 7)], RECREATED, 0)
     assert row(engine, consumer, topic).stopped is None
     assert inbox.apply_partition([event(topic, 0, 6)], RECREATED, 1).count(Action.APPLY) == 1
+
+
+def test_adding_partitions_raises_only_the_paused_source_s_floors(engine, consumer):
+    # Two sources on one topic: "shop" was paused and drained, "billing" kept publishing, so
+    # partition 1 may still get billing's events below what partition 0 applied of it.
+    topic = f"floors-{uuid.uuid4().hex[:6]}"
+    positions = [{"shop": [10, 10], "billing": [50, 50]}, {"shop": [30, 30], "billing": [20, 20]}]
+    with engine.begin() as conn:
+        conn.execute(
+            watermarks.insert(),
+            [
+                {"consumer": consumer, "topic": topic, "partition": p, "offset": 5, "sources": s}
+                for p, s in enumerate(positions)
+            ],
+        )
+    assert moves.raise_floors(engine, consumer, topic, 3, ["shop"]) == {"shop": (30, 30)}
+    with engine.connect() as conn:
+        found = conn.execute(
+            select(watermarks.c.partition, watermarks.c.sources)
+            .where(watermarks.c.consumer == consumer, watermarks.c.topic == topic)
+            .order_by(watermarks.c.partition)
+        ).all()
+    assert [dict(s) for _, s in found] == [
+        {"shop": [30, 30], "billing": [50, 50]},
+        {"shop": [30, 30], "billing": [20, 20]},  # billing's own position kept
+        {"shop": [30, 30]},  # the new partition: only the paused source's floor
+    ]

@@ -59,7 +59,9 @@ def test_partitions_added_under_load_apply_each_event_once_in_key_order(
             kafka,
             chosen,
             applied,
-            drained=lambda: moves.raise_floors(engine, consumer, topic, chosen.after),
+            drained=lambda: moves.raise_floors(
+                engine, consumer, topic, chosen.after, [stack.settings.server_name]
+            ),
             timeout=300,
         )
         load.join()
