@@ -174,8 +174,11 @@ def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: in
     The window's ids above ``offset`` are forgotten too, or the replay would be skipped as
     re-sends: slices above it are deleted, a slice straddling it keeps its ids up to
     ``offset``. So are the sources' positions, which would skip it as well: the partition is
-    judged by offset until its records give it positions again. Returns the previous
-    watermark."""
+    judged by offset until its records give it positions again. The partition's start-over
+    count goes up, so a consumer query reading it from a checkpoint is refused its next slice and
+    starts again from the inbox's watermarks (`spark_consumers.identity.prepare_start`): the
+    records above ``offset`` are read again, not only below a checkpoint's offsets. Returns the
+    previous watermark."""
     recorder = Recorder(consumer)
     with Session(engine) as session, session.begin():
         previous = session.execute(
@@ -188,7 +191,13 @@ def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: in
         session.execute(
             update(watermarks)
             .where(*recorder.match(watermarks, topic, partition))
-            .values(offset=offset, sources={}, by_position=False, updated_at=func.now())
+            .values(
+                offset=offset,
+                sources={},
+                by_position=False,
+                epoch=watermarks.c.epoch + 1,
+                updated_at=func.now(),
+            )
         )
         _forget_above(session, recorder.match(recent_ids, topic, partition), offset)
     return int(previous)

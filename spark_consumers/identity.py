@@ -107,6 +107,16 @@ def prepare_start(
     return epochs
 
 
+def _moved(before: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+    """Whether a checkpoint noted with ``before`` holds offsets of other topic incarnations or
+    start-overs than ``now``. A start-over count missing from ``before`` was 0 (a partition
+    without its row when the query started: its first count), so a rewind or start-over of a
+    partition first applied by that query is noticed too; a topic missing from it is new."""
+    identities = any(k in now and now[k] != v for k, v in before.items() if "/" not in k)
+    counts = any(v != before.get(k, 0) for k, v in now.items() if "/" in k)
+    return identities or counts
+
+
 def _checkpoint_for(
     checkpoint: Path, identities: Mapping[str, TopicIdentity], epochs: Epochs, jobs: Sequence[Job]
 ) -> None:
@@ -124,7 +134,7 @@ def _checkpoint_for(
         },
     }
     before = json.loads(noted.read_text()) if noted.exists() else {}
-    if any(k in now and now[k] != v for k, v in before.items()) and folder.exists():
+    if _moved(before, now) and folder.exists():
         aside = checkpoint / f"{name}.moved-{time.strftime('%Y%m%dT%H%M%S')}"
         shutil.move(str(folder), str(aside))
         log.warning(

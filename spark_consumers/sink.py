@@ -109,7 +109,7 @@ def apply_batches(
                     inbox.apply_partition,
                     records,
                     identities.get(topic),
-                    epochs.get(job.name, {}).get((topic, partition)),
+                    reader_epoch(epochs.get(job.name), topic, partition),
                 ),
                 retryable=is_transient,
                 backoff=dataclasses.replace(BATCH_RETRY, budget=job.batch_retry_seconds),
@@ -125,6 +125,15 @@ def apply_batches(
                 )
             )
     yield to_arrow(summaries)
+
+
+def reader_epoch(
+    epochs: Mapping[tuple[str, int], int] | None, topic: str, partition: int
+) -> int | None:
+    """The start-over count a slice carries: its query's, read when the query started. A
+    partition without a row then was at 0 (a row's first count), so a start-over or rewind of
+    it since is still noticed; None (no counts given) checks nothing."""
+    return None if epochs is None else epochs.get((topic, partition), 0)
 
 
 _SETTLED: list[bool] = []  # this worker process froze its long-lived objects (`_settle`)

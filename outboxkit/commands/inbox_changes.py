@@ -90,6 +90,10 @@ def _rewind(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     previous = operations.rewind(engine, *where, args.offset)
     print(f"rewound {target}: {previous} -> {args.offset}")
+    print(
+        "a consumer job reading it now restarts its query from the inbox's watermarks at its "
+        "next batch of the partition (one stopped reads from them when it starts)"
+    )
     detail = {"from": previous, "to": args.offset, "forgotten_ids": plan.forgotten}
     _record(engine, "inbox rewind", target, detail, max(previous - args.offset, 0))
     return 0

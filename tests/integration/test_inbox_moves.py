@@ -204,3 +204,23 @@ def test_adding_partitions_raises_only_the_paused_source_s_floors(engine, consum
         {"shop": [30, 30], "billing": [20, 20]},  # billing's own position kept
         {"shop": [30, 30]},  # the new partition: only the paused source's floor
     ]
+
+
+def test_a_rewind_refuses_the_reader_that_started_before_it(engine, consumer):
+    """A query reading from its checkpoint would never read the rewound offsets again: the
+    rewind counts as a start-over, so that query's next slice is refused (it restarts from the
+    inbox's watermarks) and the replay is applied by the one that starts after it."""
+    from inbox import operations
+
+    inbox = Inbox(engine, consumer, recorder(consumer), window=0)
+    topic = f"rewind-{uuid.uuid4().hex[:6]}"
+    assert (
+        inbox.apply_partition([event(topic, 0, 1), event(topic, 1, 2)], A, 0).count(Action.APPLY)
+        == 2
+    )
+    operations.rewind(engine, consumer, topic, 0, 0)
+    assert moves.epochs(engine, consumer, [topic]) == {(topic, 0): 1}
+    with pytest.raises(Superseded):  # the query that read offset 1 already, from its checkpoint
+        inbox.apply_partition([event(topic, 2, 3)], A, 0)
+    replay = inbox.apply_partition([event(topic, 1, 2), event(topic, 2, 3)], A, 1)
+    assert replay.count(Action.APPLY) == 2  # offset 1 applied again, as the rewind asked

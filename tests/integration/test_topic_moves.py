@@ -104,3 +104,37 @@ def assert_audit_clean(
     totals = report.as_dict()["totals"]
     assert report.ok, totals
     assert totals["applied"] == on_topic and totals["pending"] == 0, totals
+
+
+def test_a_rewind_under_a_running_job_reads_the_rewound_records_again(
+    stack, engine, spark_effects_table, aggregate_type, tmp_path
+):
+    """`outboxkit inbox rewind` of every partition to -1 while the job runs: the job's query,
+    reading from its checkpoint, is refused its next slice (the rewind counts as a start-over),
+    restarts from the inbox's watermarks and applies every event once more, as asked."""
+    from outboxkit import cli
+
+    topic = topic_for(aggregate_type, topic_prefix=stack.settings.topic_prefix)
+    consumer = f"rewound-{aggregate_type[-6:]}"
+    publish(engine, aggregate_type, 1_000, keys=16)
+    wait_on_kafka(stack, aggregate_type, 1_000)
+    command, env = consume_command(stack, consumer, aggregate_type, tmp_path / "cp")
+    driver = start_driver(command, env)
+    try:
+        wait_applied(engine, consumer, 1_000, driver)
+        for partition in range(4):
+            where = ["--consumer", consumer, "--topic", topic, "--partition", str(partition)]
+            url = ["--url", stack.database_url()]
+            assert cli.main(["inbox", "rewind", *where, "--offset", "-1", "--yes", *url]) == 0
+        publish(engine, aggregate_type, 200, start=1_000, keys=16)  # the query's next batch
+        deadline = time.monotonic() + 300
+        while effect_stats(engine, consumer)[0] < 2_200:
+            assert driver.poll() is None, f"consumer exited with {driver.returncode}"
+            assert time.monotonic() < deadline, f"effects {effect_stats(engine, consumer)}"
+            time.sleep(0.5)
+        time.sleep(3)  # a third application would show now
+        assert effect_stats(engine, consumer) == (2_200, 1_200)  # the first 1,000 twice
+    finally:
+        stop_driver(driver)
+    moved_aside = [p.name for p in (tmp_path / "cp").iterdir() if ".moved-" in p.name]
+    assert moved_aside, "the checkpoint from before the rewind was not moved aside"
