@@ -86,10 +86,16 @@ def variables(classes: Iterable[type[BaseModel]]) -> set[str]:
     return names
 
 
-def closest(name: str, known: Iterable[str]) -> str | None:
-    """The known variable ``name`` most likely misspells (None: none is close)."""
-    found = difflib.get_close_matches(name.upper(), sorted(known), n=1, cutoff=0.75)
-    return found[0] if found else None
+def closest(name: str, known: Iterable[str], prefix: str = "OUTBOXKIT_") -> str | None:
+    """The known variable ``name`` most likely misspells (None: none is close), compared
+    without ``prefix``: every name that starts with it would look alike by the prefix alone."""
+
+    def rest(variable: str) -> str:
+        return variable[len(prefix) :] if variable.startswith(prefix) else variable
+
+    rests = {rest(candidate): candidate for candidate in sorted(known)}
+    found = difflib.get_close_matches(rest(name.upper()), sorted(rests), n=1, cutoff=0.75)
+    return rests[found[0]] if found else None
 
 
 def expected(name: str, info: FieldInfo | None) -> str:
