@@ -89,10 +89,13 @@ def moved(
     return found
 
 
-def start_over(engine: Engine, move: Move, identity: TopicIdentity | None = None) -> None:
+def start_over(
+    engine: Engine, move: Move, identity: TopicIdentity | None = None, offset: int = -1
+) -> None:
     """Start ``move``'s partition over for ``identity`` (its current one when None): watermark
-    -1, the window's offsets forgotten, no longer stopped; the positions stay (they decide from
-    now on), and so do its parked records (their topic id tells their incarnation)."""
+    ``offset`` (-1: read from its start; an operator's "applied up to N"), the window's offsets
+    forgotten, no longer stopped; the positions stay (they decide from now on), and so do its
+    parked records (their topic id tells their incarnation). One transaction."""
     recorder = Recorder(move.consumer)
     where = recorder.match(watermarks, move.topic, move.partition)
     chosen = identity or move.current
@@ -102,7 +105,7 @@ def start_over(engine: Engine, move: Move, identity: TopicIdentity | None = None
             update(watermarks)
             .where(*where)
             .values(
-                offset=-1,
+                offset=offset,
                 cluster_id=None if chosen is None else chosen.cluster_id,
                 topic_id=None if chosen is None else chosen.topic_id,
                 stopped=None,

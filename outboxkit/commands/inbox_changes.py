@@ -130,7 +130,7 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
     another topic identity than the topic's today): watermark at ``--offset`` (-1: read the
     topic from its start; the sources' positions, where the records carry them, decide what
     was applied), once the plan is confirmed."""
-    from inbox import moves, operations
+    from inbox import moves
     from spark_consumers.identity import TopicIdentities
 
     current = TopicIdentities(kafka).read([args.topic]).get(args.topic)
@@ -146,10 +146,8 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
         return 0
     if not confirm.go_ahead(args, "inbox rebase", _rebase_plan(args, engine, current, found)):
         return 0
-    for move in found:
-        moves.start_over(engine, move, current)
-        if args.offset != -1:
-            operations.rewind(engine, move.consumer, move.topic, move.partition, args.offset)
+    for move in found:  # the watermark set with the start-over: one transaction, positions kept
+        moves.start_over(engine, move, current, offset=args.offset)
     partitions = [m.partition for m in found]
     print(f"started {args.consumer} {args.topic} {partitions} over at {args.offset}")
     print("restart the consumer job: it reads these partitions from the inbox's positions")

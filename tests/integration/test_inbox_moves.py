@@ -224,3 +224,22 @@ def test_a_rewind_refuses_the_reader_that_started_before_it(engine, consumer):
         inbox.apply_partition([event(topic, 2, 3)], A, 0)
     replay = inbox.apply_partition([event(topic, 1, 2), event(topic, 2, 3)], A, 1)
     assert replay.count(Action.APPLY) == 2  # offset 1 applied again, as the rewind asked
+
+
+def test_a_rebase_as_applied_up_to_an_offset_keeps_the_positions_that_judge_the_rest(
+    engine, consumer
+):
+    """`inbox rebase --offset N`: the new incarnation's records above N are read, and those the
+    old one applied are still skipped by their positions (set in the start-over's own
+    transaction, not cleared by a rewind after it)."""
+    inbox = Inbox(engine, consumer, recorder(consumer), window=0)
+    topic = f"moves-{uuid.uuid4().hex[:6]}"
+    inbox.apply_partition([event(topic, o, o) for o in range(5)], A)  # positions 0..4
+    [move] = moves.moved(engine, consumer, {topic: RECREATED})
+    moves.start_over(engine, move, RECREATED, offset=1)
+    rebased = row(engine, consumer, topic)
+    assert rebased.offset == 1 and rebased.sources and rebased.stopped is None
+    # The new topic holds events 3..6 at offsets 2..5: 3 and 4 were applied already.
+    result = inbox.apply_partition([event(topic, o, o + 1) for o in range(2, 6)], RECREATED)
+    assert result.count(Action.APPLY) == 2 and result.count(Action.SKIP_DUPLICATE) == 2
+    assert len(effect_counts(engine, consumer)) == 7
