@@ -7,6 +7,7 @@ deployment manifests all build the connector from these, so the three cannot dis
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -20,6 +21,7 @@ from cdc.config import (
     DEFAULT_SERVER_NAME,
     ConnectorConfigError,
     ConnectorSettings,
+    build_connector_config,
 )
 from cdc.endpoints import EndpointSettings, postgres_identifier
 from outboxkit.kernel import engines
@@ -230,6 +232,20 @@ def connector_password(settings: CdcSettings) -> str:
         "the connector needs the CDC role's password: set OUTBOXKIT_CDC_PASSWORD_REFERENCE "
         "(a Kafka Connect config-provider reference) or OUTBOXKIT_CDC_PASSWORD_FILE"
     )
+
+
+def connector_config(
+    settings: CdcSettings, database_url: str | URL | None = None
+) -> dict[str, str]:
+    """The outbox connector's whole config as `outboxkit cdc apply` puts it (and `outboxkit
+    doctor` expects it): `connector_settings` with `connector_password`.
+
+    Args:
+        settings: The CDC settings.
+        database_url: The outbox's database; None: the settings' database_url.
+    """
+    cs = connector_settings(settings, database_url)
+    return build_connector_config(replace(cs, database_password=connector_password(settings)))
 
 
 def role_password(settings: CdcSettings) -> str:

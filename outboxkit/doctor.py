@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from sqlalchemy import text
@@ -189,11 +189,9 @@ def _outbox_connector(exam: Examination) -> Iterator[Finding]:
 
 def desired_config(exam: Examination) -> dict[str, str]:
     """The connector's config as `outboxkit cdc apply` would put it."""
-    from cdc.config import build_connector_config
-    from cdc.settings import connector_password, connector_settings
+    from cdc.settings import connector_config
 
-    cs = connector_settings(exam.settings, exam.endpoints.database_url())
-    return build_connector_config(replace(cs, database_password=connector_password(exam.settings)))
+    return connector_config(exam.settings, exam.endpoints.database_url())
 
 
 def _connector(client: ConnectClient, name: str, config: dict[str, str]) -> Finding:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from outboxkit.parsers import SubParsers, add_url, command
@@ -86,12 +85,11 @@ def _exists(conn: psycopg.Connection, table: str) -> bool:
 
 def _apply(args: argparse.Namespace, settings: Settings) -> int:
     from cdc import supervisor
-    from cdc.config import build_connector_config
-    from cdc.settings import connector_password, masked
+    from cdc.settings import connector_config, masked
     from outboxkit.endpoints import resolve
 
-    _, cs = _capture(settings, args)
-    config = build_connector_config(replace(cs, database_password=connector_password(settings)))
+    url, cs = _capture(settings, args)
+    config = connector_config(settings, url)
     if args.dry_run:
         print(json.dumps(masked(config), indent=2, sort_keys=True))
         return 0
