@@ -18,14 +18,13 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from inbox import moves
-from inbox.decision import Action, PartitionView
+from inbox.decision import Action, PartitionView, asks_window
 from inbox.handlers import BatchHandler, Handlers, as_batch
 from inbox.position import (
     OffsetsMoved,
     Superseded,
     TopicIdentity,
     judge_identity,
-    known_position,
     merged,
 )
 from inbox.recorder import Locked, Recorder
@@ -216,20 +215,16 @@ class Inbox:
             if not decoded:
                 return BatchResult(topic, partition, mark, {Action.SKIP_REPLAY: replays})
             replayed = [d.record.offset for d in decoded if d.record.offset <= mark]
+            # Ids whose decision may need to know whether their event was applied or parked
+            # (`asks_window`): the common record, above its source's position, needs none.
+            asked = [
+                d.event_id
+                for d in decoded
+                if asks_window(locked.positions, mark, d.record.offset, d.source, d.position)
+            ]
             view = PartitionView(
                 watermark=mark,
-                # a record its source's position judges needs no window: a re-send repeats
-                # its original's position
-                recent_ids=recorder.recent(
-                    session,
-                    topic,
-                    partition,
-                    (
-                        d.event_id
-                        for d in decoded
-                        if d.position is None or known_position(locked.positions, d.source) is None
-                    ),
-                ),
+                recent_ids=recorder.recent(session, topic, partition, asked),
                 parked_keys=(
                     recorder.parked_keys(session, topic, partition, (d.key for d in decoded))
                     if locked.any_parked
@@ -238,6 +233,13 @@ class Inbox:
                 positions=locked.positions,
                 held=recorder.held_at(session, topic, partition, replayed),
                 by_position=locked.by_position,
+                ids_kept=self.window > 0,
+                parked_ids=(
+                    recorder.parked_ids(session, topic, partition, asked)
+                    if locked.any_parked and locked.positions
+                    else frozenset()
+                ),
+                floors=locked.floors,
             )
             slices = self.slices
             if optimistic:
@@ -265,7 +267,10 @@ class Inbox:
                     topic,
                     partition,
                     done.result.watermark,
-                    done.applied,
+                    # Offsets at or below the watermark (new events by position at a topic's
+                    # restarted offsets, for a caller that gave no identity) may have a window
+                    # row already: only the slice's offsets above it are remembered.
+                    [pair for pair in done.applied if pair[1] > mark],
                     positions=positions,
                     identity=identity,
                 )

@@ -50,6 +50,14 @@ class PartitionView:
     held: Mapping[int, str] = field(default_factory=dict)
     # Started over by its sources' positions: a record it cannot judge by one stops it.
     by_position: bool = False
+    # The window keeps applied ids: a position not above its source's is judged by the id
+    # (a tie, a re-send, or a position that went back). False: by the position alone.
+    ids_kept: bool = False
+    # Parked event ids among those asked (`asks_window`): a re-send of a parked event.
+    parked_ids: frozenset[str] = frozenset()
+    # Per source, the position at or below which records are re-reads (`inbox.moves`: started
+    # over, or a floor raised before partitions were added): skipped by position alone.
+    floors: Mapping[str, Position] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -69,44 +77,53 @@ class Decider:
     ``parked``) holds every later record of its key.
 
     A record whose source already has a position in this partition is judged by that position,
-    not by its offset: at or below it, a replay or a re-send; above it, a new event even at an
-    offset the watermark passed (a re-created topic, another cluster). Other records are judged
-    by the offset, and one at an applied offset that holds another event than the window says
-    stops the partition (`Action.STOP`): the offsets changed meaning."""
+    not by its offset: above it, a new event even at an offset the watermark passed (a
+    re-created topic, another cluster); at or below it and at an applied offset, a replay.
+    Above the watermark, at or below it: a re-send when its event was applied (or parked) here
+    or its position is at or below the source's floor (a re-read); else, at the same position,
+    another event of one multi-row write (a tie), a new event; below it, the source's positions
+    went back (a restored database, two databases under one source name) and the partition
+    stops (`Action.STOP`). Without the window's ids (``ids_kept``) the position alone decides.
+
+    Other records are judged by the offset, and one at an applied offset that holds another
+    event than the window says stops the partition: the offsets changed meaning."""
 
     def __init__(self, view: PartitionView, *, known_types: Iterable[str] | None = None) -> None:
         self._types = None if known_types is None else frozenset(known_types)
         self._seen = set(view.recent_ids)
         self._parked = set(view.parked_keys)
+        self._parked_ids = set(view.parked_ids)
         self._mark = view.watermark
         self._last = view.watermark
         self._positions = dict(view.positions)
+        self._floors = view.floors
         self._held = view.held
         self._by_position = view.by_position
+        self._ids_kept = view.ids_kept
 
     def decide(self, record: Incoming) -> Decision:
         """The action for the next record; offsets must be given in increasing order."""
         known = known_position(self._positions, record.source)
         if known is not None and record.position is not None:
             if record.position <= known:
-                action = (
-                    Action.SKIP_REPLAY if record.offset <= self._mark else Action.SKIP_DUPLICATE
-                )
-                return Decision(
-                    record.offset,
-                    action,
-                    f"source {record.source} position {list(record.position)} <= {list(known)}",
-                )
-        elif self._by_position:
-            return Decision(record.offset, Action.STOP, unjudged(record))
+                if record.offset <= self._mark:
+                    return Decision(record.offset, Action.SKIP_REPLAY, _below(record, known))
+                judged = self._not_above(record, known)
+                if judged is not None:
+                    return judged
         elif record.offset <= self._last:
             held = self._held.get(record.offset)
             if held is not None and record.event_id is not None and held != record.event_id:
                 return Decision(record.offset, Action.STOP, offsets_moved(record, held))
             return Decision(record.offset, Action.SKIP_REPLAY, f"offset <= {self._last}")
+        elif self._by_position and (record.source is None or known is not None):
+            # No position a known source can judge it by: its id may still say it was applied.
+            if self._ids_kept and self._applied(record):
+                return Decision(record.offset, Action.SKIP_DUPLICATE, _applied_here(record))
+            return Decision(record.offset, Action.STOP, unjudged(record))
         self._last = max(self._last, record.offset)
         if record.source is not None and record.position is not None:
-            self._positions[record.source] = record.position
+            self._positions[record.source] = max(record.position, known or record.position)
         decision = self._decide_new(record)
         if decision.action is Action.APPLY and record.event_id is not None:
             self._seen.add(record.event_id)
@@ -114,12 +131,34 @@ class Decider:
             self.parked(record)
         return decision
 
+    def _not_above(self, record: Incoming, known: Position) -> Decision | None:
+        """The decision for a record above the watermark whose position is at or below its
+        source's ``known`` one; None when it is a new event (a tie not applied here)."""
+        assert record.position is not None and record.source is not None
+        if self._applied(record):
+            return Decision(record.offset, Action.SKIP_DUPLICATE, _applied_here(record))
+        floor = self._floors.get(record.source)
+        if floor is not None and record.position <= floor:
+            reason = f"{_below(record, known)}, at or below its floor {list(floor)}: a re-read"
+            return Decision(record.offset, Action.SKIP_DUPLICATE, reason)
+        if not self._ids_kept:  # no window: a re-send is told by its position alone
+            return Decision(record.offset, Action.SKIP_DUPLICATE, _below(record, known))
+        if record.position == known:
+            return None  # another event of the write that gave the position: new
+        return Decision(record.offset, Action.STOP, went_back(record, known))
+
+    def _applied(self, record: Incoming) -> bool:
+        """True when the record's event was applied (the window, the batch) or parked here."""
+        event_id = record.event_id
+        return event_id is not None and (event_id in self._seen or event_id in self._parked_ids)
+
     def parked(self, record: Incoming) -> None:
         """Report that ``record`` ended up parked (e.g. its handler kept failing)."""
         if record.key is not None:
             self._parked.add(record.key)
         if record.event_id is not None:
             self._seen.discard(record.event_id)
+            self._parked_ids.add(record.event_id)
 
     def _decide_new(self, record: Incoming) -> Decision:
         if record.event_id is not None and record.event_id in self._seen:
@@ -157,6 +196,48 @@ def offsets_moved(record: Incoming, held: str) -> str:
         f"{record.event_id}: the partition's offsets no longer mean what its watermark says (a "
         "re-created topic, or another cluster); see the runbook 'When offsets change'"
     )
+
+
+def _below(record: Incoming, known: Position) -> str:
+    assert record.position is not None
+    return f"source {record.source} position {list(record.position)} <= {list(known)}"
+
+
+def _applied_here(record: Incoming) -> str:
+    return f"event {record.event_id} applied or parked here (source {record.source})"
+
+
+def went_back(record: Incoming, known: Position) -> str:
+    """Why a partition stops on ``record``: its source's position went back."""
+    assert record.position is not None
+    return (
+        f"offset {record.offset} (event {record.event_id}) has source {record.source} position "
+        f"{list(record.position)}, below the {list(known)} the partition applied, and its event "
+        "was not applied here: the source's positions went back (two databases under one "
+        "source name, a database restored or replaced); see the runbook 'When offsets change'"
+    )
+
+
+def asks_window(
+    positions: Mapping[str, Position],
+    mark: int,
+    offset: int,
+    source: str | None,
+    position: Position | None,
+) -> bool:
+    """True when deciding the record may need to know whether its event was applied or parked
+    here, so its id is looked up in the window (and the parked records): a record judged by
+    offset or with a source new to the partition; one above the watermark whose position is not
+    above its source's (a tie, a re-send, a position gone back); and, in a partition with
+    several sources, every record (an event re-sent under another source name has a position
+    new to that name). A record with a known source's position above it, the common one, is
+    not looked up."""
+    known = known_position(positions, source)
+    if known is None or position is None:
+        return True
+    if position <= known:
+        return offset > mark
+    return len(positions) > 1
 
 
 def unjudged(record: Incoming) -> str:

@@ -2,23 +2,23 @@
 and operators see them: which ones, whether their sources' positions can take over, and
 starting them over.
 
-Starting a partition over sets its watermark to -1 for the topic's new identity and forgets the
-window's offsets; the sources' positions stay and decide from then on. The reader must then
-read the partition from its start (the driver moves its Spark checkpoint aside and starts from
-the inbox's positions): `Inbox` never starts a partition over by itself, since a slice read
-from the middle of the new topic would pass the records before it."""
+Starting a partition over sets its watermark to -1 for the topic's new identity and moves the
+window's ids below every offset; the sources' positions stay and decide from then on. The
+reader must then read the partition from its start (the driver moves its Spark checkpoint
+aside and starts from the inbox's positions): `Inbox` never starts a partition over by itself,
+since a slice read from the middle of the new topic would pass the records before it."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from inbox.position import TopicIdentity, from_json, to_json
+from inbox.position import TopicIdentity, from_json, merged, to_json
 from inbox.recorder import Recorder
 from inbox.tables import ERROR_CHARS, recent_ids, watermarks
 from outboxkit.kernel.wire.position import Position
@@ -90,17 +90,26 @@ def moved(
 
 
 def start_over(
-    engine: Engine, move: Move, identity: TopicIdentity | None = None, offset: int = -1
+    engine: Engine,
+    move: Move,
+    identity: TopicIdentity | None = None,
+    offset: int = -1,
+    *,
+    by_operator: bool = False,
 ) -> None:
     """Start ``move``'s partition over for ``identity`` (its current one when None): watermark
-    ``offset`` (-1: read from its start; an operator's "applied up to N"), the window's offsets
-    forgotten, no longer stopped; the positions stay (they decide from now on), and so do its
-    parked records (their topic id tells their incarnation). One transaction."""
+    ``offset`` (-1: read from its start; an operator's "applied up to N"), the window's ids kept
+    below every offset (`keep_ids_below_offsets`), no longer stopped; the positions stay (they
+    decide from now on) and become the sources' floors (the re-read repeats them), and so do
+    its parked records (their topic id tells their incarnation). Started over by the driver, a
+    record no known source's position judges stops the partition; ``by_operator``: the
+    operator vouched for the offsets above ``offset``, and such records are judged by offset.
+    One transaction."""
     recorder = Recorder(move.consumer)
     where = recorder.match(watermarks, move.topic, move.partition)
     chosen = identity or move.current
     with Session(engine) as session, session.begin():
-        recorder.lock(session, move.topic, move.partition)
+        locked = recorder.locked(session, move.topic, move.partition)
         session.execute(
             update(watermarks)
             .where(*where)
@@ -109,14 +118,50 @@ def start_over(
                 cluster_id=None if chosen is None else chosen.cluster_id,
                 topic_id=None if chosen is None else chosen.topic_id,
                 stopped=None,
-                by_position=bool(move.positions),
+                by_position=bool(locked.positions) and not by_operator,
+                floors=to_json(merged(locked.floors, started_over(locked.positions))),
                 epoch=watermarks.c.epoch + 1,
                 updated_at=func.now(),
             )
         )
-        session.execute(
-            delete(recent_ids).where(*recorder.match(recent_ids, move.topic, move.partition))
+        keep_ids_below_offsets(session, recorder.match(recent_ids, move.topic, move.partition))
+
+
+def started_over(positions: Mapping[str, Position]) -> list[tuple[str, Position]]:
+    """The floors a start-over gives: just below each source's position, whose own event is
+    judged by its id (the window kept it) since another event of the same write may share it
+    and not have been applied yet (a mirror holds what the consumer had not read)."""
+    return [(source, (commit, change - 1)) for source, (commit, change) in positions.items()]
+
+
+def keep_ids_below_offsets(session: Session, scope: Sequence[ColumnElement[bool]]) -> None:
+    """Move the window's slices (``scope``: one partition's) below every Kafka offset: their
+    ids still say which events were applied (a re-send under another source name, a tie at the
+    floor), but no offset of the new incarnation matches theirs (a replay's check, a new
+    slice's row) and they leave the window as the new watermark moves on. The shift is larger
+    than their span, so no shifted row takes another's key during the update."""
+    span = session.execute(
+        select(func.min(recent_ids.c.first_offset), func.max(recent_ids.c.last_offset)).where(
+            *scope
         )
+    ).one()
+    if span[0] is None:
+        return
+    low, high = int(span[0]), int(span[1])
+    shift = max(high + 2, high - low + 1)
+    session.execute(
+        update(recent_ids)
+        .where(*scope)
+        .values(
+            first_offset=recent_ids.c.first_offset - shift,
+            last_offset=recent_ids.c.last_offset - shift,
+            # in the same order: offsets and event_ids are parallel arrays
+            offsets=text(
+                "ARRAY(SELECT o - :p_shift FROM unnest(inbox_recent.offsets) WITH ORDINALITY "
+                "AS t(o, n) ORDER BY n)"
+            ).bindparams(p_shift=shift),
+        )
+    )
 
 
 def stop(session: Session, consumer: str, topic: str, partition: int, reason: str) -> None:
@@ -163,7 +208,7 @@ def raise_floors(
             session.execute(
                 update(watermarks)
                 .where(*keys, watermarks.c.partition == row.partition)
-                .values(sources=to_json(raised))
+                .values(sources=to_json(raised), floors=to_json({**from_json(row.floors), **floor}))
             )
         known = {int(row.partition) for row in rows}
         missing = [p for p in range(partitions) if p not in known]
@@ -180,6 +225,7 @@ def raise_floors(
                             "cluster_id": rows[0].cluster_id,
                             "topic_id": rows[0].topic_id,
                             "sources": to_json(floor),
+                            "floors": to_json(floor),
                         }
                         for p in missing
                     ]

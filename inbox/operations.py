@@ -194,6 +194,7 @@ def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: in
             .values(
                 offset=offset,
                 sources={},
+                floors={},
                 by_position=False,
                 epoch=watermarks.c.epoch + 1,
                 updated_at=func.now(),

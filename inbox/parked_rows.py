@@ -93,6 +93,21 @@ class ParkedRows:
         )
         return frozenset(key_text(r[0]) or "" for r in rows if r[0] in wanted)
 
+    def parked_ids(
+        self, session: Session, topic: str, partition: int, ids: Iterable[str | None]
+    ) -> frozenset[str]:
+        """Which of ``ids`` are event ids of the partition's parked records (a re-send of a
+        parked event is not a new one)."""
+        wanted = sorted({i for i in ids if i})
+        if not wanted:
+            return frozenset()
+        rows = session.execute(
+            select(parked.c.event_id)
+            .distinct()
+            .where(*self.match(parked, topic, partition), parked.c.event_id.in_(wanted))
+        )
+        return frozenset(str(r[0]) for r in rows)
+
     def park(
         self, session: Session, records: Sequence[Parking], topic_id: str | None = None
     ) -> None:
@@ -116,11 +131,51 @@ class ParkedRows:
                     "history": func.jsonb_build_array(*failure) if parking.failed else [],
                 }
             )
-        session.execute(
+        kept = session.execute(
             pg_insert(parked)
             .values(rows)
             .on_conflict_do_nothing(constraint="uq_inbox_parked_offset")
+            .returning(parked.c.offset)
         )
+        taken = {int(r[0]) for r in kept}
+        if len(taken) < len(records):
+            self._same_as_parked(
+                session, [p for p in records if p.decoded.record.offset not in taken], topic_id
+            )
+
+    def _same_as_parked(
+        self, session: Session, records: Sequence[Parking], topic_id: str | None
+    ) -> None:
+        """Check that ``records``, whose offsets already have a parked record of the same topic
+        incarnation, are those records again (parked once more after a rewind, say); raise
+        `inbox.position.OffsetsMoved` (the transaction rolls back, the partition stops) when one
+        is another event: its offsets changed meaning, and dropping it would lose it."""
+        from inbox.position import OffsetsMoved
+
+        first = records[0].decoded.record
+        found = session.execute(
+            select(parked.c.offset, parked.c.event_id, parked.c.payload).where(
+                *self.match(parked, first.topic, first.partition),
+                parked.c.offset.in_([p.decoded.record.offset for p in records]),
+                parked.c.topic_id.is_not_distinct_from(topic_id),
+            )
+        )
+        there = {int(offset): (event_id, payload) for offset, event_id, payload in found}
+        for parking in records:
+            record = parking.decoded.record
+            event_id, payload = there.get(record.offset, (None, None))
+            same = (event_id, payload) == (
+                readable(parking.decoded.event_id, EVENT_ID_CHARS),
+                record.value,
+            )
+            if not same:
+                raise OffsetsMoved(
+                    f"offset {record.offset} holds parked event {event_id} and now holds event "
+                    f"{parking.decoded.event_id}: the partition's offsets no longer mean what "
+                    "its parked records say (a re-created topic, or another cluster); see the "
+                    "runbook 'When offsets change'",
+                    rebased=False,
+                )
 
     def recheck_parked(self, session: Session, topic: str, partition: int) -> None:
         """Set the partition's `Locked.any_parked` from the parked records left (after redrive

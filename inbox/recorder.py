@@ -33,6 +33,7 @@ class Locked:
     stopped: str | None = None  # why the partition is stopped (`inbox.moves.stop`)
     by_position: bool = False  # started over: only records with a known source's position
     epoch: int = 0  # start-overs so far
+    floors: Mapping[str, Position] = field(default_factory=dict)  # per source, re-reads below
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class Recorder(ParkedRows):
             row.stopped,
             bool(row.by_position),
             int(row.epoch),
+            from_json(row.floors),
         )
 
     def advance(

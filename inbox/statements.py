@@ -60,6 +60,7 @@ LOCK = (
         watermarks.c.stopped,
         watermarks.c.by_position,
         watermarks.c.epoch,
+        watermarks.c.floors,
     )
     .where(*this_partition(watermarks))
     .with_for_update()

@@ -55,6 +55,10 @@ watermarks = Table(
     # Counts the start-overs: a consumer query started before the last one is refused (its
     # reader may be in the middle of the new topic).
     Column("epoch", Integer, nullable=False, server_default=text("0")),
+    # Per source, the position at or below which a record is a re-read (of a partition started
+    # over, or given a floor before partitions were added): skipped by position alone. Above
+    # it, a position lower than its source's is a re-send only if the window holds its event.
+    Column("floors", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     PrimaryKeyConstraint("consumer", "topic", "partition"),
 )
 

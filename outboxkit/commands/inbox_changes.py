@@ -147,7 +147,7 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
     if not confirm.go_ahead(args, "inbox rebase", _rebase_plan(args, engine, current, found)):
         return 0
     for move in found:  # the watermark set with the start-over: one transaction, positions kept
-        moves.start_over(engine, move, current, offset=args.offset)
+        moves.start_over(engine, move, current, offset=args.offset, by_operator=True)
     partitions = [m.partition for m in found]
     print(f"started {args.consumer} {args.topic} {partitions} over at {args.offset}")
     print("restart the consumer job: it reads these partitions from the inbox's positions")
@@ -161,7 +161,11 @@ def _rebase_plan(
 ) -> list[str]:
     lines = [f"inbox rebase of {args.consumer} {args.topic} on {_database(engine)}"]
     for move in found:
-        judged = "by its sources' positions" if move.positions else "by offset only"
+        judged = (
+            f"by their sources' positions where they carry one, else by offset above {args.offset}"
+            if move.positions
+            else "by offset only"
+        )
         lines.append(
             f"  start [{move.partition}] over: watermark {move.watermark} -> {args.offset} for "
             f"{current.describe()} (was: {move.describe()}); its records judged {judged}"

@@ -36,7 +36,8 @@ def source_position(
     headers: Iterable[tuple[str, bytes | None]],
 ) -> tuple[str | None, Position | None]:
     """The record's source and its position there, from the connector's headers (both None
-    when it carries none, as records written before the connector added them)."""
+    when it carries none, as records written before the connector added them; the position
+    alone None when it cannot be read, as a fresh connector's first transaction)."""
     source: str | None = None
     position: Position | None = None
     for name, value in headers:
@@ -44,6 +45,6 @@ def source_position(
             source = value.decode("utf-8", "replace")
         elif name == SOURCE_POSITION:
             position = parse_position(value)
-    if source is None or position is None:
+    if source is None:
         return None, None
     return source, position

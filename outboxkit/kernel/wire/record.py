@@ -378,6 +378,6 @@ def read(record: KafkaRecord) -> Decoded:
         key,
         event_id,
         envelope.event_type,
-        source if position is not None else None,
+        source,
         position,
     )
