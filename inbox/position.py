@@ -36,13 +36,24 @@ def known_position(positions: Mapping[str, Position], source: str | None) -> Pos
     return positions.get(source) if source is not None else None
 
 
+# The position a partition keeps for a source it saw only without a readable one (a fresh
+# connector's first transaction, ``[null, "<lsn>"]``): the source is known to the partition, so
+# a start-over judges its records by id, not as a new source's; below every real position.
+UNREAD: Position = (0, 0)
+
+
 def merged(
     stored: Mapping[str, Position], seen: Iterable[tuple[str | None, Position | None]]
 ) -> dict[str, Position]:
-    """``stored`` with each source's highest position among ``seen`` taken in."""
+    """``stored`` with each source's highest position among ``seen`` taken in (`UNREAD` for a
+    source seen only without one)."""
     out = dict(stored)
     for source, position in seen:
-        if source is not None and position is not None and position > out.get(source, (-1, -1)):
+        if source is None:
+            continue
+        if position is None:
+            out.setdefault(source, UNREAD)
+        elif position > out.get(source, (-1, -1)):
             out[source] = position
     return out
 

@@ -20,6 +20,7 @@ from outboxkit.kernel.tracing import spans
 from outboxkit.kernel.tracing.context import TraceContext
 from outboxkit.kernel.wire.record import KafkaRecord
 from spark_consumers.clock import HandlerClock
+from spark_consumers.identity import TopicIdentities
 from spark_consumers.job import Job, query_name
 from spark_consumers.retry import BATCH_RETRY, IDENTITY_RETRY, retrying
 from spark_consumers.summary import SPARK_SCHEMA, SliceSummary, to_arrow
@@ -93,6 +94,8 @@ def apply_batches(
     for batch in batches:
         for record in records_from_arrow(batch):
             grouped.setdefault((record.topic, record.partition), []).append(record)
+    if grouped and identities:
+        fetched_as_read(jobs, identities, sorted({topic for topic, _ in grouped}))
     summaries: list[SliceSummary] = []
     for (topic, partition), records in sorted(grouped.items()):
         for job in jobs:
@@ -125,6 +128,45 @@ def apply_batches(
                 )
             )
     yield to_arrow(summaries)
+
+
+_READERS: dict[str, TopicIdentities] = {}  # per executor process and cluster
+
+
+class TopicChanged(RuntimeError):
+    """A topic's id changed between the driver's read and the task's fetch: the micro-batch
+    fails, nothing of it applied, and the query restarts (its next read judges the
+    partitions)."""
+
+
+def fetched_as_read(
+    jobs: Sequence[Job], identities: Mapping[str, TopicIdentity], topics: Sequence[str]
+) -> None:
+    """Raise `TopicChanged` when a topic's identity, read again once the task has fetched its
+    records, is not the one the driver read for this micro-batch. The driver reads the ids
+    after Spark fixed the batch's offsets and before the executors fetch: a topic re-created
+    and refilled in between would give records of its new incarnation under the old identity.
+    A topic id names one incarnation, so the same id on both sides of the fetch proves the
+    records are of it. One admin round trip per task, on a client kept per process."""
+    job = next(j for j in jobs if any(t in j.topics for t in topics))
+    key = f"{job.bootstrap_servers} {sorted(job.kafka_options.items())}"
+    if key not in _READERS:
+        _READERS[key] = TopicIdentities.of(job)
+    asked = [t for t in topics if t in identities]
+    now, _ = retrying(
+        lambda: _READERS[key].read(asked),
+        retryable=lambda exc: isinstance(exc, Exception),
+        backoff=IDENTITY_RETRY,
+        what="topic ids after the fetch",
+    )
+    for topic in asked:
+        if now.get(topic) != identities[topic]:
+            seen = now.get(topic)
+            raise TopicChanged(
+                f"topic {topic}: {identities[topic].describe()} when the micro-batch was "
+                f"planned, {seen.describe() if seen else 'gone'} after its records were "
+                "fetched (re-created meanwhile): nothing applied, the query restarts"
+            )
 
 
 def reader_epoch(

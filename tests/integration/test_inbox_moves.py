@@ -204,6 +204,14 @@ def test_adding_partitions_raises_only_the_paused_source_s_floors(engine, consum
         {"shop": [30, 30], "billing": [20, 20]},  # billing's own position kept
         {"shop": [30, 30]},  # the new partition: only the paused source's floor
     ]
+    with engine.connect() as conn:
+        floored = conn.execute(
+            select(watermarks.c.floors)
+            .where(watermarks.c.consumer == consumer, watermarks.c.topic == topic)
+            .order_by(watermarks.c.partition)
+        ).scalars()
+        # a re-send of shop's events in any partition is skipped at or below the floor
+        assert [dict(f) for f in floored] == [{"shop": [30, 30]}] * 3
 
 
 def test_a_rewind_refuses_the_reader_that_started_before_it(engine, consumer):

@@ -201,3 +201,24 @@ def test_a_rebase_clears_a_partition_stopped_on_a_record_without_position(engine
     result = inbox.apply_partition(bare, RECREATED)
     assert result.count(Action.APPLY) == 2
     applied_once(engine, consumer, 5)
+
+
+def test_a_partition_that_saw_only_a_fresh_connector_s_first_transaction_starts_over_by_id(
+    engine, consumer, topic
+):
+    """A fresh connector's first transaction carries no readable position: the partition still
+    knows its source, so a re-created topic starts it over automatically, and a re-read of
+    those events (a mirror) is skipped by their ids, which the start-over kept."""
+    inbox = Inbox(engine, consumer, recorder(consumer), window=EXACTLY_ONCE_WINDOW)
+    first = [event(topic, o, o + 1, commit="null") for o in range(3)]
+    inbox.apply_partition(first, A)
+    assert row(engine, consumer, topic).sources == {"orders-db": [0, 0]}
+    with pytest.raises(OffsetsMoved):
+        inbox.apply_partition([event(topic, 0, 9)], RECREATED)
+    [move] = moves.moved(engine, consumer, {topic: RECREATED})
+    assert move.automatic
+    moves.start_over(engine, move)
+    mirrored = [event(topic, o, o + 1, commit="null") for o in range(3)] + [event(topic, 3, 9)]
+    result = inbox.apply_partition(mirrored, RECREATED)
+    assert (result.count(Action.SKIP_DUPLICATE), result.count(Action.APPLY)) == (3, 1)
+    applied_once(engine, consumer, 4)
