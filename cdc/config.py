@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from outboxkit.kernel.wire import DEFAULT_MESSAGE_PREFIX, HEADER_COLUMNS, SOURCE, SOURCE_POSITION
+from outboxkit.kernel.wire import (
+    DEFAULT_MESSAGE_PREFIX,
+    HEADER_COLUMNS,
+    SOURCE,
+    SOURCE_IDENTITY,
+    SOURCE_POSITION,
+)
 from outboxkit.kernel.wire.record import DEFAULT_TOPIC_PREFIX, topic_for, topic_prefix_problem
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
@@ -19,6 +25,7 @@ DECODE_MESSAGE = "io.debezium.connector.postgresql.transforms.DecodeLogicalDecod
 # outboxkit's own transform (cdc/java/smt; on the worker's classpath, or the Connect
 # image's plugin path in deploy/): Kafka's HeaderFrom reads top-level fields only, not source.*.
 SOURCE_POSITION_HEADERS = "io.outboxkit.connect.SourcePositionHeaders"
+INSERT_HEADER = "org.apache.kafka.connect.transforms.InsertHeader"  # Kafka's own (KIP-145)
 
 # Defaults of the connector settings (the stack's settings start from the same ones).
 DEFAULT_SERVER_NAME = "outboxkit"
@@ -74,6 +81,9 @@ class ConnectorSettings:
         message_prefix: Message mode: the connector also captures transactional logical
             decoding messages with this prefix and turns each into the record an outbox row
             gives; None: no messages.
+        source_identity: The captured database's identity, ``<system_identifier>/<database
+            name>`` (`cdc.identity`), written as the `SOURCE_IDENTITY` header on every record;
+            None: no such header.
         extra: Connector properties set as given, over the built ones.
     """
 
@@ -96,6 +106,7 @@ class ConnectorSettings:
     payload_encoding: str = DEFAULT_PAYLOAD_ENCODING
     exactly_once: bool = True
     message_prefix: str | None = DEFAULT_MESSAGE_PREFIX
+    source_identity: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -120,6 +131,13 @@ def _check(settings: ConnectorSettings) -> None:
     problem = topic_prefix_problem(settings.topic_prefix)
     if problem is not None:
         raise ConnectorConfigError(problem)
+    identity = settings.source_identity
+    # "${" would make Connect read the value as a config-provider reference.
+    if identity is not None and (not re.fullmatch(r"[0-9]+/.+", identity) or "${" in identity):
+        raise ConnectorConfigError(
+            f"source identity {identity!r}: expected <system_identifier>/<database name>, "
+            "the database's name without '${'"
+        )
 
 
 def outbox_topic_pattern(settings: ConnectorSettings) -> str:
@@ -209,6 +227,13 @@ def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
             }
         )
     config.update(_message_capture(settings))
+    if settings.source_identity is not None:
+        # Last and without a predicate (the steps before match the raw topics' names): every
+        # record the connector writes carries it, whatever the steps before made of it.
+        config["transforms"] += ",identity"
+        config["transforms.identity.type"] = INSERT_HEADER
+        config["transforms.identity.header"] = SOURCE_IDENTITY
+        config["transforms.identity.value.literal"] = settings.source_identity
     if settings.exactly_once:
         config["exactly.once.support"] = "required"
         config["transaction.boundary"] = "poll"
@@ -220,6 +245,18 @@ def build_connector_config(settings: ConnectorSettings) -> dict[str, str]:
             )
     config.update(settings.extra)
     return config
+
+
+def source_identity_of(config: Mapping[str, str]) -> str | None:
+    """The source identity a connector config writes on its records (None: none)."""
+    for step in config.get("transforms", "").split(","):
+        prefix = f"transforms.{step.strip()}."
+        if (
+            config.get(prefix + "type") == INSERT_HEADER
+            and config.get(prefix + "header") == SOURCE_IDENTITY
+        ):
+            return config.get(prefix + "value.literal")
+    return None
 
 
 def _message_capture(settings: ConnectorSettings) -> dict[str, str]:
@@ -247,5 +284,6 @@ __all__ = [
     "build_connector_config",
     "message_topic",
     "outbox_topic_pattern",
+    "source_identity_of",
     "topic_for",
 ]

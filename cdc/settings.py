@@ -235,7 +235,7 @@ def connector_password(settings: CdcSettings) -> str:
 
 
 def connector_config(
-    settings: CdcSettings, database_url: str | URL | None = None
+    settings: CdcSettings, database_url: str | URL | None = None, identity: str | None = None
 ) -> dict[str, str]:
     """The outbox connector's whole config as `outboxkit cdc apply` puts it (and `outboxkit
     doctor` expects it): `connector_settings` with `connector_password`.
@@ -243,9 +243,12 @@ def connector_config(
     Args:
         settings: The CDC settings.
         database_url: The outbox's database; None: the settings' database_url.
+        identity: The database's identity (`cdc.identity.database_identity`), written on every
+            record; None: none.
     """
     cs = connector_settings(settings, database_url)
-    return build_connector_config(replace(cs, database_password=connector_password(settings)))
+    password = connector_password(settings)
+    return build_connector_config(replace(cs, database_password=password, source_identity=identity))
 
 
 def role_password(settings: CdcSettings) -> str:

@@ -171,10 +171,16 @@ def _connect(exam: Examination) -> Iterator[Finding]:
 
 def _outbox_connector(exam: Examination) -> Iterator[Finding]:
     from cdc import plugins
+    from cdc.identity import SourceIdentityError
 
     client = exam.client()
     try:
-        config = desired_config(exam)
+        try:
+            config = desired_config(exam)
+        except SourceIdentityError as exc:  # `cdc apply` fails the same way
+            detail, _, fix = str(exc).partition(": ")
+            yield Finding("source identity", False, detail, fix)
+            return
         lacking = plugins.missing(config, client.plugins())
         yield Finding(
             "connect plugins",
@@ -188,17 +194,27 @@ def _outbox_connector(exam: Examination) -> Iterator[Finding]:
 
 
 def desired_config(exam: Examination) -> dict[str, str]:
-    """The connector's config as `outboxkit cdc apply` would put it."""
+    """The connector's config as `outboxkit cdc apply` would put it, the database's identity
+    read as it reads it."""
+    from cdc.identity import database_identity
     from cdc.settings import connector_config
 
-    return connector_config(exam.settings, exam.endpoints.database_url())
+    url = exam.endpoints.database_url()
+    return connector_config(exam.settings, url, identity=database_identity(url))
 
 
 def _connector(client: ConnectClient, name: str, config: dict[str, str]) -> Finding:
+    from cdc import collisions
+
     current = client.get_config(name)
     if current is None:
         return Finding("connector", False, f"{name} is not registered", "run `outboxkit cdc apply`")
     current = {k: v for k, v in current.items() if k != "name"}
+    new = collisions.capture_of(name, config)
+    replaced = None if new is None else collisions.replaced(current, new)
+    if replaced is not None:  # a restored or replaced database under the running connector
+        detail, _, fix = replaced.partition(". ")
+        return Finding("connector", False, detail, fix)
     differ = sorted(k for k in config.keys() | current.keys() if config.get(k) != current.get(k))
     if differ:
         shown = ", ".join(differ[:5]) + (f" (+{len(differ) - 5})" if len(differ) > 5 else "")

@@ -89,7 +89,7 @@ def _apply(args: argparse.Namespace, settings: Settings) -> int:
     from outboxkit.endpoints import resolve
 
     url, cs = _capture(settings, args)
-    config = connector_config(settings, url)
+    config = connector_config(settings, url, identity=_identity(url))
     if args.dry_run:
         print(json.dumps(masked(config), indent=2, sort_keys=True))
         return 0
@@ -105,6 +105,17 @@ def _apply(args: argparse.Namespace, settings: Settings) -> int:
     status = supervisor.wait_running(client, cs.name, timeout=args.timeout)
     print(f"connector {status.name}: {status.state}")
     return 0
+
+
+def _identity(url: Any) -> str:
+    """The outbox database's identity, which every record will carry (`cdc.identity`)."""
+    from cdc.identity import SourceIdentityError, database_identity
+    from outboxkit.commands.errors import PROBLEM, CommandError
+
+    try:
+        return database_identity(url)
+    except SourceIdentityError as exc:
+        raise CommandError(str(exc), PROBLEM) from exc
 
 
 def _check_plugins(client: ConnectClient, config: dict[str, str]) -> None:
@@ -128,8 +139,9 @@ def _check_collisions(
     *,
     rename: bool,
 ) -> None:
-    """Refuse a config that would share a source name or an outbox with another connector, or
-    rename the running one's source without --rename-source (`cdc.collisions`)."""
+    """Refuse a config that would share a source name or an outbox with another connector,
+    rename the running one's source without --rename-source, or keep its source name for
+    another database (`cdc.collisions`)."""
     from cdc import collisions
     from outboxkit.commands.errors import USAGE, CommandError
 
@@ -139,7 +151,8 @@ def _check_collisions(
     others = {other: client.get_config(other) for other in client.connectors() if other != name}
     problems = collisions.collisions(new, collisions.captures(others))
     renamed = None if rename else collisions.renamed(current, new)
-    problems += [renamed] if renamed else []
+    replaced = collisions.replaced(current, new)
+    problems += [problem for problem in (renamed, replaced) if problem]
     if problems:
         raise CommandError("\n".join(f"refused: {p}" for p in problems), USAGE)
 
@@ -174,9 +187,12 @@ def add_parsers(actions: SubParsers) -> None:
         "apply",
         _apply,
         help="put the outbox connector's config to Kafka Connect and wait until it runs",
-        description="Build the outbox connector's config from the OUTBOXKIT_* settings, put it "
-        "to Kafka Connect (OUTBOXKIT_CONNECT_URL) when it differs from the running one, and "
-        "wait until the connector and its task run. Safe to repeat.",
+        description="Build the outbox connector's config from the OUTBOXKIT_* settings and "
+        "the database's identity (every record carries it: header sourceIdentity), put it to "
+        "Kafka Connect (OUTBOXKIT_CONNECT_URL) when it differs from the running one, and wait "
+        "until the connector and its task run. Refused: a source name or an outbox another "
+        "connector has, a renamed source without --rename-source, a source name kept for "
+        "another database. Safe to repeat.",
     )
     add_url(apply)
     apply.add_argument("--timeout", type=float, default=180.0, help="seconds to wait for RUNNING")

@@ -18,8 +18,9 @@ CHECKED = (
     "the database (reachable, migrated, wal_level, slots, senders, the CDC role and its grants), "
     "Kafka (reachable; with JOBs, their topics readable), Kafka Connect (reachable, Debezium and "
     "outboxkit's transform installed, the connector's config equal to what `cdc apply` puts, "
-    "RUNNING), what `outboxkit consume` needs (a JDK, Spark's Kafka connector jars) and, with "
-    "JOBs, their topics under the connector's topic prefix"
+    "its database the one it was applied on, RUNNING), what `outboxkit consume` needs (a JDK, "
+    "Spark's Kafka connector jars) and, with JOBs, their topics under the connector's topic "
+    "prefix"
 )
 
 

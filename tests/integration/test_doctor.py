@@ -1,11 +1,13 @@
 """`outboxkit doctor` on the session stack given as a team's settings: all well, then each piece
 broken for real (a database that is not there, one not migrated, a CDC role that does not exist,
 an unreachable Kafka or Connect, a topic no job can read, a connector that differs or is gone,
-a worker without the transform, no JDK, no Spark jars, a job outside the connector's prefix)."""
+a worker without the transform, no JDK, no Spark jars, a job outside the connector's prefix);
+`cdc apply`'s refusals on the live Connect, by the database's identity where configs write it."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 import uuid
@@ -14,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine, make_url
 
-from cdc.config import SOURCE_POSITION_HEADERS
+from cdc.config import SOURCE_POSITION_HEADERS, source_identity_of
 from outboxkit import cli
 from outboxkit.doctor import Examination, Finding, examine
 from outboxkit.endpoints import resolve
@@ -204,25 +208,30 @@ def test_a_database_without_logical_decoding_is_named_with_its_setting(
     assert wal.ok is False and "'replica'" in wal.detail and "wal_level=logical" in wal.fix
 
 
+def attempt(
+    settings: Settings, *, rename: bool = False, changed: dict[str, str] | None = None
+) -> None:
+    """`cdc apply`'s collision checks of the config it would put for ``settings`` (its values
+    ``changed``) against the live Connect's connectors."""
+    from outboxkit.commands.cdc_setup import _check_collisions
+    from outboxkit.doctor import desired_config
+
+    exam = Examination(settings, lambda: resolve(settings, fallback=False))
+    client = exam.client()
+    try:
+        name = settings.connector_name
+        config = desired_config(exam) | (changed or {})
+        _check_collisions(client, name, config, client.get_config(name), rename=rename)
+    finally:
+        client.close()
+
+
 def test_cdc_apply_refuses_a_second_connector_on_the_outbox_and_a_renamed_source(
     stack: Stack,
 ) -> None:
     # On the live Connect: the stack's own connector runs; a config for another connector on
     # its outbox, or its own under another source name, is refused before it is put.
-    from outboxkit.commands.cdc_setup import _check_collisions
     from outboxkit.commands.errors import CommandError
-    from outboxkit.doctor import desired_config
-
-    def attempt(settings: Settings, *, rename: bool = False) -> None:
-        exam = Examination(settings, lambda: resolve(settings, fallback=False))
-        client = exam.client()
-        try:
-            name = settings.connector_name
-            _check_collisions(
-                client, name, desired_config(exam), client.get_config(name), rename=rename
-            )
-        finally:
-            client.close()
 
     attempt(team_settings(stack))  # the running connector as it is: nothing refused
     with pytest.raises(CommandError, match="already captures"):
@@ -231,3 +240,83 @@ def test_cdc_apply_refuses_a_second_connector_on_the_outbox_and_a_renamed_source
     with pytest.raises(CommandError, match="--rename-source"):
         attempt(renamed)
     attempt(renamed, rename=True)  # allowed when asked for
+
+
+def test_connectors_are_compared_by_the_identity_of_their_database(
+    stack: Stack, engine: Engine
+) -> None:
+    """The running connector writes its database's identity; `cdc apply` and `doctor` read the
+    database's and compare by it, whatever host name a config uses."""
+    from outboxkit.commands.errors import CommandError
+    from outboxkit.doctor import _connector, desired_config
+
+    settings = team_settings(stack)
+    name = stack.settings.connector_name
+    client = stack.connect_client()
+    try:
+        running = client.get_config(name) or {}
+        with engine.connect() as conn:
+            system_identifier, database = conn.execute(
+                text("SELECT system_identifier, current_database() FROM pg_control_system()")
+            ).one()
+        assert source_identity_of(running) == f"{system_identifier}/{database}"
+        exam = Examination(settings, lambda: resolve(settings, fallback=False))
+        desired = desired_config(exam)
+        assert source_identity_of(desired) == source_identity_of(running)
+        # the same outbox through another host name is the same database
+        alias = "127.0.0.1" if running["database.hostname"] == "localhost" else "localhost"
+        with pytest.raises(
+            CommandError, match=rf"already captures public\.outbox.*through {alias}"
+        ):
+            attempt(
+                team_settings(
+                    stack, connect_database_host=alias, connector_name="second", server_name="b"
+                )
+            )
+        # the database replaced under the running connector (another cluster, the same name)
+        other = {"transforms.identity.value.literal": f"1/{database}"}
+        with pytest.raises(CommandError, match="restored, re-created or replaced"):
+            attempt(settings, changed=other)
+        with pytest.raises(CommandError, match="already uses the source name"):  # another one
+            attempt(team_settings(stack, connector_name="second"), changed=other)
+        renamed = team_settings(stack, server_name=f"restored_{uuid.uuid4().hex[:6]}")
+        attempt(renamed, rename=True, changed=other)  # a new source, as the refusal says
+        found = _connector(client, name, desired | other)  # what the doctor reports
+        assert found.ok is False and "is another one" in found.detail, found
+        assert "--rename-source" in found.fix and "OUTBOXKIT_SERVER_NAME" in found.fix, found
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def hidden_identity(empty_database: str) -> Iterator[tuple[str, str]]:
+    """A role that may not run pg_control_system() in a database of its own (the function's
+    EXECUTE revoked from PUBLIC there), and that database's URL used as that role."""
+    role = f"no_identity_{uuid.uuid4().hex[:6]}"
+    url = make_url(empty_database)
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE ROLE {role} NOLOGIN"))
+        conn.execute(text("REVOKE EXECUTE ON FUNCTION pg_control_system() FROM PUBLIC"))
+    as_role = url.update_query_dict({"options": f"-c role={role}"})  # the superuser acts as it
+    try:
+        yield as_role.render_as_string(hide_password=False), role
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP ROLE {role}"))
+        admin.dispose()
+
+
+def test_an_identity_the_role_may_not_read_names_the_grant(
+    stack: Stack, hidden_identity: tuple[str, str]
+) -> None:
+    from outboxkit.commands.cdc_setup import _identity
+    from outboxkit.commands.errors import CommandError
+
+    url, role = hidden_identity
+    grant = f"GRANT EXECUTE ON FUNCTION pg_control_system() TO {role}"
+    with pytest.raises(CommandError, match=re.escape(grant)):
+        _identity(url)
+    found = findings(team_settings(stack, database_url=url))
+    (identity,) = found["source identity"]
+    assert identity.ok is False and grant in identity.fix, identity

@@ -30,6 +30,7 @@ from outboxkit.kernel.wire import (
     RECORD_OVERHEAD_BYTES,
     SOURCE,
     SOURCE_HEADERS_BYTES,
+    SOURCE_IDENTITY,
     SOURCE_POSITION,
 )
 from outboxkit.kernel.wire.jsonb import render, utf8_size
@@ -187,12 +188,11 @@ def test_published_sizes_are_what_postgres_stores_and_kafka_carries(stack, engin
         assert record.value == value_text.encode()
         assert dict(record.headers)["headers"] == headers_text.encode()
         # id, eventType, aggregateType, traceparent, headers, schemaVersion; and the source's
-        # two, whose size the estimate bounds (the connector's name is not known at publish)
-        placed = record._replace(
-            headers=[(n, v) for n, v in record.headers if n not in (SOURCE, SOURCE_POSITION)]
-        )
-        assert len(placed.headers) == 6 and len(record.headers) == 8
-        source_bytes = record_bytes(record) - record_bytes(placed) + 2 * HEADER_OVERHEAD_BYTES
+        # three, whose size the estimate bounds (the connector's name is not known at publish)
+        source = (SOURCE, SOURCE_POSITION, SOURCE_IDENTITY)
+        placed = record._replace(headers=[(n, v) for n, v in record.headers if n not in source])
+        assert len(placed.headers) == 6 and len(record.headers) == 9
+        source_bytes = record_bytes(record) - record_bytes(placed) + 3 * HEADER_OVERHEAD_BYTES
         assert 0 < source_bytes <= SOURCE_HEADERS_BYTES
         framing = RECORD_OVERHEAD_BYTES + HEADER_OVERHEAD_BYTES * len(placed.headers)
         assert wire_size(sent, value_text, headers_text) == (

@@ -4,18 +4,22 @@
 LSN>"]``), copied by outboxkit's transform (cdc/java/smt) before the EventRouter
 drops the change event. On the real stack, in every outbox mode: the positions grow in the order the
 records stand in their partition, also when two transactions interleave and commit in the other
-order than they first wrote (their change LSNs then go backwards; the commit LSN first does not)."""
+order than they first wrote (their change LSNs then go backwards; the commit LSN first does not).
+And every record carries the database's identity (`outboxkit.kernel.wire.SOURCE_IDENTITY`,
+Postgres's system identifier and the database's name), inserted last by Kafka's InsertHeader."""
 
 from __future__ import annotations
 
 import itertools
 import json
 
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 import outbox
 from outbox.publish import MODES
-from outboxkit.kernel.wire import SOURCE, SOURCE_POSITION
+from outboxkit.kernel.wire import SOURCE, SOURCE_IDENTITY, SOURCE_POSITION
 from outboxkit.kernel.wire.record import KafkaRecord
 from outboxkit_workshop.devstack.stack import Stack
 from tests.integration.test_outbox_modes import read, unit
@@ -97,3 +101,22 @@ def test_every_record_carries_its_source_and_a_growing_position(
         if step.endswith("-first-0"):
             assert positions[index][1] < positions[index - 1][1], (step, positions)
             assert positions[index][0] > positions[index - 1][0], (step, positions)
+
+
+def test_every_record_carries_the_identity_of_its_database(
+    stack: Stack, engine: Engine, aggregate_type: str
+) -> None:
+    with engine.connect() as conn:  # read here as Postgres gives it, not through cdc.identity
+        system_identifier, database = conn.execute(
+            text("SELECT system_identifier, current_database() FROM pg_control_system()")
+        ).one()
+    expected = f"{system_identifier}/{database}".encode()
+    for mode in MODES:
+        with Session(engine) as session, session.begin():
+            unit(session, mode).publish(
+                aggregate_type=aggregate_type, aggregate_id="a", event_type="E", payload={}
+            )
+    records = read(stack, aggregate_type, len(MODES))
+    assert len(records) == len(MODES)
+    for record in records:
+        assert headers(record).get(SOURCE_IDENTITY) == [expected], record.headers

@@ -21,11 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from uv import find_uv_bin
 
 from cdc.config import SOURCE_POSITION_HEADERS
 from cdc.connect import ConnectClient
+from outboxkit.kernel.wire import SOURCE_IDENTITY
 from outboxkit_workshop.devstack import artifacts
 from outboxkit_workshop.devstack.artifacts import cached_spark_jars
 from outboxkit_workshop.devstack.connect import SECRETS_PROVIDER
@@ -34,6 +36,7 @@ from outboxkit_workshop.devstack.stack import Stack
 from tests.doc_snippets import ROOT, shell_script
 from tests.integration import foreign_connect
 from tests.integration.shell_session import drop_service, run_session
+from tests.kafka import read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -226,6 +229,8 @@ def test_the_wheel_installs_and_runs_the_install_page(
         assert SOURCE_POSITION_HEADERS in client.plugins()
     finally:
         client.close()
+    # The records of the connector the page's `cdc apply` put name the shop database.
+    assert_records_name_their_database(stack, own_infrastructure["OUTBOXKIT_TOPIC_PREFIX"])
 
     installed = next((work / ".venv" / "lib").glob("python3*/site-packages"))
     (record,) = installed.glob("outboxkit-*.dist-info/RECORD")
@@ -233,3 +238,22 @@ def test_the_wheel_installs_and_runs_the_install_page(
     assert top_level([p for p in paths if not p.startswith("../")]) - {"__pycache__"} == TOP_LEVEL
     assert (installed / "spark_consumers" / "submit.py").is_file()
     print(f"wheel built, installed and the page run in {time.monotonic() - started:.0f} s")
+
+
+def assert_records_name_their_database(stack: Stack, topic_prefix: str) -> None:
+    """The shop's order events carry the shop database's identity (Postgres's system identifier
+    and the database's name), read here from Postgres itself."""
+    engine = create_engine(make_url(stack.database_url()).set(database="shop"))
+    try:
+        with engine.connect() as conn:
+            system_identifier = conn.execute(
+                text("SELECT system_identifier FROM pg_control_system()")
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    records = read_records(
+        stack.bootstrap_servers(), [f"{topic_prefix}order"], until=bool, timeout=60
+    )
+    for record in records:
+        found = [value for name, value in record.headers if name == SOURCE_IDENTITY]
+        assert found == [f"{system_identifier}/shop".encode()], record.headers

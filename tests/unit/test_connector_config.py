@@ -8,10 +8,15 @@ from cdc.config import (
     ConnectorSettings,
     build_connector_config,
     outbox_topic_pattern,
+    source_identity_of,
     topic_for,
 )
 from cdc.connect import parse_status
-from outboxkit.kernel.wire import SOURCE, SOURCE_POSITION
+from cdc.plugins import required_classes
+from cdc.settings import CdcSettings, connector_config
+from outboxkit.kernel.wire import SOURCE, SOURCE_IDENTITY, SOURCE_POSITION
+
+IDENTITY = "7313912482915830823/orders"
 
 
 def settings(**overrides):
@@ -143,6 +148,9 @@ def test_extra_settings_override_and_custom_prefix():
         ({"heartbeat_interval_ms": -1}, "heartbeat"),
         ({"topic_prefix": "a b"}, "topic prefix"),
         ({"payload_encoding": "avro"}, "payload_encoding"),
+        ({"source_identity": "orders"}, "system_identifier"),
+        ({"source_identity": "7313912482915830823/"}, "system_identifier"),
+        ({"source_identity": "1/${file:/x:y}"}, "without"),  # a config-provider reference
     ],
 )
 def test_invalid_settings_are_rejected(overrides, message):
@@ -173,3 +181,40 @@ def test_a_topic_prefix_that_leaves_no_room_for_aggregate_types_is_refused():
     with pytest.raises(ConnectorConfigError, match="Kafka's 249"):
         build_connector_config(settings(topic_prefix="p" * (MAX_TOPIC_PREFIX_LENGTH + 1)))
     assert build_connector_config(settings(topic_prefix="p" * MAX_TOPIC_PREFIX_LENGTH))
+
+
+def test_the_database_identity_is_inserted_last_on_every_record():
+    """Kafka's own InsertHeader, after the router and without a predicate (the predicates match
+    the raw topics' names, gone once routed): every record carries the identity."""
+    for overrides in ({}, {"message_prefix": None}, {"payload_encoding": "expand"}):
+        config = build_connector_config(settings(source_identity=IDENTITY, **overrides))
+        steps = config["transforms"].split(",")
+        assert steps[-1] == "identity" and steps[-2] == "outbox", steps
+        assert config["transforms.identity.type"] == (
+            "org.apache.kafka.connect.transforms.InsertHeader"
+        )
+        assert config["transforms.identity.header"] == SOURCE_IDENTITY == "sourceIdentity"
+        assert config["transforms.identity.value.literal"] == IDENTITY
+        assert "transforms.identity.predicate" not in config
+        assert source_identity_of(config) == IDENTITY
+        assert "org.apache.kafka.connect.transforms.InsertHeader" in required_classes(config)
+
+
+def test_without_an_identity_no_header_is_inserted():
+    config = build_connector_config(settings())
+    assert "identity" not in config["transforms"].split(",")
+    assert not any(key.startswith("transforms.identity.") for key in config)
+    assert source_identity_of(config) is None
+    # a step that is not in the chain writes nothing
+    listed = build_connector_config(settings(source_identity=IDENTITY))
+    assert source_identity_of({**listed, "transforms": "position,outbox"}) is None
+
+
+def test_cdc_apply_s_builder_takes_the_identity_it_read():
+    cdc = CdcSettings(  # type: ignore[call-arg]
+        _env_file=None,
+        database_url="postgresql+psycopg://admin@localhost/orders",
+        cdc_password_reference="${file:/secrets/cdc.properties:password}",
+    )
+    assert source_identity_of(connector_config(cdc, identity=IDENTITY)) == IDENTITY
+    assert source_identity_of(connector_config(cdc)) is None

@@ -191,10 +191,10 @@ def test_an_event_at_every_default_limit_fits_the_record_limit():
     envelope, _ = largest_event()
     size = wire_size(envelope, render(envelope.payload), render(extra_headers(envelope)))
     # 968,111 bytes of the record's own, and the bound of the connector's source headers
-    assert size == 968_111 + SOURCE_HEADERS_BYTES == 968_457 <= DEFAULT_MAX_RECORD_BYTES
+    assert size == 968_111 + SOURCE_HEADERS_BYTES == 968_565 <= DEFAULT_MAX_RECORD_BYTES
     # Kafka's defaults: producer max.request.size, broker message.max.bytes.
     assert DEFAULT_MAX_RECORD_BYTES < 1_048_576 < 1_048_588
-    with pytest.raises(InvalidEvent, match=r"968457 bytes .*1 over the limit of 968456"):
+    with pytest.raises(InvalidEvent, match=r"968565 bytes .*1 over the limit of 968564"):
         largest_event(max_record_bytes=size - 1)
 
 

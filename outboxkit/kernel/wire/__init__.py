@@ -39,12 +39,21 @@ HEADER_COLUMNS: tuple[tuple[str, str], ...] = (
 # and clusters, where offsets change.
 SOURCE = "sourceName"
 SOURCE_POSITION = "sourcePosition"
-# The most those two headers add to a record: their framing and names, a connector name of up
-# to 255 bytes, and two 20-digit LSNs in their JSON array.
+# The source database's identity, "<system_identifier>/<database name>" (Postgres's
+# pg_control_system() and current_database()), as `outboxkit cdc apply` read it: the connector
+# writes it on every record. A new cluster (initdb, a logical restore) has a new one; a
+# physical replica shares its primary's.
+SOURCE_IDENTITY = "sourceIdentity"
+# The most those three headers add to a record: their framing and names, a connector name of
+# up to 255 bytes, two 20-digit LSNs in their JSON array, and the identity (a 20-digit system
+# identifier, a slash, a database name of up to 63 bytes).
 SOURCE_HEADERS_BYTES = (
     255
     + len('["18446744073709551615","18446744073709551615"]')
-    + sum(10 + len(name) for name in (SOURCE, SOURCE_POSITION))
+    + 20
+    + 1
+    + 63
+    + sum(10 + len(name) for name in (SOURCE, SOURCE_POSITION, SOURCE_IDENTITY))
 )
 
 # Message mode: the prefix of the transactional logical decoding messages that carry events

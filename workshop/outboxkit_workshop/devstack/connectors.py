@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 from cdc import roles, supervisor
 from cdc import settings as cdc_settings
 from cdc.config import ConnectorSettings, build_connector_config
+from cdc.identity import database_identity
 from cdc.preflight import drop_slot
 from cdc.roles import admin_connection
 from cdc.settings import CdcSettings
@@ -84,7 +85,9 @@ def register(stack: StackView, state: StackState, cs: ConnectorSettings | None =
     created is recorded in ``state`` for `down` to drop."""
     cs = cs or connector_settings(stack, state.postgres.endpoint)
     _prepare_capture(stack, state, cs)
-    config = build_connector_config(cs)
+    # Every record carries the database's identity, as `outboxkit cdc apply` writes it.
+    database = make_url(state.postgres.endpoint).set(database=cs.database_name)
+    config = build_connector_config(replace(cs, source_identity=database_identity(database)))
     url = stack.connect_url(state)
     worker = next((n for n in state.connect.nodes if n.endpoint == url), None)
     client = stack.connect_client(url)
