@@ -131,3 +131,19 @@ def replaced(current: Mapping[str, str] | None, new: Capture) -> str | None:
         "they applied. Capture it as a new source: set OUTBOXKIT_SERVER_NAME to a new name and "
         "run `outboxkit cdc apply --rename-source`"
     )
+
+
+def reused(current: Mapping[str, str] | None, new: Capture, stored: Iterable[str]) -> str | None:
+    """Why renaming the running connector's source back to a name it stored offsets under is
+    refused (None: no rename, or a name it never used): Debezium would resume from that name's
+    offsets, which the replication slot has moved past, and its task fails."""
+    if current is None or current.get("topic.prefix", "") == new.source:
+        return None
+    if new.source not in set(stored):
+        return None
+    return (
+        f"connector {new.name} stored offsets under the source name {new.source!r} before: "
+        "Debezium would resume from them, behind its replication slot, and its task would fail. "
+        "Choose a source name it never used (OUTBOXKIT_SERVER_NAME), or stop the connector and "
+        "delete its offsets for that name first (Kafka Connect's offsets API)"
+    )

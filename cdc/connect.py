@@ -246,6 +246,22 @@ class ConnectClient:
             raise ConnectError(f"GET config of {name} -> HTTP {status}: {payload}")
         return dict(payload)
 
+    def stored_sources(self, name: str) -> list[str]:
+        """The source names (Debezium's ``server`` partition, the ``topic.prefix``) the
+        connector has stored offsets under (KIP-875's offsets API; [] when the worker has none,
+        the connector does not exist, or the worker predates Kafka 3.6)."""
+        status, payload = self._request(
+            "GET", f"/connectors/{urllib.parse.quote(name, safe='')}/offsets"
+        )
+        if status != 200 or not isinstance(payload, dict):
+            return []
+        found = []
+        for entry in payload.get("offsets") or ():
+            partition = entry.get("partition") if isinstance(entry, dict) else None
+            if isinstance(partition, dict) and isinstance(partition.get("server"), str):
+                found.append(partition["server"])
+        return sorted(set(found))
+
     def status(self, name: str) -> ConnectorStatus | None:
         """The connector's status, or None when it does not exist (yet).
 

@@ -152,7 +152,10 @@ def _check_collisions(
     problems = collisions.collisions(new, collisions.captures(others))
     renamed = None if rename else collisions.renamed(current, new)
     replaced = collisions.replaced(current, new)
-    problems += [problem for problem in (renamed, replaced) if problem]
+    reused = None
+    if rename and current is not None:
+        reused = collisions.reused(current, new, client.stored_sources(name))
+    problems += [problem for problem in (renamed, replaced, reused) if problem]
     if problems:
         raise CommandError("\n".join(f"refused: {p}" for p in problems), USAGE)
 

@@ -204,6 +204,18 @@ def test_a_source_renamed_under_load_applies_each_event_once(
     finally:
         outbox.dispose()
     check_each_event_once(stack, engine, consumer, topic, before, after)
+    # Back to the first name (the variables still say it): Debezium would resume from that
+    # name's stored offsets, which the slot has moved past, and its task would fail. Refused.
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli.main(["cdc", "apply", "--rename-source"])
+    assert code == 2, out.getvalue() + err.getvalue()
+    assert f"stored offsets under the source name {before!r}" in err.getvalue()
+    client = source.connect_client()
+    try:
+        assert (client.get_config(name) or {}).get("topic.prefix") == after  # untouched
+    finally:
+        client.close()
 
 
 def rename_under_load(

@@ -5,7 +5,7 @@ under a running connector), by host, port and name where they do not."""
 
 from __future__ import annotations
 
-from cdc.collisions import Capture, capture_of, captures, collisions, renamed, replaced
+from cdc.collisions import Capture, capture_of, captures, collisions, renamed, replaced, reused
 from cdc.config import ConnectorSettings, build_connector_config
 
 SHOP = "7313912482915830823/shop"  # the database's identity: system identifier/name
@@ -133,3 +133,14 @@ def test_a_replaced_database_under_the_running_connector_is_refused_with_its_fix
     assert replaced(running, capture("a", server="new", identity=RESTORED)) is None  # new source
     assert replaced(config("a"), capture("a", identity=RESTORED)) is None  # not known before
     assert replaced(None, capture("a", identity=RESTORED)) is None  # a new connector
+
+
+def test_a_rename_back_to_a_name_with_stored_offsets_is_refused() -> None:
+    running = {"topic.prefix": "shop_v2"}
+    back = Capture("shop", "shop", ("db", "5432", "shop"), frozenset({"public.outbox"}))
+    assert "stored offsets under the source name 'shop'" in (
+        reused(running, back, ["shop", "shop_v2"]) or ""
+    )
+    assert reused(running, back, ["shop_v2"]) is None  # a name never used
+    assert reused({"topic.prefix": "shop"}, back, ["shop"]) is None  # no rename
+    assert reused(None, back, ["shop"]) is None  # a new connector
