@@ -9,7 +9,7 @@ handlers' API is in `inbox.handlers`."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -26,6 +26,7 @@ from inbox.position import (
     TopicIdentity,
     judge_identity,
     merged,
+    source_keys,
 )
 from inbox.recorder import Locked, Recorder
 from inbox.retries import RetryPolicy
@@ -33,7 +34,7 @@ from inbox.slice import BatchResult, HandlerFailed, SliceApplier, SliceOutcome
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
 from outboxkit.kernel.errors import is_transient
-from outboxkit.kernel.wire.record import KafkaRecord, read
+from outboxkit.kernel.wire.record import Decoded, KafkaRecord, read
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_WINDOW", "EXACTLY_ONCE_WINDOW", "Inbox"]
 
@@ -211,6 +212,7 @@ class Inbox:
             fresh = sum(1 for r in records if r.offset > mark)
             judged = self.window or locked.positions  # replays that can prove otherwise
             decoded = [read(r) for r in (records if judged else records[len(records) - fresh :])]
+            decoded, identities = keyed(decoded, locked.identities)
             replays = len(records) - len(decoded)
             if not decoded:
                 return BatchResult(topic, partition, mark, {Action.SKIP_REPLAY: replays})
@@ -259,7 +261,8 @@ class Inbox:
             # A slice of replays only writes nothing: a write would make every attempt still
             # waiting on the lock under repeatable read or serializable fail once more.
             adopt = identity is not None and identity != locked.identity
-            if moved_on or adopt or positions != locked.positions:
+            learnt = identities != locked.identities
+            if moved_on or adopt or learnt or positions != locked.positions:
                 recorder.park(session, done.parked, identity.topic_id if identity else None)
                 recorder.append_ledger(session, topic, partition, done.applied)
                 recorder.advance(
@@ -273,6 +276,7 @@ class Inbox:
                     [pair for pair in done.applied if pair[1] > mark],
                     positions=positions,
                     identity=identity,
+                    identities=identities if learnt else None,
                 )
         result = done.result
         if replays:
@@ -305,7 +309,9 @@ class Inbox:
             locked = recorder.locked(session, topic, partition)
             check(locked, identity, epoch)  # nothing of it is parked
             mark = locked.offset
-            fresh = [read(r) for r in records if r.offset > mark]
+            fresh, identities = keyed(
+                [read(r) for r in records if r.offset > mark], locked.identities
+            )
             done = SliceOutcome(BatchResult(topic, partition, mark))
             for item in fresh:
                 done.count(item, Action.PARK, reason, 0)  # for a person: the data's fault
@@ -317,12 +323,28 @@ class Inbox:
                 done.result.watermark,
                 positions=merged(locked.positions, ((d.source, d.position) for d in fresh)),
                 identity=identity,
+                identities=identities,
             )
         result = done.result
         if len(fresh) < len(records):
             result.counts[Action.SKIP_REPLAY] = len(records) - len(fresh)
         log.error("%s[%d]: %d records parked: %s", topic, partition, len(fresh), reason)
         return result
+
+
+def keyed(
+    decoded: list[Decoded], identities: Mapping[str, str]
+) -> tuple[list[Decoded], dict[str, str]]:
+    """``decoded`` with each record's source replaced by the key its position is kept under
+    (`inbox.position.source_keys`: another database under a known name is a source of its
+    own), and the partition's source identities after them."""
+    seen = {(d.source, d.origin) for d in decoded}  # the common slice: one known pair
+    if all(origin is None or identities.get(str(source)) == origin for source, origin in seen):
+        return decoded, dict(identities)
+    keys, learnt = source_keys(((d.source, d.origin) for d in decoded), identities)
+    return [
+        d if k == d.source else d._replace(source=k) for d, k in zip(decoded, keys, strict=True)
+    ], learnt
 
 
 def check(locked: Locked, identity: TopicIdentity | None, epoch: int | None) -> None:

@@ -58,6 +58,27 @@ def merged(
     return out
 
 
+def source_keys(
+    seen: Iterable[tuple[str | None, str | None]], identities: Mapping[str, str]
+) -> tuple[list[str | None], dict[str, str]]:
+    """The key each record's position is kept under, and the partition's source identities
+    after them. ``seen``: each record's source name and its database's identity (None: the
+    connector writes none), in offset order; ``identities``: per name, the identity of the
+    database the partition first saw under it. A name is its first database's key; another
+    database under the same name (two databases left on the default name, on Connect
+    clusters that cannot see each other) gets ``name@identity``: a source of its own, whose
+    positions never judge the first one's events."""
+    out = dict(identities)
+    keys: list[str | None] = []
+    for source, origin in seen:
+        if source is None or origin is None:
+            keys.append(source)
+            continue
+        first = out.setdefault(source, origin)
+        keys.append(source if first == origin else f"{source}@{origin}")
+    return keys, out
+
+
 def to_json(positions: Mapping[str, Position]) -> dict[str, list[int]]:
     return {source: [commit, change] for source, (commit, change) in positions.items()}
 

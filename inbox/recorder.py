@@ -34,6 +34,7 @@ class Locked:
     by_position: bool = False  # started over: only records with a known source's position
     epoch: int = 0  # start-overs so far
     floors: Mapping[str, Position] = field(default_factory=dict)  # per source, re-reads below
+    identities: Mapping[str, str] = field(default_factory=dict)  # per name, its first database
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ class Recorder(ParkedRows):
             bool(row.by_position),
             int(row.epoch),
             from_json(row.floors),
+            dict(row.source_identities or {}),
         )
 
     def advance(
@@ -95,11 +97,12 @@ class Recorder(ParkedRows):
         *,
         positions: Mapping[str, Position] | None = None,
         identity: TopicIdentity | None = None,
+        identities: Mapping[str, str] | None = None,
     ) -> None:
-        """Set the (locked) watermark, with the sources' ``positions`` and the offsets'
-        ``identity`` when given (kept when None), and, with a window, remember the slice's
-        ``applied`` (event id, offset) pairs (`remember`) and forget the slices below the new
-        floor: one statement.
+        """Set the (locked) watermark, with the sources' ``positions``, their databases'
+        ``identities`` and the offsets' ``identity`` when given (kept when None), and, with a
+        window, remember the slice's ``applied`` (event id, offset) pairs (`remember`) and
+        forget the slices below the new floor: one statement.
 
         A slice is forgotten whole once its last offset falls below the floor; one straddling
         the floor stays whole, so the window may keep up to a slice more than ``window``
@@ -108,6 +111,7 @@ class Recorder(ParkedRows):
             **self._named(topic, partition),
             "p_offset": offset,
             "p_sources": None if positions is None else to_json(positions),
+            "p_identities": None if identities is None else dict(identities),
             "p_cluster_id": None if identity is None else identity.cluster_id,
             "p_topic_id": None if identity is None else identity.topic_id,
         }

@@ -30,6 +30,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from inbox.tables import parked, recent_ids, watermarks
 
 EVENT_ID = UUID(as_uuid=False)  # an event id as the window holds it, read and bound as str
+# A JSON value bound as SQL NULL when None (not JSON null), so COALESCE keeps the column's.
+KEPT_WHEN_NONE = JSONB(none_as_null=True)
 
 
 def split(name: str, item: Any) -> ColumnElement[Any]:
@@ -61,6 +63,7 @@ LOCK = (
         watermarks.c.by_position,
         watermarks.c.epoch,
         watermarks.c.floors,
+        watermarks.c.source_identities,
     )
     .where(*this_partition(watermarks))
     .with_for_update()
@@ -105,7 +108,10 @@ MARK = (
     .values(
         offset=bindparam("p_offset"),
         updated_at=func.now(),
-        sources=func.coalesce(bindparam("p_sources", type_=JSONB), watermarks.c.sources),
+        sources=func.coalesce(bindparam("p_sources", type_=KEPT_WHEN_NONE), watermarks.c.sources),
+        source_identities=func.coalesce(
+            bindparam("p_identities", type_=KEPT_WHEN_NONE), watermarks.c.source_identities
+        ),
         cluster_id=func.coalesce(bindparam("p_cluster_id", type_=Text), watermarks.c.cluster_id),
         topic_id=func.coalesce(bindparam("p_topic_id", type_=Text), watermarks.c.topic_id),
         stopped=null(),

@@ -59,6 +59,9 @@ watermarks = Table(
     # over, or given a floor before partitions were added): skipped by position alone. Above
     # it, a position lower than its source's is a re-send only if the window holds its event.
     Column("floors", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # Per source name, the identity of the database first seen under it (`sourceIdentity`):
+    # another database under the name is kept as a source of its own (`inbox.position`).
+    Column("source_identities", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     PrimaryKeyConstraint("consumer", "topic", "partition"),
 )
 

@@ -39,9 +39,12 @@ def topic():
     return f"pos-{uuid.uuid4().hex[:6]}"
 
 
-def event(topic, offset, n, *, position=None, source="orders-db", key=b"k", commit=None):
+def event(
+    topic, offset, n, *, position=None, source="orders-db", key=b"k", commit=None, origin=None
+):
     """Event ``n`` (its id follows from ``n``) at ``offset``; its position (commit, change)
-    is ``position``, else (n, n); ``commit="null"``: a fresh connector's first transaction."""
+    is ``position``, else (n, n); ``commit="null"``: a fresh connector's first transaction;
+    ``origin``: its database's identity (the sourceIdentity header)."""
     commit_lsn, change_lsn = position or (n, n)
     headers = [
         ("id", str(uuid.uuid5(uuid.NAMESPACE_OID, f"{topic}-{n}")).encode()),
@@ -51,6 +54,8 @@ def event(topic, offset, n, *, position=None, source="orders-db", key=b"k", comm
     if source is not None:
         sequence = f'[{"null" if commit == "null" else json.dumps(str(commit_lsn))},"{change_lsn}"]'
         headers += [("sourceName", source.encode()), ("sourcePosition", sequence.encode())]
+    if origin is not None:
+        headers.append(("sourceIdentity", origin.encode()))
     return KafkaRecord(topic, 0, offset, key, json.dumps({"n": n}).encode(), headers, None)
 
 
@@ -123,6 +128,49 @@ def test_two_databases_under_one_source_name_stop_the_partition_with_the_reason(
     assert "went back" in row(engine, consumer, topic).stopped
     assert row(engine, consumer, topic).offset == 0
     applied_once(engine, consumer, 1)
+
+
+def test_two_databases_under_one_source_name_with_their_identities_apply_every_event_once(
+    engine, consumer, topic
+):
+    """With the connector's sourceIdentity header, database B's events under the name A uses
+    are a source of their own (``orders-db@<B>``): interleaved, lower positions and all, each
+    event is applied once and nothing stops; a re-send of each database's is skipped."""
+    inbox = Inbox(engine, consumer, recorder(consumer), window=EXACTLY_ONCE_WINDOW)
+    a, b = "7001/orders", "7002/orders"
+    first = [event(topic, 0, 1, position=(9000, 9000), origin=a)]
+    first += [event(topic, 1, 2, position=(100, 100), origin=b)]
+    first += [event(topic, 2, 3, position=(9010, 9010), origin=a)]
+    assert inbox.apply_partition(first, A).count(Action.APPLY) == 3
+    later = [
+        event(topic, 3, 4, position=(90, 90), origin=b),  # below B's own: gone back, for B
+        event(topic, 4, 5, position=(110, 110), origin=b),
+        event(topic, 5, 2, position=(100, 100), origin=b),  # B's re-send
+        event(topic, 6, 3, position=(9010, 9010), origin=a),  # A's re-send
+    ]
+    with pytest.raises(OffsetsMoved, match="positions went back"):
+        inbox.apply_partition(later, A)
+    with pytest.raises(OffsetsMoved):  # stopped until an operator decides
+        inbox.apply_partition(later[1:], A)
+    stopped = row(engine, consumer, topic)
+    assert stopped.source_identities == {"orders-db": a}
+    assert stopped.sources == {"orders-db": [9010, 9010], f"orders-db@{b}": [100, 100]}
+    applied_once(engine, consumer, 3)
+
+
+def test_two_databases_under_one_name_each_growing_are_both_applied(engine, consumer, topic):
+    inbox = Inbox(engine, consumer, recorder(consumer), window=EXACTLY_ONCE_WINDOW)
+    a, b = "7001/orders", "7002/orders"
+    records = []
+    for i in range(10):  # interleaved: A's positions far above B's
+        records.append(event(topic, 2 * i, 100 + i, position=(9000 + i, 9000 + i), origin=a))
+        records.append(event(topic, 2 * i + 1, 200 + i, position=(10 + i, 10 + i), origin=b))
+    for chunk in (records[:7], records[7:13], records[13:]):
+        assert inbox.apply_partition(chunk, A).count(Action.APPLY) == len(chunk)
+    resent = [event(topic, 20 + i, 200 + i, position=(10 + i, 10 + i), origin=b) for i in range(3)]
+    assert inbox.apply_partition(resent, A).count(Action.SKIP_DUPLICATE) == 3
+    assert row(engine, consumer, topic).stopped is None
+    applied_once(engine, consumer, 20)
 
 
 def test_a_resent_parked_event_is_skipped_not_taken_for_a_position_gone_back(

@@ -5,7 +5,7 @@ composes them (`inbox.apply.Inbox._transaction`) over arbitrary interleavings.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
@@ -14,7 +14,7 @@ from hypothesis.errors import NoSuchExample
 from inbox import EXACTLY_ONCE_WINDOW, decision
 from inbox.decision import Action, Decider, Decision, Incoming, PartitionView
 from inbox.moves import started_over
-from inbox.position import OffsetsMoved, TopicIdentity, judge_identity, merged
+from inbox.position import OffsetsMoved, TopicIdentity, judge_identity, merged, source_keys
 from outboxkit.kernel.wire.position import parse_position, source_position
 
 A = TopicIdentity("cluster-1", "topic-a")
@@ -87,6 +87,19 @@ class Partition:
     applied: list = field(default_factory=list)
     stopped: str | None = None
     by_position: bool = False
+    # With the connector's sourceIdentity header: each event's database, by its id (the second
+    # database's events are "s..."), and per source name the database first seen under it.
+    origins: bool = False
+    identities: dict = field(default_factory=dict)
+
+    def keyed(self, records):
+        """The records with their sources keyed as the apply loop keys them (`source_keys`)."""
+        if not self.origins:
+            return records
+        seen = [(r.source, "db2" if r.event_id.startswith("s") else "db1") for r in records]
+        keys, self.identities = source_keys(seen, self.identities)
+        pairs = zip(records, keys, strict=True)
+        return [r if k == r.source else replace(r, source=k) for r, k in pairs]
 
     def apply(self, records, identity):
         """`Inbox._transaction` in the model: True when the slice was taken, False when the
@@ -107,6 +120,7 @@ class Partition:
                 self.stopped = moved.reason
             return False
         mark = self.watermark
+        records = self.keyed(records)
         held = {o: e for o, e in self.recent.items() if o <= mark}
         # the window asked exactly as the apply loop asks it
         asked = {
@@ -236,8 +250,8 @@ ABUSES = st.lists(
 )
 
 
-def run(moves, positions_on, window, identity_known=True, legacy=0):
-    topic, part = Topic(positions_on, legacy), Partition(window)
+def run(moves, positions_on, window, identity_known=True, legacy=0, origins=False):
+    topic, part = Topic(positions_on, legacy), Partition(window, origins=origins)
     cursor = 0  # the consumer's next offset in the current incarnation
 
     def read(limit):
@@ -307,6 +321,16 @@ def exactly_once_or_stopped(moves):
 @given(ABUSES)
 def test_ties_renames_and_shared_names_apply_each_event_once_or_stop(moves):
     assert exactly_once_or_stopped(moves) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(ABUSES)
+def test_with_the_databases_identity_two_databases_on_one_name_apply_every_event_once(moves):
+    """The connector writes its database's identity: a second database under the same name is
+    a source of its own, so nothing stops and nothing is lost, whatever the moves."""
+    topic, part = run(moves, positions_on=True, window=EXACTLY_ONCE_WINDOW, origins=True)
+    assert part.stopped is None
+    assert sorted(part.applied) == sorted(topic.written)
 
 
 def mutant_found(monkeypatch, target, replacement):

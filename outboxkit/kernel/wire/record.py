@@ -33,6 +33,7 @@ from outboxkit.kernel.wire import (
     ID,
     SCHEMA_VERSION,
     SOURCE,
+    SOURCE_IDENTITY,
     SOURCE_POSITION,
     TRACEPARENT,
     jsonb,
@@ -47,7 +48,7 @@ MAX_TOPIC_PREFIX_LENGTH = 249 - MAX_AGGREGATE_TYPE_LENGTH
 
 _ENVELOPE_HEADERS = frozenset((ID, *(header for _, header in HEADER_COLUMNS)))
 # Read with the envelope's headers, in the same pass: where the event stands in its source.
-_READ_HEADERS = _ENVELOPE_HEADERS | {SOURCE, SOURCE_POSITION}
+_READ_HEADERS = _ENVELOPE_HEADERS | {SOURCE, SOURCE_POSITION, SOURCE_IDENTITY}
 
 
 def topic_for(aggregate_type: str, *, topic_prefix: str = DEFAULT_TOPIC_PREFIX) -> str:
@@ -345,6 +346,7 @@ class Decoded(NamedTuple):
     event_type: str | None
     source: str | None = None  # the source database and the event's position there
     position: Position | None = None
+    origin: str | None = None  # the source database's identity, when the connector writes it
 
 
 def read(record: KafkaRecord) -> Decoded:
@@ -368,6 +370,7 @@ def read(record: KafkaRecord) -> Decoded:
             found.get(EVENT_TYPE),
             source,
             position,
+            found.get(SOURCE_IDENTITY),
         )
     source = read_headers.get(SOURCE)
     position = parse_position(read_headers.get(SOURCE_POSITION)) if source is not None else None
@@ -380,4 +383,5 @@ def read(record: KafkaRecord) -> Decoded:
         envelope.event_type,
         source,
         position,
+        read_headers.get(SOURCE_IDENTITY),
     )
