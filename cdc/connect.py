@@ -323,6 +323,22 @@ class ConnectClient:
 
         return wait_for_state(unfailed, name, wanted, timeout=timeout, poll=poll)
 
+    def tasks_run(self, name: str, config: dict[str, str]) -> bool:
+        """True when every task of the connector has ``config`` (its values as given; a
+        config-provider reference, which a worker may show resolved, is not compared): the
+        connector took the config and made its tasks' from it."""
+        status, payload = self._request(
+            "GET", f"/connectors/{urllib.parse.quote(name, safe='')}/tasks"
+        )
+        if status != 200 or not isinstance(payload, list) or not payload:
+            return False
+        wanted = {k: v for k, v in config.items() if "${" not in v}
+        return all(
+            all((task.get("config") or {}).get(k) == v for k, v in wanted.items())
+            for task in payload
+            if isinstance(task, dict)
+        )
+
     def restart(
         self,
         name: str,

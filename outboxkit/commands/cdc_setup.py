@@ -102,9 +102,30 @@ def _apply(args: argparse.Namespace, settings: Settings) -> int:
     else:
         client.put_config(cs.name, config)
         print(f"connector {cs.name}: {'created' if current is None else 'updated'}")
+        if current is not None:
+            _restarted_with(client, cs.name, config, args.timeout)
     status = supervisor.wait_running(client, cs.name, timeout=args.timeout)
     print(f"connector {status.name}: {status.state}")
     return 0
+
+
+def _restarted_with(
+    client: ConnectClient, name: str, config: dict[str, str], timeout: float
+) -> None:
+    """After an update: wait until the connector made its tasks' configs from ``config``, then
+    restart its tasks, so that the RUNNING `wait_running` sees next is theirs with it (the old
+    tasks report RUNNING until Connect restarts them, a moment after the update)."""
+    from cdc.connect import ConnectError
+    from outboxkit.kernel.retry import wait_until
+
+    wait_until(
+        lambda: client.tasks_run(name, config),
+        timeout=timeout,
+        poll=0.5,
+        what=f"connector {name}'s tasks to take the new config",
+        error=ConnectError,
+    )
+    client.restart(name, include_tasks=True)
 
 
 def _identity(url: Any) -> str:

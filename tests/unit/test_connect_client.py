@@ -49,3 +49,22 @@ def test_only_what_connect_calls_retryable_is():
     assert retryable(500, {"message": TRANSIENT})
     assert not retryable(500, {"message": "NullPointerException"})
     assert not retryable(400, {"message": TRANSIENT})
+
+
+def test_tasks_run_a_config_only_once_every_task_was_made_from_it() -> None:
+    """After an update the old tasks still report RUNNING: `cdc apply` waits until the tasks'
+    configs are the new one (a secret's reference, which a worker may show resolved, aside)."""
+    tasks: list[dict[str, object]] = []
+
+    def worker(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/connectors/c/tasks"
+        return httpx.Response(200, json=tasks)
+
+    client = ConnectClient("http://connect:8083")
+    client._http = httpx.Client(transport=httpx.MockTransport(worker))
+    new = {"topic.prefix": "shop_v2", "database.password": "${file:/s:p}"}
+    assert not client.tasks_run("c", new)  # no task yet
+    tasks.append({"id": {"task": 0}, "config": {"topic.prefix": "shop", "task.class": "T"}})
+    assert not client.tasks_run("c", new)  # the old config
+    tasks[0]["config"] = {"topic.prefix": "shop_v2", "database.password": "s3cret"}
+    assert client.tasks_run("c", new)
