@@ -249,7 +249,11 @@ class ConnectClient:
     def stored_sources(self, name: str) -> list[str]:
         """The source names (Debezium's ``server`` partition, the ``topic.prefix``) the
         connector has stored offsets under (KIP-875's offsets API; [] when the worker has none,
-        the connector does not exist, or the worker predates Kafka 3.6)."""
+        the connector does not exist, or the worker predates Kafka 3.6).
+
+        Args:
+            name: The connector's name.
+        """
         status, payload = self._request(
             "GET", f"/connectors/{urllib.parse.quote(name, safe='')}/offsets"
         )
@@ -326,7 +330,12 @@ class ConnectClient:
     def tasks_run(self, name: str, config: dict[str, str]) -> bool:
         """True when every task of the connector has ``config`` (its values as given; a
         config-provider reference, which a worker may show resolved, is not compared): the
-        connector took the config and made its tasks' from it."""
+        connector took the config and made its tasks' from it.
+
+        Args:
+            name: The connector's name.
+            config: The config it was given (`put_config`).
+        """
         status, payload = self._request(
             "GET", f"/connectors/{urllib.parse.quote(name, safe='')}/tasks"
         )
