@@ -89,6 +89,12 @@ def parse_status(body: dict[str, Any]) -> ConnectorStatus:
     )
 
 
+def _at(name: str, what: str = "") -> str:
+    """The REST path of connector ``name`` (``what``: one of its resources)."""
+    path = f"/connectors/{urllib.parse.quote(name, safe='')}"
+    return f"{path}/{what}" if what else path
+
+
 def wait_for_state(
     read: Callable[[], ConnectorStatus | None],
     name: str,
@@ -218,7 +224,7 @@ class ConnectClient:
             config: Its whole config, every value a string (`build_connector_config`).
             wait: Seconds to retry a retryable answer before raising `ConnectError`.
         """
-        path = f"/connectors/{urllib.parse.quote(name, safe='')}/config"
+        path = _at(name, "config")
         status, payload = wait_until(
             lambda: self._request("PUT", path, config),
             until=lambda answer: not retryable(*answer),
@@ -237,9 +243,7 @@ class ConnectClient:
         Args:
             name: The connector's name.
         """
-        status, payload = self._request(
-            "GET", f"/connectors/{urllib.parse.quote(name, safe='')}/config"
-        )
+        status, payload = self._request("GET", _at(name, "config"))
         if status == 404:
             return None
         if status != 200:
@@ -254,17 +258,10 @@ class ConnectClient:
         Args:
             name: The connector's name.
         """
-        status, payload = self._request(
-            "GET", f"/connectors/{urllib.parse.quote(name, safe='')}/offsets"
-        )
-        if status != 200 or not isinstance(payload, dict):
-            return []
-        found = []
-        for entry in payload.get("offsets") or ():
-            partition = entry.get("partition") if isinstance(entry, dict) else None
-            if isinstance(partition, dict) and isinstance(partition.get("server"), str):
-                found.append(partition["server"])
-        return sorted(set(found))
+        status, payload = self._request("GET", _at(name, "offsets"))
+        entries = (payload.get("offsets") or ()) if isinstance(payload, dict) else ()
+        found = [e.get("partition") for e in entries if status == 200 and isinstance(e, dict)]
+        return sorted({p["server"] for p in found if isinstance(p, dict) and "server" in p})
 
     def status(self, name: str) -> ConnectorStatus | None:
         """The connector's status, or None when it does not exist (yet).
@@ -272,9 +269,7 @@ class ConnectClient:
         Args:
             name: The connector's name.
         """
-        status, payload = self._request(
-            "GET", f"/connectors/{urllib.parse.quote(name, safe='')}/status"
-        )
+        status, payload = self._request("GET", _at(name, "status"))
         if status == 404:
             return None
         if status != 200:
@@ -301,7 +296,7 @@ class ConnectClient:
             name: The connector's name.
             timeout: Seconds to wait for PAUSED before raising `ConnectError`.
         """
-        self._expect("PUT", f"/connectors/{urllib.parse.quote(name, safe='')}/pause", ok=(202,))
+        self._expect("PUT", _at(name, "pause"), ok=(202,))
         self._wait_state(name, "PAUSED", timeout)
 
     def resume(self, name: str, *, timeout: float = 60.0) -> None:
@@ -311,7 +306,7 @@ class ConnectClient:
             name: The connector's name.
             timeout: Seconds to wait for RUNNING before raising `ConnectError`.
         """
-        self._expect("PUT", f"/connectors/{urllib.parse.quote(name, safe='')}/resume", ok=(202,))
+        self._expect("PUT", _at(name, "resume"), ok=(202,))
         self._wait_state(name, "RUNNING", timeout)
 
     def _wait_state(
@@ -336,9 +331,7 @@ class ConnectClient:
             name: The connector's name.
             config: The config it was given (`put_config`).
         """
-        status, payload = self._request(
-            "GET", f"/connectors/{urllib.parse.quote(name, safe='')}/tasks"
-        )
+        status, payload = self._request("GET", _at(name, "tasks"))
         if status != 200 or not isinstance(payload, list) or not payload:
             return False
         wanted = {k: v for k, v in config.items() if "${" not in v}
@@ -365,7 +358,7 @@ class ConnectClient:
             wait: Seconds to retry while the cluster is rebalancing (HTTP 409).
         """
         query = f"?includeTasks=true&onlyFailed={str(only_failed).lower()}" if include_tasks else ""
-        path = f"/connectors/{urllib.parse.quote(name, safe='')}/restart{query}"
+        path = _at(name, "restart") + query
         # 409: the cluster is rebalancing (e.g. after a config update); the request may be retried.
         status = wait_until(
             lambda: self._request("POST", path),
@@ -385,9 +378,7 @@ class ConnectClient:
             wait: Seconds to wait for the cluster to apply the delete before raising
                 `ConnectError`.
         """
-        status, payload = self._request(
-            "DELETE", f"/connectors/{urllib.parse.quote(name, safe='')}"
-        )
+        status, payload = self._request("DELETE", _at(name))
         if status == 404:
             return False
         if status not in (200, 204):

@@ -68,3 +68,23 @@ def test_tasks_run_a_config_only_once_every_task_was_made_from_it() -> None:
     assert not client.tasks_run("c", new)  # the old config
     tasks[0]["config"] = {"topic.prefix": "shop_v2", "database.password": "s3cret"}
     assert client.tasks_run("c", new)
+
+
+def test_stored_sources_are_the_server_names_of_the_connector_s_offsets() -> None:
+    answers = {
+        "/connectors/c/offsets": httpx.Response(
+            200,
+            json={
+                "offsets": [
+                    {"partition": {"server": "shop"}, "offset": {"lsn": 1}},
+                    {"partition": {"server": "shop_v2"}, "offset": {"lsn": 2}},
+                    {"partition": {"server": "shop"}, "offset": {"lsn": 3}},
+                ]
+            },
+        ),
+        "/connectors/gone/offsets": httpx.Response(404, json={"message": "not found"}),
+    }
+    client = ConnectClient("http://connect:8083")
+    client._http = httpx.Client(transport=httpx.MockTransport(lambda r: answers[r.url.path]))
+    assert client.stored_sources("c") == ["shop", "shop_v2"]
+    assert client.stored_sources("gone") == []
