@@ -34,6 +34,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session
 
 from inbox import statements
+from inbox.position import OffsetsMoved
 from inbox.tables import (
     ERROR_CHARS,
     EVENT_ID_CHARS,
@@ -150,8 +151,6 @@ class ParkedRows:
         incarnation, are those records again (parked once more after a rewind, say); raise
         `inbox.position.OffsetsMoved` (the transaction rolls back, the partition stops) when one
         is another event: its offsets changed meaning, and dropping it would lose it."""
-        from inbox.position import OffsetsMoved
-
         first = records[0].decoded.record
         found = session.execute(
             select(parked.c.offset, parked.c.event_id, parked.c.payload).where(

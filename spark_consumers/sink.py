@@ -153,12 +153,7 @@ def fetched_as_read(
     if key not in _READERS:
         _READERS[key] = TopicIdentities.of(job)
     asked = [t for t in topics if t in identities]
-    now, _ = retrying(
-        lambda: _READERS[key].read(asked),
-        retryable=lambda exc: isinstance(exc, Exception),
-        backoff=IDENTITY_RETRY,
-        what="topic ids after the fetch",
-    )
+    now = _identities(_READERS[key], asked) or {}
     for topic in asked:
         if now.get(topic) != identities[topic]:
             seen = now.get(topic)
@@ -219,10 +214,11 @@ def traced_batches(
 
 
 def _identities(identities: Any, topics: Sequence[str]) -> Mapping[str, TopicIdentity] | None:
-    """The topics' identities for one micro-batch. When Kafka's admin API does not answer, the
-    batch fails (the query is restarted from its checkpoint): applied unchecked, the records
-    of a topic re-created at that moment would be judged by position from the middle of the
-    new topic, and its start skipped once the partition is started over."""
+    """The topics' identities for one micro-batch (on the driver, and again in each task after
+    its fetch, `fetched_as_read`). When Kafka's admin API does not answer, the batch fails (the
+    query is restarted from its checkpoint): applied unchecked, the records of a topic
+    re-created at that moment would be judged by position from the middle of the new topic,
+    and its start skipped once the partition is started over."""
     if identities is None:
         return None
     # A broker or the controller moving: ask again, then fail.
