@@ -33,23 +33,25 @@ INSERT = text(
 )
 
 
-@pytest.fixture
-def service(stack: Stack, empty_database: str, tmp_path: Path) -> Iterator[Stack]:
-    """Its own connector (slot, publication, server name, topic prefix) on its own database,
-    registered on the session's Connect; deleted, its slot and publication dropped afterwards."""
+def own_connector(
+    stack: Stack, database: str, folder: Path, kind: str, topic_prefix: str | None = None
+) -> Iterator[Stack]:
+    """A connector of a test's own (slot, publication, server name ``<kind>_<tag>``) on its own
+    ``database``, registered on the session's Connect, routing to ``topic_prefix`` (None: one
+    of its own); deleted, its slot and publication dropped afterwards."""
     tag = uuid.uuid4().hex[:6]
     own = Stack(
         StackSettings(
-            database_url=empty_database,
+            database_url=database,
             secrets_dir=stack.secrets.dir,
             kafka_bootstrap_servers=stack.bootstrap_servers(),
             connect_url=stack.state.connect.endpoint,
-            stack_dir=tmp_path / "stack",
-            connector_name=f"it-large-{tag}",
-            server_name=f"large_{tag}",
-            slot_name=f"it_large_{tag}",
-            publication_name=f"it_large_{tag}",
-            topic_prefix=f"large.{tag}.",
+            stack_dir=folder,
+            connector_name=f"it-{kind}-{tag}",
+            server_name=f"{kind}_{tag}",
+            slot_name=f"it_{kind}_{tag}",
+            publication_name=f"it_{kind}_{tag}",
+            topic_prefix=topic_prefix or f"{kind}.{tag}.",
             heartbeat_interval_ms=2000,
         ),
         echo=print,
@@ -57,6 +59,12 @@ def service(stack: Stack, empty_database: str, tmp_path: Path) -> Iterator[Stack
     own.up()
     yield own
     own.down()
+
+
+@pytest.fixture
+def service(stack: Stack, empty_database: str, tmp_path: Path) -> Iterator[Stack]:
+    """Its own connector (slot, publication, server name, topic prefix) on its own database."""
+    yield from own_connector(stack, empty_database, tmp_path / "stack", "large")
 
 
 def insert(url: str, aggregate_type: str, events: list[tuple[str, int, int]]) -> list[str]:

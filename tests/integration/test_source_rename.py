@@ -15,7 +15,6 @@ import io
 import json
 import threading
 import time
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,10 +30,10 @@ from inbox.tables import watermarks
 from outboxkit import cli
 from outboxkit.kernel.wire import SOURCE, SOURCE_POSITION
 from outboxkit.kernel.wire.record import KafkaRecord, header_map
-from outboxkit_workshop.devstack import connectors
-from outboxkit_workshop.devstack.settings import StackSettings
 from outboxkit_workshop.devstack.stack import Stack
 from tests.faults.test_spark_faults import consume_command
+from tests.integration.test_connector_failure import own_connector
+from tests.integration.test_doctor import team_settings
 from tests.integration.test_topic_moves import (
     assert_audit_clean,
     start_driver,
@@ -51,49 +50,22 @@ EVENTS = 4_000
 
 @pytest.fixture
 def source(stack: Stack, empty_database: str, tmp_path: Path) -> Iterator[Stack]:
-    """An outbox connector of the test's own on the session's Connect: its own database, slot,
-    publication and source name, routing to the usual topic prefix; deleted afterwards, its
-    slot and publication dropped."""
-    tag = uuid.uuid4().hex[:6]
-    own = Stack(
-        StackSettings(
-            database_url=empty_database,
-            secrets_dir=stack.secrets.dir,
-            kafka_bootstrap_servers=stack.bootstrap_servers(),
-            connect_url=stack.state.connect.endpoint,
-            stack_dir=tmp_path / "source",
-            connector_name=f"it-rename-{tag}",
-            server_name=f"rename_{tag}",
-            slot_name=f"it_rename_{tag}",
-            publication_name=f"it_rename_{tag}",
-            topic_prefix=stack.settings.topic_prefix,
-            heartbeat_interval_ms=2000,
-        ),
-        echo=print,
+    """An outbox connector of the test's own on the session's Connect (its own database, slot,
+    publication and source name), routing to the usual topic prefix."""
+    yield from own_connector(
+        stack, empty_database, tmp_path / "source", "rename", stack.settings.topic_prefix
     )
-    own.up()
-    yield own
-    own.down()
 
 
 def cdc_environment(stack: Stack, nowhere: Path) -> dict[str, str]:
     """The stack's connector as the OUTBOXKIT_* variables an operator sets for `outboxkit cdc
-    apply`: every endpoint from the settings, no state file."""
-    given = {name: getattr(stack.settings, name, None) for name in CdcSettings.model_fields}
-    given |= {
-        "database_url": stack.database_url(),
-        "kafka_bootstrap_servers": stack.bootstrap_servers(),
-        "connect_url": stack.connect_url(),
-        "cdc_password_reference": connectors.connector_settings(
-            stack, stack.database_url()
-        ).database_password,
-        "stack_dir": nowhere,
-    }
-    given.pop("kafka_security")  # the stack's broker: no SASL/TLS
+    apply` (`test_doctor.team_settings`, spelt as variables): no state file."""
+    settings = team_settings(stack, stack_dir=nowhere)
     env = {}
-    for name, value in given.items():
-        if value is None and CdcSettings.model_fields[name].default is None:
-            continue
+    for name, field in CdcSettings.model_fields.items():
+        value = getattr(settings, name)
+        if name == "kafka_security" or (value is None and field.default is None):
+            continue  # the stack's broker: no SASL/TLS
         env[f"OUTBOXKIT_{name.upper()}"] = env_value(value)
     return env
 
