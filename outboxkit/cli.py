@@ -43,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
         audit,
         cdc,
         completion,
+        console,
         consume,
         db,
         doctor,
@@ -66,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         "OUTBOXKIT_DEBUG=1)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for group in (db, outbox, cdc, consume, inbox, audit, doctor, schemas, new_service):
+    for group in (db, outbox, cdc, consume, inbox, audit, console, doctor, schemas, new_service):
         group.add_parser(sub)
     for entry in sorted(entry_points(group=COMMAND_GROUPS), key=lambda e: e.name):
         entry.load().add_parser(sub)

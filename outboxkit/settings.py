@@ -56,6 +56,46 @@ class Settings(CdcSettings):
     )
 
 
+    console_host: str = Field(
+        default="127.0.0.1",
+        description="the address `outboxkit console` listens on (loopback unless set; 0.0.0.0 "
+        "in a container behind an HTTPS proxy). --host overrides it",
+    )
+    console_port: int = Field(
+        default=8089, ge=0, le=65535, description="the console's port (0: a free port, logged)"
+    )
+    console_users_file: Path | None = Field(
+        default=None,
+        description="the console's users: one `NAME ROLE HASH` a line, ROLE viewer (reads) or "
+        "operator (also acts), written by `outboxkit console-user`; the console refuses to "
+        "start without it",
+        examples=["/etc/outboxkit/console-users"],
+    )
+    console_secret_file: Path | None = Field(
+        default=None,
+        description="file holding the key that signs the console's session cookies (a mounted "
+        "secret, 32 random bytes or more); unset: a new key each start, which signs everyone "
+        "out when the console restarts",
+    )
+    console_trace_url: str | None = Field(
+        default=None,
+        description="a trace's page in your tracing UI, {trace_id} replaced: a parked record's "
+        "page links its trace there",
+        examples=["http://jaeger.internal:16686/trace/{trace_id}"],
+    )
+    console_docs_url: str | None = Field(
+        default=None,
+        description="where this documentation is served: a stopped partition's runbook links "
+        "there (unset: the page is named, not linked)",
+        examples=["https://docs.example.com/outboxkit"],
+    )
+    console_secure_cookie: bool = Field(
+        default=False,
+        description="mark the session cookie Secure (set it when the console is served over "
+        "HTTPS, as it should be beyond loopback)",
+    )
+
+
 def variable(model: type[BaseModel], loc: Sequence[str | int]) -> tuple[str, FieldInfo | None]:
     """The environment variable that gave the value at ``loc`` (a pydantic error's location)
     of the settings class ``model``, upper-case, and that value's field (None when the

@@ -15,8 +15,8 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ]; then
   echo "python: .venv up to date"
   exit 0
 fi
-echo "python: installing outboxkit[spark,service,dev,docs] and the workshop into .venv (first time: a few minutes)"
+echo "python: installing outboxkit[spark,service,console,dev,docs] and the workshop into .venv (first time: a few minutes)"
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[spark,service,dev,docs]' -e ./workshop
+.venv/bin/python -m pip install -q -e '.[spark,service,console,dev,docs]' -e ./workshop
 echo "$digest" > "$stamp"
 echo "python: done"

@@ -2,8 +2,11 @@
 # Installs the Debian packages the embedded stack needs, only those that are missing (iptables:
 # the partitionable network shape cuts and shapes links with it). A JDK, not
 # only a JRE: `outboxkit dev stack install` compiles the project's Connect transform (cdc/java/smt).
+# chromium: the browser tests (tests/browser) drive it headless through Playwright; fonts-liberation
+# (only a recommend of chromium's, which --no-install-recommends leaves out): fonts with the
+# metrics of Arial, Times and Courier, so pages and the docs' screenshots render text readably.
 set -euo pipefail
-packages=(postgresql-15 openjdk-17-jdk-headless maven python3-venv iptables)
+packages=(postgresql-15 openjdk-17-jdk-headless maven python3-venv iptables chromium fonts-liberation)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -151,6 +151,13 @@ def _category(
     return "lost" if exact else "applied"  # without a ledger: covered by the watermark
 
 
+def verdict(topic: str, partition: int, event: Event, rows: InboxRows) -> str:
+    """One event's category (`CATEGORIES`), as the audit sorts it: the console's answer to
+    "where is my event?" once it found the event's offsets."""
+    mark = rows.watermarks.get((topic, partition), -1)
+    return _category(topic, partition, event, rows, mark, exact=rows.has_ledger)
+
+
 def group_events(records: Iterable[tuple[int, str | None]]) -> list[Event]:
     """(offset, event id) pairs of one partition as events: one per id, in first-offset order."""
     by_id: dict[str, list[int]] = defaultdict(list)

@@ -131,16 +131,10 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
     topic from its start; the sources' positions, where the records carry them, decide what
     was applied), once the plan is confirmed."""
     from inbox import moves
-    from spark_consumers.identity import TopicIdentities
 
-    current = TopicIdentities(kafka).read([args.topic]).get(args.topic)
-    if current is None:
-        raise ValueError(f"topic {args.topic} does not exist on {kafka['bootstrap.servers']}")
-    found = [
-        m
-        for m in moves.moved(engine, args.consumer, {args.topic: current}, [args.topic])
-        if args.partition_given is None or m.partition == args.partition_given
-    ]
+    current, found = moved_partitions(
+        engine, args.consumer, args.topic, kafka, only=args.partition_given
+    )
     if not found:
         print(f"{args.consumer} {args.topic}: no partition is stopped or of another topic id")
         return 0
@@ -154,6 +148,26 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
     detail = {"partitions": partitions, "offset": args.offset, "topic": current.describe()}
     _record(engine, "inbox rebase", f"{args.consumer} {args.topic}", detail, len(found))
     return 0
+
+
+def moved_partitions(
+    engine: Any, consumer: str, topic: str, kafka: dict[str, str], only: int | None = None
+) -> tuple[Any, list[Any]]:
+    """The topic's identity on Kafka now, and the partitions of ``consumer`` on it (``only``
+    that one, when given) that are stopped or of another topic identity: what a rebase
+    starts over."""
+    from inbox import moves
+    from spark_consumers.identity import TopicIdentities
+
+    current = TopicIdentities(kafka).read([topic]).get(topic)
+    if current is None:
+        raise ValueError(f"topic {topic} does not exist on {kafka['bootstrap.servers']}")
+    found = [
+        m
+        for m in moves.moved(engine, consumer, {topic: current}, [topic])
+        if only is None or m.partition == only
+    ]
+    return current, found
 
 
 def _rebase_plan(

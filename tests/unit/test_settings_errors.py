@@ -62,6 +62,8 @@ MALFORMED: dict[str, st.SearchStrategy[str]] = {
     "topic_prefix": WORDS.filter(lambda v: not re.fullmatch(r"[A-Za-z0-9._-]*", v)),
     "spark_jars": LETTERS | st.just("[1]") | st.just('"a.jar"'),
     "consumer_metrics_port": out_of(0, 65535),
+    "console_port": out_of(0, 65535),
+    "console_secure_cookie": LETTERS.filter(lambda v: v.lower() not in BOOLEANS),
     # OUTBOXKIT_KAFKA_*: a protocol or mechanism that is not one, or SASL/TLS under PLAINTEXT.
     "security_protocol": none_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
     "sasl_mechanism": none_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
@@ -84,6 +86,11 @@ ANY_TEXT = {
     "message_prefix",
     "cache_dir",
     "consumer_metrics_host",
+    "console_host",
+    "console_users_file",
+    "console_secret_file",
+    "console_trace_url",
+    "console_docs_url",
 }
 # A module of no contracts.
 CONTRACTS = "from outbox.contracts import Contracts\n\nCONTRACTS = Contracts()\n"

@@ -1,0 +1,90 @@
+"""The console's web app: server-rendered pages (Jinja2) and a small script that refreshes the
+live parts while a page is visible; no build step. Every page needs a signed-in user, every
+action an operator (`forms`); an unreachable database is a 503 page saying so, never a 500."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from fastapi import FastAPI, Form, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import OperationalError
+
+from outboxkit.console import auth, forms, views
+from outboxkit.console.actions import ActionRefused, Operator
+from outboxkit.console.overview import OverviewReader
+from outboxkit.console.site import COOKIE, HEADERS, HERE, ConsoleConfig, Site, safe_next, site_of
+
+__all__ = ["ConsoleConfig", "create_console"]
+
+
+def create_console(config: ConsoleConfig, reader: OverviewReader, operator: Operator) -> FastAPI:
+    """The console's app on ``reader`` (what it shows) and ``operator`` (what it does)."""
+    app = FastAPI(title="outboxkit console", docs_url=None, redoc_url=None, openapi_url=None)
+    site = Site(config, reader, operator)
+    app.state.site = site
+    app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")
+    app.include_router(views.router)
+    app.include_router(forms.router)
+
+    @app.middleware("http")
+    async def guarded(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        try:
+            response = await call_next(request)
+        except OperationalError as exc:  # a database outage: a 503 with what happens next
+            response = site.problem(request, None, 503, _outage(exc))
+        except ActionRefused as exc:  # a page of something the console does not watch
+            response = site.problem(request, None, 404, str(exc))
+        response.headers.update(HEADERS)
+        return response
+
+    app.add_api_route("/healthz", _healthz, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/login", _login_form, methods=["GET"], response_class=HTMLResponse)
+    app.add_api_route("/login", _login, methods=["POST"])
+    app.add_api_route("/logout", _logout, methods=["POST"])
+    return app
+
+
+def _healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+def _login_form(request: Request, next: str = "/") -> Response:
+    return site_of(request).page(request, None, "login.html", next=safe_next(next), failed=False)
+
+
+async def _login(
+    request: Request, name: str = Form(""), password: str = Form(""), next: str = Form("/")
+) -> Response:
+    site = site_of(request)
+    found = await asyncio.to_thread(auth.authenticate, site.config.users, name, password)
+    if found is None:
+        return site.page(request, None, "login.html", 401, next=safe_next(next), failed=True)
+    response = RedirectResponse(safe_next(next), 303)
+    response.set_cookie(
+        COOKIE,
+        auth.session_cookie(site.config.secret, *found),
+        max_age=auth.SESSION_SECONDS,
+        httponly=True,
+        samesite="strict",
+        secure=site.config.secure_cookie,
+    )
+    return response
+
+
+def _logout(request: Request, csrf: str = Form("")) -> Response:
+    user = site_of(request).user(request)
+    response = RedirectResponse("/login", 303)
+    if user is not None and auth.csrf_ok(user, csrf):
+        response.delete_cookie(COOKIE)
+    return response
+
+
+def _outage(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    detail = (lines[0] if lines else type(exc).__name__)[:200]
+    return f"the database did not answer ({detail}); the console asks again on the next request"

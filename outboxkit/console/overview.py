@@ -1,0 +1,303 @@
+"""The console's overview: per consumer job its partitions, lag in records and seconds, rate,
+parked and retrying records and stopped partitions; per connector its state, tasks and slot;
+per database its outbox and scheduled messages. Read when someone looks, at most once every
+``fresh`` seconds however many look; a component that does not answer is a line on the page,
+never an error page."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.engine import Engine
+
+from outboxkit.console import reads
+from outboxkit.console.shapes import Sample, Samples
+from outboxkit.kernel.kafka.offsets import PartitionOffsets
+from outboxkit.kernel.kafka.security import librdkafka_config
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """One partition: watermark, Kafka's end, lag in records and in seconds, why stopped."""
+
+    topic: str
+    partition: int
+    watermark: int
+    end: int | None
+    lag: int | None
+    waited: float | None  # seconds the oldest record not applied has waited
+    stopped: str | None
+
+
+@dataclass(frozen=True)
+class ConsumerView:
+    """One consumer job at one look."""
+
+    job: str
+    consumer: str
+    partitions: list[PartitionView]
+    parked: int
+    retrying: int
+    rate: float | None
+    samples: Samples | None = None
+    problem: str | None = None
+
+    @property
+    def lag(self) -> int | None:
+        """Records not applied yet, over every partition (None: Kafka did not answer)."""
+        lags = [p.lag for p in self.partitions]
+        return None if any(lag is None for lag in lags) else sum(lag or 0 for lag in lags)
+
+    @property
+    def waited(self) -> float | None:
+        """The longest any record not applied has waited, in seconds."""
+        return max((p.waited for p in self.partitions if p.waited is not None), default=None)
+
+    @property
+    def stopped(self) -> list[PartitionView]:
+        """Partitions stopped because their offsets moved."""
+        return [p for p in self.partitions if p.stopped]
+
+
+@dataclass(frozen=True)
+class ConnectorView:
+    """One connector: its state, its tasks' states, its slot and how far it is behind."""
+
+    name: str
+    state: str
+    tasks: list[tuple[int, str, str | None]]
+    failure: str | None
+    slot: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class DatabaseView:
+    """One database's outbox side."""
+
+    name: str
+    rows: reads.DatabaseRows | None
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Overview:
+    """Everything the overview page shows, read at ``read_at``."""
+
+    consumers: list[ConsumerView]
+    connectors: list[ConnectorView]
+    databases: list[DatabaseView]
+    problems: list[str] = field(default_factory=list)
+    read_at: float = 0.0
+
+
+@dataclass
+class Watched:
+    """A consumer job the console watches: its name, consumer, topics, database and Kafka."""
+
+    name: str
+    consumer: str
+    topics: Sequence[str]
+    engine: Engine
+    kafka: dict[str, str]
+
+
+class Heads:
+    """When the first record not applied of each partition was written (Kafka's timestamp):
+    one consumer per cluster, assigned those offsets for one read, then unassigned."""
+
+    def __init__(self, kafka: dict[str, str], budget: float = 0.5) -> None:
+        self.config = {
+            **kafka,
+            "group.id": "outboxkit-console",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "fetch.max.bytes": 1048576,
+        }
+        self.budget = budget
+        self._consumer: Any = None
+        self._lock = threading.Lock()
+
+    def times(self, offsets: Sequence[tuple[str, int, int]]) -> dict[tuple[str, int], float]:
+        """(topic, partition) -> the timestamp (seconds) of its record at the given offset or
+        the next one; partitions that give none within the budget are left out."""
+        if not offsets:
+            return {}
+        from confluent_kafka import Consumer, TopicPartition
+
+        found: dict[tuple[str, int], float] = {}
+        with self._lock:
+            if self._consumer is None:
+                self._consumer = Consumer(self.config)
+            consumer = self._consumer
+            consumer.assign([TopicPartition(t, p, o) for t, p, o in offsets])
+            try:
+                deadline = time.monotonic() + self.budget
+                while len(found) < len(offsets) and time.monotonic() < deadline:
+                    message = consumer.poll(max(deadline - time.monotonic(), 0.01))
+                    if message is None or message.error() is not None:
+                        continue
+                    where = (message.topic(), message.partition())
+                    if where not in found:
+                        found[where] = message.timestamp()[1] / 1000
+            finally:
+                consumer.unassign()
+        return found
+
+    def close(self) -> None:
+        """Close the consumer, if one was made."""
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+
+
+class OverviewReader:
+    """Reads the overview of ``watched`` jobs, the connectors ``connect`` lists and the
+    ``databases`` (name -> engine) when someone looks; at most once per ``fresh`` seconds."""
+
+    def __init__(
+        self,
+        watched: Sequence[Watched],
+        databases: dict[str, Engine],
+        connect: Callable[[], Any] | None,
+        *,
+        fresh: float = 2.0,
+    ) -> None:
+        self.watched = list(watched)
+        self.databases = databases
+        self.connect = connect
+        self.fresh = fresh
+        self.samples = {w.consumer: Samples() for w in self.watched}
+        self._offsets: dict[str, PartitionOffsets] = {}
+        self._heads: dict[str, Heads] = {}
+        self._lock = threading.Lock()
+        self._last: Overview | None = None
+
+    def read(self) -> Overview:
+        """The overview, read again unless the last read is under ``fresh`` seconds old."""
+        with self._lock:
+            now = time.time()
+            if self._last is None or now - self._last.read_at >= self.fresh:
+                self._last = self._read(now)
+            return self._last
+
+    def _read(self, now: float) -> Overview:
+        problems: list[str] = []
+        consumers = [self._consumer(w, now) for w in self.watched]
+        connectors = self._connectors(problems)
+        databases = [self._database(name, engine) for name, engine in self.databases.items()]
+        return Overview(consumers, connectors, databases, problems, now)
+
+    def _consumer(self, watched: Watched, now: float) -> ConsumerView:
+        try:
+            with watched.engine.connect() as conn:
+                rows = reads.consumer_rows(conn, watched.consumer)
+        except Exception as exc:  # the page says so; the other jobs still show
+            return ConsumerView(watched.name, watched.consumer, [], 0, 0, None, problem=_said(exc))
+        offsets = self._offsets_of(watched)
+        bounds = {
+            (p.topic, p.partition): offsets.bounds(p.topic, p.partition) for p in rows.partitions
+        }
+        behind = [
+            (p.topic, p.partition, p.watermark + 1)
+            for p in rows.partitions
+            if (b := bounds[(p.topic, p.partition)]) is not None and b[1] > p.watermark + 1
+        ]
+        times = self._heads_of(watched).times(behind) if behind else {}
+        partitions = [
+            _partition(p, bounds[(p.topic, p.partition)], times, now) for p in rows.partitions
+        ]
+        samples = self.samples[watched.consumer]
+        lags = [p.lag for p in partitions]
+        lag = None if any(x is None for x in lags) else sum(x or 0 for x in lags)
+        samples.add(Sample(now, sum(max(p.watermark, 0) for p in rows.partitions), lag))
+        return ConsumerView(
+            watched.name,
+            watched.consumer,
+            partitions,
+            rows.parked,
+            rows.retrying,
+            samples.rate(),
+            samples,
+        )
+
+    def _offsets_of(self, watched: Watched) -> PartitionOffsets:
+        bootstrap = watched.kafka["bootstrap.servers"]
+        if bootstrap not in self._offsets:
+            options = {k: v for k, v in watched.kafka.items() if k != "bootstrap.servers"}
+            self._offsets[bootstrap] = PartitionOffsets(bootstrap, options=options, timeout=1.0)
+        return self._offsets[bootstrap]
+
+    def _heads_of(self, watched: Watched) -> Heads:
+        bootstrap = watched.kafka["bootstrap.servers"]
+        if bootstrap not in self._heads:
+            self._heads[bootstrap] = Heads(watched.kafka)
+        return self._heads[bootstrap]
+
+    def _connectors(self, problems: list[str]) -> list[ConnectorView]:
+        if self.connect is None:
+            return []
+        slots: dict[str, dict[str, Any]] = {}
+        for engine in self.databases.values():
+            try:
+                with engine.connect() as conn:
+                    slots.update({s["slot_name"]: s for s in reads.database_rows(conn).slots})
+            except Exception:
+                continue
+        try:
+            client = self.connect()
+            views = []
+            for name in client.connectors():
+                status = client.status(name)
+                config = client.get_config(name) or {}
+                slot = slots.get(config.get("slot.name", ""))
+                if status is None:
+                    continue
+                tasks = [(t, state, status.worker_of(t)) for t, state, _ in status.tasks]
+                failure = (status.failure or "").splitlines()[:3]
+                views.append(ConnectorView(name, status.state, tasks, "\n".join(failure), slot))
+            return views
+        except Exception as exc:
+            problems.append(f"Kafka Connect did not answer: {_said(exc)}")
+            return []
+
+    def _database(self, name: str, engine: Engine) -> DatabaseView:
+        try:
+            with engine.connect() as conn:
+                return DatabaseView(name, reads.database_rows(conn))
+        except Exception as exc:
+            return DatabaseView(name, None, _said(exc))
+
+    def close(self) -> None:
+        """Close the Kafka clients."""
+        for offsets in self._offsets.values():
+            offsets.close()
+        for heads in self._heads.values():
+            heads.close()
+
+
+def _partition(
+    row: reads.PartitionRow,
+    bounds: tuple[int, int] | None,
+    times: dict[tuple[str, int], float],
+    now: float,
+) -> PartitionView:
+    end = None if bounds is None else bounds[1]
+    lag = None if bounds is None else max(0, end - max(row.watermark + 1, bounds[0]))  # type: ignore[operator]
+    head = times.get((row.topic, row.partition))
+    waited = (now - head) if lag and head is not None else (0.0 if lag == 0 else None)
+    return PartitionView(row.topic, row.partition, row.watermark, end, lag, waited, row.stopped)
+
+
+def _said(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+
+
+def kafka_config(bootstrap: str, security: Any, options: dict[str, str]) -> dict[str, str]:
+    """A job's librdkafka client settings (bootstrap, security, its own options)."""
+    return {"bootstrap.servers": bootstrap, **librdkafka_config(security), **options}

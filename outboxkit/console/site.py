@@ -1,0 +1,121 @@
+"""What every console route shares (`Site`: the configuration, what it reads and does, the page
+templates) and how a page is answered: signed-in users only, security headers on every answer."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from fastapi import Request
+from fastapi.responses import RedirectResponse, Response
+from fastapi.templating import Jinja2Templates
+from sqlalchemy.engine import Engine
+
+from outboxkit.console import auth
+from outboxkit.console.actions import ActionRefused, Operator
+from outboxkit.console.overview import OverviewReader
+from outboxkit.console.shapes import ago, cause_kind
+
+HERE = Path(__file__).parent
+COOKIE = "outboxkit_console"
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+    "form-action 'self'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+@dataclass
+class ConsoleConfig:
+    """What the console needs besides what it reads: users, the signing key, links."""
+
+    users: dict[str, tuple[str, str]]
+    secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    trace_url: str | None = None
+    docs_url: str | None = None
+    secure_cookie: bool = False
+
+
+@dataclass
+class Site:
+    """The console's parts, one per app (``app.state.site``)."""
+
+    config: ConsoleConfig
+    reader: OverviewReader
+    operator: Operator
+    pages: Jinja2Templates = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pages = Jinja2Templates(directory=HERE / "templates")
+        self.pages.env.globals.update(ago=ago, cause_kind=cause_kind, docs_url=self.config.docs_url)
+
+    @property
+    def engines(self) -> dict[str, Engine]:
+        """Each watched consumer's database engine (for reads)."""
+        return {w.consumer: w.engine for w in self.reader.watched}
+
+    def engine(self, consumer: str) -> Engine:
+        """The engine of ``consumer``; refused for a consumer the console does not watch."""
+        engines = self.engines
+        if consumer not in engines:
+            raise ActionRefused(f"the console watches no job of consumer {consumer!r}")
+        return engines[consumer]
+
+    def user(self, request: Request) -> auth.User | None:
+        """The signed-in user of ``request`` (None: nobody, or a cookie that does not hold)."""
+        return auth.read_session(self.config.secret, request.cookies.get(COOKIE))
+
+    def page(
+        self,
+        request: Request,
+        user: auth.User | None,
+        name: str,
+        status: int = 200,
+        **context: Any,
+    ) -> Response:
+        """The template ``name`` rendered for ``user``."""
+        return self.pages.TemplateResponse(
+            request, name, {"user": user, **context}, status_code=status
+        )
+
+    def problem(self, request: Request, user: auth.User | None, status: int, text: str) -> Response:
+        """A page saying what was not done and why."""
+        return self.page(request, user, "problem.html", status, problem=text)
+
+
+def site_of(request: Request) -> Site:
+    """The `Site` of the app serving ``request``."""
+    found: Site = request.app.state.site
+    return found
+
+
+async def signed_in(request: Request, build: Callable[[Site, auth.User], Response]) -> Response:
+    """``build``'s page for the signed-in user (in a worker thread: it reads the databases),
+    else a redirect to the login form that comes back here."""
+    site = site_of(request)
+    user = site.user(request)
+    if user is None:
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse("/login?" + urlencode({"next": here}), 303)
+    return await asyncio.to_thread(build, site, user)
+
+
+def safe_next(target: str) -> str:
+    """A local path only: a link cannot send a user to another site after they sign in."""
+    return target if target.startswith("/") and not target.startswith("//") else "/"
+
+
+def same_origin(request: Request) -> bool:
+    """Whether a POST came from a page of this console (browsers send Origin with a POST;
+    one without it, from a script, is judged by its CSRF token alone; "null" is refused)."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        return True
+    return origin != "null" and origin.split("://", 1)[-1] == request.headers.get("host", "")

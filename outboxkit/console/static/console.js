@@ -1,0 +1,18 @@
+// Refreshes the parts of a page marked data-live while the page is visible: nothing is asked
+// of the server while nobody looks.
+(function () {
+  "use strict";
+  var EVERY = 5000;
+  function refresh() {
+    if (document.visibilityState !== "visible") return;
+    document.querySelectorAll("[data-live]").forEach(function (part) {
+      if (part.querySelector("details[open]")) return; // someone is reading a table
+      fetch(part.getAttribute("data-live"), { credentials: "same-origin" })
+        .then(function (r) { return r.ok ? r.text() : null; })
+        .then(function (html) { if (html !== null) part.innerHTML = html; })
+        .catch(function () {});
+    });
+  }
+  setInterval(refresh, EVERY);
+  document.addEventListener("visibilitychange", refresh);
+})();
