@@ -116,19 +116,22 @@ class Heads:
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "fetch.max.bytes": 1048576,
+            "enable.partition.eof": True,  # a partition with nothing left answers at once
         }
         self.budget = budget
         self._consumer: Any = None
         self._lock = threading.Lock()
 
-    def times(self, offsets: Sequence[tuple[str, int, int]]) -> dict[tuple[str, int], float]:
-        """(topic, partition) -> the timestamp (seconds) of its record at the given offset or
-        the next one; partitions that give none within the budget are left out."""
+    def times(self, offsets: Sequence[tuple[str, int, int]]) -> dict[tuple[str, int], float | None]:
+        """(topic, partition) -> the timestamp (seconds) of its first committed record at or
+        after the given offset; None where the partition ends first (what is left is a
+        transaction's commit marker, or an aborted transaction's records: nothing to apply).
+        Partitions that answer neither within the budget are left out."""
         if not offsets:
             return {}
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-        found: dict[tuple[str, int], float] = {}
+        found: dict[tuple[str, int], float | None] = {}
         with self._lock:
             if self._consumer is None:
                 self._consumer = Consumer(self.config)
@@ -138,11 +141,15 @@ class Heads:
                 deadline = time.monotonic() + self.budget
                 while len(found) < len(offsets) and time.monotonic() < deadline:
                     message = consumer.poll(max(deadline - time.monotonic(), 0.01))
-                    if message is None or message.error() is not None:
+                    if message is None:
                         continue
                     where = (message.topic(), message.partition())
-                    if where not in found:
-                        found[where] = message.timestamp()[1] / 1000
+                    error = message.error()
+                    if where in found or (
+                        error is not None and error.code() != KafkaError._PARTITION_EOF
+                    ):
+                        continue
+                    found[where] = None if error is not None else message.timestamp()[1] / 1000
             finally:
                 consumer.unassign()
         return found
@@ -283,13 +290,21 @@ class OverviewReader:
 def _partition(
     row: reads.PartitionRow,
     bounds: tuple[int, int] | None,
-    times: dict[tuple[str, int], float],
+    heads: dict[tuple[str, int], float | None],
     now: float,
 ) -> PartitionView:
-    end = None if bounds is None else bounds[1]
-    lag = None if bounds is None else max(0, end - max(row.watermark + 1, bounds[0]))  # type: ignore[operator]
-    head = times.get((row.topic, row.partition))
-    waited = (now - head) if lag and head is not None else (0.0 if lag == 0 else None)
+    """A partition's view: lag in records from Kafka's end offset (0 when nothing committed
+    is left past the watermark: a transaction's commit marker takes an offset too), and how long
+    its first record not applied has waited."""
+    if bounds is None:
+        return PartitionView(row.topic, row.partition, row.watermark, None, None, None, row.stopped)
+    first, end = bounds
+    lag = max(0, end - max(row.watermark + 1, first))
+    where = (row.topic, row.partition)
+    head = heads.get(where)
+    if lag and where in heads and head is None:  # only markers (or aborted records) left
+        lag = 0
+    waited = 0.0 if lag == 0 else (None if head is None else max(now - head, 0.0))
     return PartitionView(row.topic, row.partition, row.watermark, end, lag, waited, row.stopped)
 
 

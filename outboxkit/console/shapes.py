@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from html import escape
 
 HOUR = 3600.0
+# "handler failed: psycopg.errors.UniqueViolation: ..." names the class after "failed: ".
+_FAILED_WITH = re.compile(r"failed: (?:[A-Za-z_]\w*\.)*([A-Z]\w*): ")
 _EXCEPTION = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Exit|Interrupt|Timeout))\b")
 _KINDS = (
     ("held behind", "held behind a parked record of its key"),
@@ -27,7 +29,7 @@ def cause_kind(cause: str | None) -> str:
     kind of refusal it is (an undecodable record, an unknown event type, a record held behind
     its key)."""
     text = cause or ""
-    found = _EXCEPTION.search(text)
+    found = _FAILED_WITH.search(text) or _EXCEPTION.search(text)
     if found is not None:
         return found.group(1)
     for start, kind in _KINDS:

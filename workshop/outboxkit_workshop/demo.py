@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -13,6 +14,7 @@ from rich.table import Table
 
 from outboxkit.kernel import tracing
 from outboxkit_workshop.bench.report import percentile
+from outboxkit_workshop.demo_console import demo_console, wait_for_person
 from outboxkit_workshop.devstack.settings import StackSettings
 from outboxkit_workshop.devstack.stack import Stack
 
@@ -27,9 +29,16 @@ DEMO_TIMING: dict[str, Any] = {
 
 
 def run_demo(
-    settings: StackSettings, *, orders: int = 300, keep_running: bool = False, seed: int = 7
+    settings: StackSettings,
+    *,
+    orders: int = 300,
+    keep_running: bool = False,
+    seed: int = 7,
+    with_console: bool = False,
 ) -> int:
-    """Start everything, place ``orders`` orders, wait until each is final, report, stop."""
+    """Start everything, place ``orders`` orders, wait until each is final, report, stop;
+    ``with_console``: the operator console beside it, until the person at the terminal is
+    done."""
     from outboxkit_workshop.saga_harness.processes import Saga, drop_checkpoints
 
     console = Console()
@@ -44,6 +53,7 @@ def run_demo(
         **DEMO_TIMING,
     )
     started = time.monotonic()
+    opened = contextlib.ExitStack()
     try:
         with console.status("starting Postgres, broker, Kafka Connect + Debezium..."):
             stack.up()
@@ -53,6 +63,8 @@ def run_demo(
         with console.status(f"starting the orders, payments and shipping services{each}..."):
             saga.start_services()
         saga.start_consumers()
+        if with_console:
+            _open_console(console, opened, saga)
         with console.status("warming up: one order through Spark start-up and every hop..."):
             warm = saga.warm_up()
         over = f", round-robin over {replicas} orders replicas" if replicas > 1 else ""
@@ -94,13 +106,28 @@ def run_demo(
             )
         elif not report.ok:
             console.print(saga.logs_tail(), markup=False)
+        if with_console:
+            wait_for_person("the console stays up: press Enter to stop it and the demo ")
         return 0 if report.ok else 1
     finally:
+        opened.close()
         if not keep_running:
             with console.status("stopping services, Spark and the stack..."):
                 saga.stop()
                 stack.down()
                 drop_checkpoints(saga.workdir)
+
+
+def _open_console(console: Console, opened: contextlib.ExitStack, saga: Any) -> None:
+    """`outboxkit console` on the saga's jobs, for the rest of the demo; how to sign in."""
+    from outboxkit_workshop.saga_harness.processes import ROOT
+
+    with console.status("starting the operator console..."):
+        served = opened.enter_context(demo_console(saga.workdir, saga.env(), ROOT))
+    console.print(
+        f"operator console: [bold]{served.url}[/] (user {served.user}, password in "
+        f"{served.password_file}; its log: {served.log})"
+    )
 
 
 def _print_trace(console: Console, trace_id: str | None) -> None:

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 def _demo(args: argparse.Namespace, settings: StackSettings) -> int:
     from outboxkit_workshop.demo import run_demo
 
-    return run_demo(settings, orders=args.orders, keep_running=args.keep_running)
+    return run_demo(
+        settings, orders=args.orders, keep_running=args.keep_running, with_console=args.console
+    )
 
 
 def add_parser(sub: SubParsers) -> None:
@@ -28,3 +30,9 @@ def add_parser(sub: SubParsers) -> None:
     )
     demo.add_argument("--orders", type=int, default=300, help="how many orders to place")
     demo.add_argument("--keep-running", action="store_true", help="leave the stack and services up")
+    demo.add_argument(
+        "--console",
+        action="store_true",
+        help="serve the operator console beside the saga (its address, user and password file "
+        "are printed), up until you press Enter",
+    )

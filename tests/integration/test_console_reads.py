@@ -1,0 +1,131 @@
+"""The console's reads and answers on the real Postgres: parked records group by cause (Postgres
+computes it on insert and on update), filters narrow the groups, an event is found wherever the
+inbox holds it, and an unreachable database is a 503 page that says so, never a 500."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, insert, select, update
+from sqlalchemy.engine import Engine
+
+from inbox.tables import parked
+from outboxkit.console import auth, reads
+from outboxkit.console.actions import Operator
+from outboxkit.console.app import ConsoleConfig, create_console
+from outboxkit.console.overview import OverviewReader, Watched
+
+ERRORS = [
+    "handler failed: ValueError: cannot charge order 17 amount -5",
+    "handler failed: ValueError: cannot charge order 2301 amount -12.5",
+    "handler failed: KeyError: 'customer'",
+    "handler failed: KeyError: 'address'",
+    "handler failed: LookupError: no order 0b2f3c1e-9a8d-4c7b-8e6f-5a4b3c2d1e0f\nTraceback...",
+    "handler failed: LookupError: no order 7c1e2d3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f",
+    "held behind a parked record of key order-1",
+    "held behind a parked record of key 'quoted' key 9",
+]
+
+
+def park(engine: Engine, consumer: str, errors: list[str], topic: str = "t") -> list[int]:
+    rows = [
+        {
+            "consumer": consumer,
+            "topic": topic,
+            "partition": 0,
+            "offset": offset,
+            "raw_key": f"k{offset}".encode(),
+            "payload": b"{}",
+            "key": f"k{offset}",
+            "event_id": str(uuid.uuid4()),
+            "event_type": "Charge",
+            "error": error,
+            "attempts": 1,
+        }
+        for offset, error in enumerate(errors)
+    ]
+    with engine.begin() as conn:
+        return list(conn.execute(insert(parked).returning(parked.c.id), rows).scalars())
+
+
+def test_parked_records_group_by_cause_whatever_their_numbers_ids_and_quotes(
+    engine: Engine,
+) -> None:
+    consumer = f"groups-{uuid.uuid4().hex[:6]}"
+    ids = park(engine, consumer, ERRORS)
+    with engine.connect() as conn:
+        groups = reads.failure_groups(conn, consumer, reads.Filters())
+    assert {g.cause: g.count for g in groups} == {
+        "handler failed: ValueError: cannot charge order <n> amount -<n>": 2,
+        "handler failed: KeyError: <text>": 2,
+        "handler failed: LookupError: no order <id>": 2,
+        "held behind a parked record of key <key>": 2,
+    }
+    assert [g.count for g in groups] == [2, 2, 2, 2]
+    # The cause follows the error: a record that fails otherwise on a retry moves group.
+    with engine.begin() as conn:
+        conn.execute(
+            update(parked)
+            .where(parked.c.id == ids[0])
+            .values(error="handler failed: TimeoutError: 30 s")
+        )
+    with engine.connect() as conn:
+        groups = reads.failure_groups(conn, consumer, reads.Filters())
+        narrowed = reads.failure_groups(conn, consumer, reads.Filters(key="k1"))
+        records = reads.group_records(
+            conn, consumer, "handler failed: KeyError: <text>", reads.Filters()
+        )
+    assert {g.cause: g.count for g in groups}["handler failed: TimeoutError: <n> s"] == 1
+    assert [(g.cause, g.count) for g in narrowed] == [
+        ("handler failed: ValueError: cannot charge order <n> amount -<n>", 1)
+    ]
+    assert [r["key"] for r in records] == ["k2", "k3"]
+
+
+def test_an_event_is_found_where_the_inbox_keeps_it(engine: Engine) -> None:
+    consumer = f"where-{uuid.uuid4().hex[:6]}"
+    park(engine, consumer, ["handler failed: ValueError: x"])
+    with engine.connect() as conn:
+        event_id = conn.execute(
+            select(parked.c.event_id).where(parked.c.consumer == consumer)
+        ).scalar_one()
+        found = reads.inbox_side(conn, consumer, event_id)
+        nothing = reads.inbox_side(conn, consumer, str(uuid.uuid4()))
+    assert [(p["topic"], p["offset"]) for p in found["parked"]] == [("t", 0)]
+    assert found["applied"] == found["in_window"] == found["skipped"] == []
+    assert all(rows == [] for rows in nothing.values())
+
+
+def test_an_unreachable_database_is_a_503_that_says_so(tmp_path: Path) -> None:
+    dead = create_engine(
+        "postgresql+psycopg://nobody@127.0.0.1:1/none", connect_args={"connect_timeout": 2}
+    )
+    watched = Watched("payments", "c", ("t",), dead, {"bootstrap.servers": "127.0.0.1:1"})
+    reader = OverviewReader([watched], {"none on 127.0.0.1:1": dead}, None)
+    config = ConsoleConfig({"olive": ("operator", auth.hash_password("pw"))})
+    app = create_console(config, reader, Operator({}, {}))
+    with TestClient(app, base_url="http://console.test") as client:
+        signed = client.post(
+            "/login", data={"name": "olive", "password": "pw"}, follow_redirects=False
+        )
+        assert signed.status_code == 303
+        overview = client.get("/")  # each part says what did not answer
+        assert overview.status_code == 200
+        assert "OperationalError" in overview.text and "nobody" not in overview.text
+        failures = client.get("/failures")
+        assert failures.status_code == 503
+        assert "the database did not answer" in failures.text
+        assert client.get("/records/elsewhere/1").status_code == 404
+        assert client.get("/login?next=//evil.example").status_code == 200
+        back = client.post(
+            "/login",
+            data={"name": "olive", "password": "pw", "next": "//evil.example"},
+            follow_redirects=False,
+        )
+        assert back.headers["location"] == "/"
+        assert "frame-ancestors 'none'" in overview.headers["content-security-policy"]
+    reader.close()
+    dead.dispose()
+
