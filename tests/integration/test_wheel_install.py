@@ -43,7 +43,13 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 PAGE = ROOT / "docs" / "how-to" / "install.md"
 TOP_LEVEL = {"outbox", "inbox", "cdc", "service_template", "spark_consumers", "migrations"}
 TOP_LEVEL |= {"outboxkit"}
-SHIPPED = ("spark_consumers/submit.py", "migrations/env.py", "cdc/lib/outboxkit-smt-1.jar")
+SHIPPED = (
+    "spark_consumers/submit.py",
+    "migrations/env.py",
+    "cdc/lib/outboxkit-smt-1.jar",
+    "outboxkit/console/templates/overview.html",  # the console's pages and script
+    "outboxkit/console/static/console.js",
+)
 # Where the page says to restart the Connect workers: the test starts its worker there.
 RESTART = r"# restart the Connect workers here"
 

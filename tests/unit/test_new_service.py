@@ -136,7 +136,8 @@ def test_the_templates_ship_as_package_data() -> None:
     templates = ROOT / "outboxkit/templates"
     assert not [p for p in templates.rglob(".*") if p.name != "__pycache__"]
     pyproject = (ROOT / "pyproject.toml").read_text()
-    assert 'outboxkit = ["py.typed", "templates/**/*.tmpl"]' in pyproject
+    line = next(x for x in pyproject.splitlines() if x.startswith("outboxkit = ["))
+    assert '"templates/**/*.tmpl"' in line
 
 
 @pytest.mark.parametrize(
