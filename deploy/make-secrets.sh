@@ -10,9 +10,10 @@ dir="${1:-$here}"
 secrets="$dir/secrets"
 
 # Postgres login roles (<role>.password, as OUTBOXKIT_SECRETS_DIR expects them), the Kafka
-# principals (kafka-<principal>.password), the Connect REST API user and Grafana's admin.
+# principals (kafka-<principal>.password), the Connect REST API user, Grafana's admin and the
+# operator console (its session key, its users file and its first operator's password).
 ROLES=(postgres orders payments shipping outboxkit_cdc)
-KAFKA_PRINCIPALS=(admin connect setup orders payments shipping)
+KAFKA_PRINCIPALS=(admin connect setup orders payments shipping console)
 
 random_password() {
   # 32 letters and digits: no character any of JAAS, SCRAM or libpq would need escaped.
@@ -40,6 +41,36 @@ for principal in "${KAFKA_PRINCIPALS[@]}"; do
 done
 write_secret "$secrets/connect-rest.password" "$(random_password)"
 write_secret "$secrets/grafana-admin.password" "$(random_password)"
+# The key that signs the console's session cookies: 64 letters and digits (~380 random bits).
+write_secret "$secrets/console-session.key" \
+  "$(LC_ALL=C tr -dc 'A-Za-z0-9' </dev/urandom | head -c 64 || true)"
+
+# The console's users file (`NAME ROLE HASH` lines, as `outboxkit console-user` writes them) with
+# one operator, `operator`, whose password is console-operator.password (for the person, not
+# mounted in any container). Written only when the users file does not exist: users added since
+# are kept, and a running console's logins never change behind its back. To rotate, delete both
+# files and re-run. The hash is outboxkit.console.auth.hash_password's: scrypt (n=16384, r=8,
+# p=1, 32 bytes) of the password with 16 random bytes of salt, both urlsafe base64 without '='.
+# It is made with python3's standard library (hashlib.scrypt), as python3 is on any host that
+# runs this script; the password goes to it on stdin, never on a command line.
+console_users="$secrets/console.users"
+if [[ ! -s "$console_users" ]]; then
+  if ! command -v python3 >/dev/null; then
+    echo "make-secrets.sh: python3 is needed to hash the console operator's password" >&2
+    exit 1
+  fi
+  write_secret "$secrets/console-operator.password" "$(random_password)"
+  (umask 022 && python3 -c '
+import base64, hashlib, os, sys
+typed = sys.stdin.read().encode()
+salt = os.urandom(16)
+digest = hashlib.scrypt(typed, salt=salt, n=16384, r=8, p=1, dklen=32)
+b64 = lambda data: base64.urlsafe_b64encode(data).decode().rstrip("=")
+print("operator", "operator", "$".join(["scrypt", "16384", "8", "1", b64(salt), b64(digest)]))
+' <"$secrets/console-operator.password" >"$console_users.partial")
+  mv "$console_users.partial" "$console_users"
+  echo "generated $console_users (user operator, password in $secrets/console-operator.password)"
+fi
 
 env_file="$dir/.env"
 if [[ ! -s "$env_file" ]]; then

@@ -4,8 +4,9 @@
 # `docker compose up`.
 #
 # Principals: connect (Debezium's worker: the only writer of the outbox topics), setup
-# (`outboxkit dev saga prepare`: creates the topics), and one per service (orders, payments,
-# shipping: its HTTP process and its Spark consumer job read only the topics that job consumes).
+# (`outboxkit dev saga prepare`: creates the topics), one per service (orders, payments,
+# shipping: its HTTP process and its Spark consumer job read only the topics that job consumes),
+# and console (`outboxkit console`: reads the outbox topics, writes nothing).
 set -eu
 umask 077
 
@@ -44,7 +45,7 @@ grant() {  # PRINCIPAL RESOURCE PATTERN NAME OPERATION...  (RESOURCE: topic, gro
   echo "granted User:$principal $* on $resource $pattern $name"
 }
 
-for principal in connect setup orders payments shipping; do
+for principal in connect setup orders payments shipping console; do
   scram_user "$principal"
 done
 
@@ -79,6 +80,16 @@ for service in orders payments shipping; do
   grant "$service" group prefixed spark-kafka-source- Read Describe
   grant "$service" group literal outboxkit-metrics Describe
 done
+
+# The operator console: Kafka's end offsets of the outbox topics and, for a partition behind, its
+# first record not applied yet (its timestamp: how long it has waited), and the topics' ids (a
+# rebase). Describe on the topics: metadata, topic ids, list offsets; Read: fetch. Its consumers
+# take partitions with assign() and commit nothing, so they join no group and need no Read on
+# one; but librdkafka looks up the coordinator of the group.id a consumer is given
+# (FindCoordinator: Describe on that group), the console's own and the lag reader's.
+grant console topic prefixed "$TOPIC_PREFIX" Read Describe
+grant console group literal outboxkit-console Describe
+grant console group literal outboxkit-metrics Describe
 
 # --- the outbox topics (tests/unit/test_deploy.py reads the `outbox_topic` lines) -----------
 # Created here, before `setup` runs, with the cluster's replication factor; `outboxkit dev saga

@@ -59,6 +59,9 @@ def _user(args: argparse.Namespace, settings: None) -> int:
             return 1
     line = user_line(args.name, args.role, password)
     path: Path = args.file
+    if str(path) == "-":  # the line alone, to append where the users file lives
+        print(line)
+        return 0
     kept = []
     if path.exists():
         kept = [
@@ -99,7 +102,9 @@ def add_parser(sub: SubParsers) -> None:
         required=True,
         help="viewer: reads; operator: also retries, redrives, skips, edits, rewinds, rebases",
     )
-    user.add_argument("--file", type=Path, required=True, help="the users file (created 0600)")
+    user.add_argument(
+        "--file", type=Path, required=True, help="the users file (created 0600); -: print the line"
+    )
     user.add_argument(
         "--password-stdin", action="store_true", help="read the password from stdin's first line"
     )

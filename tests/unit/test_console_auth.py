@@ -116,6 +116,16 @@ def test_console_user_writes_a_hashed_line_and_replaces_it(tmp_path: Path) -> No
     assert auth.authenticate(users, "olive", "third") == ("olive", "viewer")
     assert "third" not in path.read_text()  # only its hash
     assert path.stat().st_mode & 0o777 == 0o600
+    printed = subprocess.run(
+        [sys.executable, "-m", "outboxkit.cli", "console-user", "ann", "--role", "viewer"]
+        + ["--file", "-", "--password-stdin"],
+        input="fourth\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    path.write_text(path.read_text() + printed.stdout)  # appended where the file lives
+    assert auth.authenticate(auth.read_users(path), "ann", "fourth") == ("ann", "viewer")
 
 
 def test_the_console_will_not_start_without_its_users(tmp_path: Path) -> None:

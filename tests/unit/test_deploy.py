@@ -7,6 +7,7 @@ classes are built from each container's environment."""
 from __future__ import annotations
 
 import ast
+import base64
 import functools
 import importlib
 import json
@@ -31,6 +32,7 @@ DEPLOY = ROOT / "deploy"
 SECRETS = "/run/secrets"
 ONE_SHOT = ("kafka-init", "setup")
 SUPERVISOR = "cdc-supervisor"  # polls Connect's REST API: no traced work
+CONSOLE = "console"  # serves the operator console's pages: no traced work
 CONSUMERS = {f"{service}-consumer": service for service in SERVICES}
 # Read by spark_consumers.session from the environment directly (no settings class).
 PLAIN_ENVIRONMENT = {"OUTBOXKIT_SPARK_MASTER"}
@@ -329,6 +331,7 @@ def test_images_run_the_pinned_versions():
 def test_one_image_built_from_this_repository_runs_every_python_process():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     ours = [*SERVICES, *CONSUMERS, "setup", *spark_nodes("Master"), *spark_nodes("Worker")]
+    ours += [SUPERVISOR, CONSOLE]
     for name in ours:
         assert image(name) == ("outboxkit", project["version"]), name
         build = services()[name]["build"]
@@ -337,7 +340,8 @@ def test_one_image_built_from_this_repository_runs_every_python_process():
     text = dockerfile()
     minimum = re.search(r">=\s*(\d+\.\d+)", project["requires-python"])
     assert minimum and f"FROM python:{minimum.group(1)}." in text
-    assert re.search(r"pip install \"?/\S+\[service,spark\]", text)
+    extras = re.search(r"pip install \"?/\S+\[([\w,]+)\]", text)
+    assert extras and set(extras.group(1).split(",")) == {"service", "spark", "console"}
     users = re.findall(r"(?m)^USER\s+(\S+)", text)
     assert users and users[-1] not in ("root", "0"), "the image must run as a non-root user"
 
@@ -830,6 +834,169 @@ def test_deploy_shell_scripts_parse():
     subprocess.run(["bash", "-n", str(DEPLOY / "make-secrets.sh")], check=True)
 
 
+# -- the operator console ------------------------------------------------------------------
+def console_jobs() -> list[str]:
+    """The consumer jobs the console container serves (its command's JOB arguments)."""
+    argv = command(CONSOLE)
+    assert argv[:2] == ["outboxkit", "console"], argv
+    return argv[2:]
+
+
+def test_the_console_serves_every_saga_job_on_loopback_only(container_env: Any):
+    from outboxkit.endpoints import resolve
+    from outboxkit.settings import Settings, variables
+    from outboxkit_workshop.saga.common import settings_of
+
+    assert sorted(console_jobs()) == sorted(f"outboxkit_workshop.saga.jobs:{s}" for s in SERVICES)
+    env = container_env(CONSOLE)
+    settings = Settings()
+    known = variables([Settings])
+    for name in env:
+        if name.startswith("OUTBOXKIT_"):
+            assert name in known, f"console: {name} is read by nothing"
+        service = name.split("_", 1)[0].lower()
+        if service in SERVICES:
+            rest = name[len(service) + 1 :]
+            assert known_variable(rest, settings_of(service)), f"console: {name} unread"
+    # Listens on every interface of its container, published on the host's loopback only.
+    assert settings.console_host == "0.0.0.0"
+    port = settings.console_port
+    published = [interpolate(p) for p in services()[CONSOLE]["ports"]]
+    assert published == [f"127.0.0.1:{example_env()['CONSOLE_PORT']}:{port}"]
+    assert settings.console_secure_cookie is False, "served over HTTP on loopback"
+    check = " ".join(services()[CONSOLE]["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{port}/healthz" in check, check
+    assert services()[CONSOLE]["depends_on"]["setup"] == {
+        "condition": "service_completed_successfully"
+    }
+    # Its users and the key signing its sessions are secrets.
+    mounted = mounted_secrets(CONSOLE)
+    assert env["OUTBOXKIT_CONSOLE_USERS_FILE"] in mounted
+    assert env["OUTBOXKIT_CONSOLE_SECRET_FILE"] in mounted
+    assert settings.console_users_file and settings.console_users_file.exists()
+    # Connect's status through the load balancer, as the supervisor and setup reach it.
+    endpoints = resolve(settings, fallback=False)
+    assert endpoints.connect_url == f"http://lb:{load_balanced(rest_address('connect-1'))}"
+    assert endpoints.connect_auth == (
+        environment("connect-1")["OUTBOXKIT_CONNECT_USER"],
+        "secret-of-connect-rest.password",
+    )
+    assert endpoints.database is None, "no superuser: the slots are read in the jobs' databases"
+    # A parked record's trace in the Jaeger UI, at the port Jaeger publishes.
+    jaeger = interpolate(services()["jaeger"]["ports"][0]).rsplit(":", 2)
+    assert jaeger[2] == "16686"
+    assert settings.console_trace_url == f"http://127.0.0.1:{jaeger[1]}/trace/{{trace_id}}"
+
+
+def test_the_console_logs_in_as_each_jobs_database_role_and_its_own_kafka_principal(
+    container_env: Any,
+):
+    from outboxkit.commands.errors import load_job
+    from outboxkit.console import build_console
+    from outboxkit.console.auth import user_line
+    from outboxkit.endpoints import resolve
+    from outboxkit.settings import Settings
+
+    env = container_env(CONSOLE)
+    jobs = [load_job(spec) for spec in console_jobs()]
+    assert [job.consumer for job in jobs] == list(SERVICES)
+    for job in jobs:
+        url = job.engine("metrics").url
+        assert (url.username, url.database, url.host) == (job.consumer, job.consumer, "postgres")
+        assert url.password == f"secret-of-{job.consumer}.password"
+        assert job.bootstrap_servers == every_broker()
+        # The merged service blocks each name their service's Kafka login: not the console's.
+        assert job.kafka_security.sasl is not None
+        assert job.kafka_security.sasl.username == CONSOLE
+        assert job.kafka_security.sasl.password == "secret-of-kafka-console.password"
+        assert set(job.topics) <= outbox_topics()
+    assert env["OUTBOXKIT_KAFKA_SASL_PASSWORD_FILE"] in mounted_secrets(CONSOLE)
+    # The console starts on that environment (nothing connects before someone looks).
+    settings = Settings()
+    Path(str(settings.console_users_file)).write_text(user_line("ann", "operator", "pw") + "\n")
+    console = build_console(settings, jobs, resolve(settings, fallback=False))
+    try:
+        from fastapi.testclient import TestClient
+
+        client = TestClient(console.app)
+        assert client.get("/healthz").json() == {"status": "ok"}
+        assert client.get("/login").status_code == 200
+        for watched in console.reader.watched:
+            assert watched.kafka["sasl.username"] == CONSOLE
+    finally:
+        console.close()
+
+
+def test_the_console_reads_the_outbox_topics_and_writes_nothing():
+    from outboxkit.console.overview import Heads
+    from outboxkit.kernel.kafka.offsets import PartitionOffsets
+
+    granted = [g for g in grants() if g.principal == CONSOLE]
+    assert granted, "no grant for the console"
+    for topic in outbox_topics():
+        assert allowed(CONSOLE, "Read", "topic", topic), topic
+        assert allowed(CONSOLE, "Describe", "topic", topic), topic
+    assert readable_topics(CONSOLE) == outbox_topics(), "not Connect's own topics"
+    for grant in granted:
+        assert grant.resource in ("topic", "group"), grant
+        if grant.resource == "topic":
+            assert grant.operations <= {"Read", "Describe"}, grant
+        else:  # librdkafka's coordinator lookup of a consumer's group.id; no join, no commit
+            assert grant.operations == {"Describe"} and grant.pattern == "literal", grant
+    # The groups are those the console's consumers name: the lag reader's and the heads'.
+    used = {Heads({}).config["group.id"], PartitionOffsets("kafka:9092").config["group.id"]}
+    assert {g.name for g in granted if g.resource == "group"} == used
+
+
+def test_make_secrets_writes_a_console_operator_who_can_sign_in(tmp_path: Path):
+    from outboxkit.console.auth import authenticate, hash_password, read_users
+
+    def run() -> None:
+        subprocess.run(
+            ["bash", str(DEPLOY / "make-secrets.sh"), str(tmp_path)],
+            check=True,
+            capture_output=True,
+        )
+
+    run()
+    secrets = tmp_path / "secrets"
+    password = (secrets / "console-operator.password").read_text()
+    assert len(password) >= 24 and password.strip() == password
+    users = read_users(secrets / "console.users")
+    assert authenticate(users, "operator", password) == ("operator", "operator")
+    assert authenticate(users, "operator", password + "x") is None
+    # hash_password's format, so `outboxkit console-user` lines and this one read alike.
+    stored = users["operator"][1]
+    _, n, r, p, salt, _ = stored.split("$")
+    assert (n, r, p) == ("16384", "8", "1") and "=" not in stored
+    salt_bytes = base64.urlsafe_b64decode(salt + "=" * (-len(salt) % 4))
+    assert len(salt_bytes) == 16 and hash_password(password, salt=salt_bytes) == stored
+    assert len((secrets / "console-session.key").read_text()) >= 32
+    # Never rotated behind a running console's back; users added since are kept.
+    before = {f.name: f.read_text() for f in secrets.iterdir()}
+    with (secrets / "console.users").open("a") as users_file:
+        users_file.write("bob viewer " + hash_password("b0b") + "\n")
+    run()
+    after = {f.name: f.read_text() for f in secrets.iterdir()}
+    assert after["console-operator.password"] == before["console-operator.password"]
+    assert after["console-session.key"] == before["console-session.key"]
+    assert set(read_users(secrets / "console.users")) == {"operator", "bob"}
+    # A users file deleted: written again for the operator's kept password.
+    (secrets / "console.users").unlink()
+    run()
+    again = read_users(secrets / "console.users")
+    assert authenticate(again, "operator", password) == ("operator", "operator")
+
+
+def test_the_readme_tells_how_to_reach_the_console():
+    readme = (DEPLOY / "README.md").read_text()
+    section = readme.split("## The operator console", 1)[1].split("\n## ", 1)[0]
+    assert f"http://127.0.0.1:{example_env()['CONSOLE_PORT']}" in section
+    assert "deploy/secrets/console-operator.password" in section
+    assert "OUTBOXKIT_CONSOLE_SECURE_COOKIE=true" in section
+    assert "outboxkit console-user" in section
+
+
 # -- observability: Prometheus, Grafana, Jaeger ----------------------------------------------
 # Series Prometheus writes itself for every target (not defined by our code).
 PROMETHEUS_OWN = {"up"}
@@ -851,7 +1018,7 @@ def python_containers() -> list[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     ours = ("outboxkit", project["version"])
     spark = {*spark_nodes("Master"), *spark_nodes("Worker")}  # JVMs (executors: see Spark tests)
-    others = {*ONE_SHOT, *spark, SUPERVISOR}
+    others = {*ONE_SHOT, *spark, SUPERVISOR, CONSOLE}
     return [n for n in services() if image(n) == ours and n not in others]
 
 

@@ -311,3 +311,95 @@ def leaves(node: Any, key: str = "") -> list[tuple[str, str]]:
     if isinstance(node, list):
         return [leaf for v in node for leaf in leaves(v, key)]
     return [(key, str(node))]
+
+
+def test_the_console_is_the_compose_files():
+    """The operator console: the compose file's command, its own Kafka user with the grants of
+    deploy/kafka/init.sh, each job's database password, its users and session key from a
+    Secret of their own, /healthz probes, reachable inside the cluster only."""
+    shape = Shape()
+    objs = {(o["kind"], o["metadata"]["name"]): (f, o) for f, o in every_object()}
+    _, deployment = objs[("Deployment", "console")]
+    compose = yaml.safe_load((ROOT / "deploy/docker-compose.yml").read_text())["services"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == compose["console"]["command"]
+    assert deployment["spec"]["replicas"] == 1
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["OUTBOXKIT_KAFKA_SASL_USERNAME"] == "console"
+    assert env["OUTBOXKIT_CONSOLE_HOST"] == "0.0.0.0"
+    (port,) = container["ports"]
+    assert int(env["OUTBOXKIT_CONSOLE_PORT"]) == port["containerPort"] == 8089
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": port["name"]}
+    assert env["OUTBOXKIT_CONNECT_URL"] == f"http://{shape.connect_name}-connect-api:8083"
+    for service in SERVICES:
+        assert env[f"{service.upper()}_DATABASE_URL"].startswith(f"postgresql+psycopg://{service}@")
+    # Every file the environment names is in the pod's secrets volume.
+    (volume,) = deployment["spec"]["template"]["spec"]["volumes"]
+    files = {
+        item["path"]: (source["secret"]["name"], item["key"])
+        for source in volume["projected"]["sources"]
+        for item in source["secret"]["items"]
+    }
+    named = {Path(v).name for k, v in env.items() if k.endswith("_FILE")}
+    assert named == set(files), named ^ set(files)
+    assert files["kafka-console.password"] == ("console", "password")  # Strimzi's Secret
+    assert files["console.users"][0] == files["console-session.key"][0] != "console"
+    # No port beyond the cluster; Connect's REST API lets it in.
+    _, service = objs[("Service", "console")]
+    assert service["spec"].get("type", "ClusterIP") == "ClusterIP"
+    assert service["spec"]["ports"][0]["targetPort"] == port["name"]
+    _, policy = objs[("NetworkPolicy", "console-to-connect")]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["from"] == [{"podSelector": deployment["spec"]["selector"]}]
+    # Its KafkaUser has exactly the `grant console ...` lines of deploy/kafka/init.sh.
+    _, user = objs[("KafkaUser", "console")]
+    granted = {
+        (
+            acl["resource"]["type"],
+            acl["resource"].get("patternType"),
+            acl["resource"].get("name"),
+            frozenset(acl["operations"]),
+        )
+        for acl in user["spec"]["authorization"]["acls"]
+    }
+    init = (ROOT / "deploy/kafka/init.sh").read_text().replace("$TOPIC_PREFIX", shape.topic_prefix)
+    script = {
+        (kind, {"prefixed": "prefix"}.get(pattern, pattern), name, frozenset(ops))
+        for line in init.splitlines()
+        if line.startswith("grant console ")
+        for kind, pattern, name, *ops in [line.replace('"', "").split()[2:]]
+    }
+    assert script and granted == script
+
+
+def test_every_pod_runs_as_the_image_user_and_can_read_its_secret_files():
+    """The image's user by number (runAsNonRoot cannot verify a user name) and the secret files'
+    group its own: projected secrets are root's, mounted 0440, read through the group."""
+    from outboxkit_workshop.kubernetes.workloads import IMAGE_UID
+
+    pods = []
+    for _, obj in every_object():
+        if obj["kind"] in ("Deployment", "Job"):
+            pods.append(
+                (obj["metadata"]["name"], obj["spec"]["template"]["spec"]["securityContext"])
+            )
+        elif obj["kind"] == "SparkApplication":
+            for role in ("driver", "executor"):
+                pods.append(
+                    (f"{obj['metadata']['name']} {role}", obj["spec"][role]["podSecurityContext"])
+                )
+    assert len(pods) >= 8
+    for name, security in pods:
+        assert security["runAsNonRoot"] and security["runAsUser"] == IMAGE_UID, name
+        assert security["fsGroup"] == IMAGE_UID, name
+    for _, obj in every_object():
+        for volume in _volumes(obj):
+            if "projected" in volume:
+                assert volume["projected"]["defaultMode"] == 0o440, obj["metadata"]["name"]
+
+
+def _volumes(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    if obj["kind"] in ("Deployment", "Job"):
+        return list(obj["spec"]["template"]["spec"].get("volumes", []))
+    return list(obj.get("spec", {}).get("volumes", [])) if obj["kind"] == "SparkApplication" else []

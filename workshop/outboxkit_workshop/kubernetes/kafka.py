@@ -150,6 +150,13 @@ def acls(shape: Shape) -> dict[str, list[dict[str, Any]]]:
             _acl("group", "spark-kafka-source-", "prefix", "Read", "Describe"),
             _acl("group", "outboxkit-metrics", "literal", "Describe"),
         ]
+    # The operator console reads the outbox topics (assign(), no commits): Describe on its
+    # consumers' groups only for librdkafka's coordinator lookup.
+    granted["console"] = [
+        _acl("topic", prefix, "prefix", "Read", "Describe"),
+        _acl("group", "outboxkit-console", "literal", "Describe"),
+        _acl("group", "outboxkit-metrics", "literal", "Describe"),
+    ]
     return granted
 
 

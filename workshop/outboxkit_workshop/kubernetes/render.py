@@ -48,6 +48,11 @@ def manifests(shape: Shape) -> dict[str, list[dict[str, Any]]]:
             for name in services
             for obj in (spark.checkpoint_claim(shape, name), spark.application(shape, name))
         ],
+        "60-console.yaml": [
+            workloads.console_deployment(shape),
+            workloads.console_service(shape),
+            workloads.console_reaches_connect(shape),
+        ],
     }
 
 

@@ -11,6 +11,7 @@ from outboxkit_workshop.kubernetes.shape import METRICS_PORT, SECRETS_DIR, Shape
 from outboxkit_workshop.kubernetes.workloads import (
     ACCOUNT,
     CLIENT_CONFIG,
+    pod_security,
     secret_files,
     service_env,
 )
@@ -57,6 +58,7 @@ def _role(shape: Shape, service: str, cores: int, memory: str) -> dict[str, Any]
         "volumeMounts": mounts,
         "serviceAccount": ACCOUNT,
         "labels": {"app.kubernetes.io/name": f"{service}-consumer"},
+        "podSecurityContext": pod_security(),
     }
 
 

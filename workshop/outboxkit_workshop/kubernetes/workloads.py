@@ -1,6 +1,7 @@
 """The services (Deployments behind Services, with probes, limits and disruption budgets), the
-set-up Job (`outboxkit dev saga prepare`), and what they share: a ServiceAccount, a ConfigMap of
-client settings, and Secrets mounted as files (names only: the values are created elsewhere)."""
+set-up Job (`outboxkit dev saga prepare`), the operator console, and what they share: a
+ServiceAccount, a ConfigMap of client settings, and Secrets mounted as files (names only: the
+values are created elsewhere)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,27 @@ from outboxkit_workshop.kubernetes.shape import (
 ACCOUNT = "outboxkit"
 CLIENT_CONFIG = "outboxkit-client"
 SETUP = "outboxkit-setup"
+CONSOLE = "console"
+# The Secret of the console's users file and session key (created out of band; not "console",
+# which Strimzi's User Operator writes for the KafkaUser of that name).
+CONSOLE_SECRET = "outboxkit-console"
+CONSOLE_PORT = 8089
+
+# The image's user and group (deploy/Dockerfile: useradd --uid 10001 --user-group).
+IMAGE_UID = 10001
+
+
+def pod_security() -> dict[str, Any]:
+    """A pod's security context: the image's user by number (runAsNonRoot cannot verify a user
+    name), and its group as the group of the secret files, which are root's otherwise and
+    mounted 0440: the image's user reads them through the group."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": IMAGE_UID,
+        "runAsGroup": IMAGE_UID,
+        "fsGroup": IMAGE_UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def service_account(shape: Shape) -> dict[str, Any]:
@@ -52,7 +74,7 @@ def secret_files(files: dict[str, tuple[str, str]]) -> dict[str, Any]:
         {"secret": {"name": secret, "items": [{"key": key, "path": file}]}}
         for file, (secret, key) in files.items()
     ]
-    return {"name": "secrets", "projected": {"sources": sources, "defaultMode": 0o400}}
+    return {"name": "secrets", "projected": {"sources": sources, "defaultMode": 0o440}}
 
 
 def service_secrets(service: str) -> dict[str, tuple[str, str]]:
@@ -95,7 +117,7 @@ def _pod(shape: Shape, containers: list[dict[str, Any]], files: dict[str, Any]) 
     return {
         "serviceAccountName": ACCOUNT,
         "automountServiceAccountToken": False,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": pod_security(),
         "containers": containers,
         "volumes": [secret_files(files)],
     }
@@ -217,18 +239,95 @@ def setup_job(shape: Shape) -> dict[str, Any]:
 
 def setup_reaches_connect(shape: Shape) -> dict[str, Any]:
     """Strimzi lets only its operator reach Connect's REST API; the set-up Job may too."""
+    return _reaches_connect(shape, SETUP)
+
+
+def _reaches_connect(shape: Shape, component: str) -> dict[str, Any]:
+    """A NetworkPolicy letting ``component``'s pods reach Connect's REST API."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": metadata(shape, f"{SETUP}-to-connect", SETUP),
+        "metadata": metadata(shape, f"{component}-to-connect", component),
         "spec": {
             "podSelector": {"matchLabels": {"strimzi.io/cluster": shape.connect_name}},
             "policyTypes": ["Ingress"],
             "ingress": [
                 {
-                    "from": [{"podSelector": {"matchLabels": labels(SETUP)}}],
+                    "from": [{"podSelector": {"matchLabels": labels(component)}}],
                     "ports": [{"protocol": "TCP", "port": 8083}],
                 }
             ],
         },
     }
+
+
+def console_secrets(shape: Shape) -> dict[str, tuple[str, str]]:
+    """The console's files: each job's database password, its own Kafka user's, its users file
+    and the key signing its session cookies."""
+    return {
+        **{f"{s}.password": postgres_secret(s) for s in shape.services},
+        "kafka-console.password": (CONSOLE, "password"),
+        "console.users": (CONSOLE_SECRET, "console.users"),
+        "console-session.key": (CONSOLE_SECRET, "console-session.key"),
+    }
+
+
+def console_env(shape: Shape) -> list[dict[str, str]]:
+    """Every job's settings (the services' own), the console's Kafka login and its settings."""
+    values: dict[str, str] = {}
+    for name in shape.services:
+        for variable in service_env(shape, name):
+            if not variable["name"].startswith(("OUTBOXKIT_KAFKA_SASL_", "OTEL_")):
+                values[variable["name"]] = variable["value"]
+    values |= {
+        "OUTBOXKIT_KAFKA_SASL_USERNAME": CONSOLE,
+        "OUTBOXKIT_KAFKA_SASL_PASSWORD_FILE": f"{SECRETS_DIR}/kafka-console.password",
+        "OUTBOXKIT_CONSOLE_HOST": "0.0.0.0",
+        "OUTBOXKIT_CONSOLE_PORT": str(CONSOLE_PORT),
+        "OUTBOXKIT_CONSOLE_USERS_FILE": f"{SECRETS_DIR}/console.users",
+        "OUTBOXKIT_CONSOLE_SECRET_FILE": f"{SECRETS_DIR}/console-session.key",
+        "OUTBOXKIT_CONNECT_URL": f"http://{shape.connect_name}-connect-api:8083",
+    }
+    return [{"name": name, "value": value} for name, value in values.items()]
+
+
+def console_deployment(shape: Shape) -> dict[str, Any]:
+    """The operator console (`outboxkit console`) of every service's consumer job: one replica
+    (sessions are cookies signed with the mounted key), ready while /healthz answers 200."""
+    jobs = [f"outboxkit_workshop.saga.jobs:{s}" for s in shape.services]
+    container = _container(shape, CONSOLE, ["outboxkit", "console", *jobs], console_env(shape))
+    container["ports"] = [{"name": "http", "containerPort": CONSOLE_PORT}]
+    container["readinessProbe"] = _probe("/healthz", 10)
+    container["livenessProbe"] = {**_probe("/healthz", 15), "initialDelaySeconds": 30}
+    container["resources"] = resources("100m", "512Mi", cpu_limit="500m")
+    selector = labels(CONSOLE)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata(shape, CONSOLE, CONSOLE),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": _pod(shape, [container], console_secrets(shape)),
+            },
+        },
+    }
+
+
+def console_service(shape: Shape) -> dict[str, Any]:
+    """The console inside the cluster only (reach it with `kubectl port-forward`, or put an
+    HTTPS ingress in front of it)."""
+    port = {"name": "http", "port": CONSOLE_PORT, "targetPort": "http"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata(shape, CONSOLE, CONSOLE),
+        "spec": {"selector": labels(CONSOLE), "ports": [port]},
+    }
+
+
+def console_reaches_connect(shape: Shape) -> dict[str, Any]:
+    """The console reads the connectors' status from Connect's REST API."""
+    return _reaches_connect(shape, CONSOLE)
