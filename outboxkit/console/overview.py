@@ -198,8 +198,9 @@ class OverviewReader:
     def _read(self, now: float) -> Overview:
         problems: list[str] = []
         consumers = [self._consumer(w, now) for w in self.watched]
-        connectors = self._connectors(problems)
         databases = [self._database(name, engine) for name, engine in self.databases.items()]
+        slots = {s["slot_name"]: s for d in databases if d.rows for s in d.rows.slots}
+        connectors = self._connectors(slots, problems)
         return Overview(consumers, connectors, databases, problems, now)
 
     def _consumer(self, watched: Watched, now: float) -> ConsumerView:
@@ -248,16 +249,12 @@ class OverviewReader:
             self._heads[bootstrap] = Heads(watched.kafka)
         return self._heads[bootstrap]
 
-    def _connectors(self, problems: list[str]) -> list[ConnectorView]:
+    def _connectors(
+        self, slots: dict[str, dict[str, Any]], problems: list[str]
+    ) -> list[ConnectorView]:
+        """Each connector with its tasks and its slot (of ``slots``, by the config's name)."""
         if self.connect is None:
             return []
-        slots: dict[str, dict[str, Any]] = {}
-        for engine in self.databases.values():
-            try:
-                with engine.connect() as conn:
-                    slots.update({s["slot_name"]: s for s in reads.database_rows(conn).slots})
-            except Exception:
-                continue
         try:
             client = self.connect()
             views = []
