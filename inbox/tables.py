@@ -182,7 +182,14 @@ Index(
     parked.c.partition,
     func.md5(parked.c.raw_key),
 )
-Index("ix_inbox_parked_cause", parked.c.consumer, parked.c.cause)
+# The console's failure groups: count, newest failure and an example per cause, from the index
+# alone.
+Index(
+    "ix_inbox_parked_cause",
+    parked.c.consumer,
+    parked.c.cause,
+    postgresql_include=["last_seen", "id"],
+)
 Index("ix_inbox_parked_event", parked.c.event_id)
 Index(
     "ix_inbox_parked_retry",
@@ -202,6 +209,8 @@ skipped = Table(
     Column("skipped_by", String(255), nullable=False),
     Column("reason", Text, nullable=False),
 )
+
+Index("ix_inbox_skipped_event", skipped.c.event_id)
 
 # The ledger (opt-in: `Inbox.ledger`, a job's `ledger`): one row per event applied, written in
 # the transaction that applied it, never updated or deleted by the inbox. It grows with the

@@ -55,7 +55,6 @@ class Settings(CdcSettings):
         "container). --metrics-host overrides it",
     )
 
-
     console_host: str = Field(
         default="127.0.0.1",
         description="the address `outboxkit console` listens on (loopback unless set; 0.0.0.0 "

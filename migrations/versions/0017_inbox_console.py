@@ -1,8 +1,9 @@
 """What the operator console reads, indexed: each parked record's cause (its error's first line
 with ids, quoted text and numbers replaced by placeholders, a column Postgres computes on every
-insert and update) indexed per consumer, so that parked records group by cause without reading
-every error; parked records by event id (the console's search); and the operator action log by
-the request that made an action, so that a request sent twice acts once.
+insert and update) indexed per consumer, with each record's last failure and id, so that parked
+records group by cause from the index alone; parked and skipped records by event id (the
+console's search); and the operator action log by the request that made an action, so that a
+request sent twice acts once.
 
 Revision ID: 0017_inbox_console
 Revises: 0016_inbox_floors
@@ -31,8 +32,14 @@ CAUSE = (
 
 def upgrade() -> None:
     op.add_column("inbox_parked", sa.Column("cause", sa.Text, sa.Computed(CAUSE, persisted=True)))
-    op.create_index("ix_inbox_parked_cause", "inbox_parked", ["consumer", "cause"])
+    op.create_index(
+        "ix_inbox_parked_cause",
+        "inbox_parked",
+        ["consumer", "cause"],
+        postgresql_include=["last_seen", "id"],
+    )
     op.create_index("ix_inbox_parked_event", "inbox_parked", ["event_id"])
+    op.create_index("ix_inbox_skipped_event", "inbox_skipped", ["event_id"])
     op.create_index(
         "ix_inbox_operator_action_request",
         "inbox_operator_action",
@@ -43,6 +50,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_inbox_operator_action_request", table_name="inbox_operator_action")
+    op.drop_index("ix_inbox_skipped_event", table_name="inbox_skipped")
     op.drop_index("ix_inbox_parked_event", table_name="inbox_parked")
     op.drop_index("ix_inbox_parked_cause", table_name="inbox_parked")
     op.drop_column("inbox_parked", "cause")

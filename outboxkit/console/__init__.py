@@ -41,6 +41,7 @@ def build_console(
     from outboxkit.console.actions import Operator
     from outboxkit.console.app import ConsoleConfig, create_console
     from outboxkit.console.overview import OverviewReader, Watched, kafka_config
+    from outboxkit.kernel.engines import engine_for
     from outboxkit.kernel.secrets import read_secret
 
     if settings.console_users_file is None:
@@ -68,7 +69,7 @@ def build_console(
     connect = None
     if endpoints is not None:
         if endpoints.database is not None:
-            outbox = endpoints.engine()
+            outbox = engine_for(endpoints.database_url(), "metrics")  # pooled: read every look
             engines.append(outbox)
             databases.setdefault(_shown(outbox), outbox)
         if endpoints.connect_url is not None:

@@ -115,6 +115,7 @@ class Heads:
             "group.id": "outboxkit-console",
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
             "fetch.max.bytes": 1048576,
             # A partition with nothing left answers at once: its end is told (EOF), and a fetch
             # waits 10 ms on the broker for data, not the default 500.
@@ -213,10 +214,14 @@ class OverviewReader:
         bounds = {
             (p.topic, p.partition): offsets.bounds(p.topic, p.partition) for p in rows.partitions
         }
+        # From the first offset not applied, or the first Kafka still has when retention
+        # deleted the ones before it (asked for a deleted offset, a consumer would jump to the
+        # end and find none waiting).
         behind = [
-            (p.topic, p.partition, p.watermark + 1)
+            (p.topic, p.partition, max(p.watermark + 1, b[0]))
             for p in rows.partitions
-            if (b := bounds[(p.topic, p.partition)]) is not None and b[1] > p.watermark + 1
+            if (b := bounds[(p.topic, p.partition)]) is not None
+            and b[1] > max(p.watermark + 1, b[0])
         ]
         times = self._heads_of(watched).times(behind) if behind else {}
         partitions = [

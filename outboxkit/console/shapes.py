@@ -138,3 +138,10 @@ def ago(seconds: float | None) -> str:
         return f"{seconds / 60:.0f} min"
     hours, minutes = divmod(int(seconds / 60), 60)
     return f"{hours} h {minutes} min"
+
+
+def count(value: int | None, counted: int = 100_000) -> str:
+    """A bounded count as people read it: 1,234; 100,000+ past what was counted; a dash."""
+    if value is None:
+        return "—"
+    return f"{counted:,}+" if value > counted else f"{value:,}"

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from outboxkit.console import auth
 from outboxkit.console.actions import ActionRefused, Operator
 from outboxkit.console.overview import OverviewReader
-from outboxkit.console.shapes import ago, cause_kind
+from outboxkit.console.shapes import ago, cause_kind, count
 
 HERE = Path(__file__).parent
 COOKIE = "outboxkit_console"
@@ -54,7 +54,9 @@ class Site:
 
     def __post_init__(self) -> None:
         self.pages = Jinja2Templates(directory=HERE / "templates")
-        self.pages.env.globals.update(ago=ago, cause_kind=cause_kind, docs_url=self.config.docs_url)
+        self.pages.env.globals.update(
+            ago=ago, cause_kind=cause_kind, count=count, docs_url=self.config.docs_url
+        )
 
     @property
     def engines(self) -> dict[str, Engine]:

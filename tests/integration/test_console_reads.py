@@ -128,4 +128,3 @@ def test_an_unreachable_database_is_a_503_that_says_so(tmp_path: Path) -> None:
         assert "frame-ancestors 'none'" in overview.headers["content-security-policy"]
     reader.close()
     dead.dispose()
-

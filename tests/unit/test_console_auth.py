@@ -117,8 +117,18 @@ def test_console_user_writes_a_hashed_line_and_replaces_it(tmp_path: Path) -> No
     assert "third" not in path.read_text()  # only its hash
     assert path.stat().st_mode & 0o777 == 0o600
     printed = subprocess.run(
-        [sys.executable, "-m", "outboxkit.cli", "console-user", "ann", "--role", "viewer"]
-        + ["--file", "-", "--password-stdin"],
+        [
+            sys.executable,
+            "-m",
+            "outboxkit.cli",
+            "console-user",
+            "ann",
+            "--role",
+            "viewer",
+            "--file",
+            "-",
+            "--password-stdin",
+        ],
         input="fourth\n",
         capture_output=True,
         text=True,
