@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from outboxkit_workshop.bench import cdc, cluster, inbox, profile, scheduled, writes
+from outboxkit_workshop.bench import (
+    cdc,
+    cluster,
+    inbox,
+    operator_console,
+    profile,
+    scheduled,
+    writes,
+)
 from outboxkit_workshop.bench.cli import fresh_database
 from outboxkit_workshop.devstack.settings import StackSettings
 from outboxkit_workshop.devstack.stack import Stack
@@ -86,6 +94,39 @@ def test_scheduled_benchmark_times_each_message_and_each_variant(
     assert "| 50/s | 100 |" in markdown and "| 10 |" in markdown
     assert json.dumps(data, allow_nan=False)
     assert Path(data["plots"][0]).stat().st_size > 0
+
+
+def test_console_benchmark_times_each_page_and_the_idle_console(
+    stack: Stack, tmp_path: Path
+) -> None:
+    url = fresh_database(stack.database_url())
+    data, markdown = operator_console.run(
+        stack, url, tmp_path, parked=2000, partitions=8, samples=3, warm_up=1, idle_seconds=2.0
+    )
+    p = data["params"]
+    # The seeded errors group into one cause each; one parked record in ten waits for a retry.
+    assert p["causes"] == len(operator_console.ERRORS) == 20
+    assert (p["lagging_partitions"], p["retrying"]) == (4, 200)
+    checks = data["checks"]  # the overview read what was seeded
+    assert (checks["partitions"], checks["parked"], checks["problems"]) == (8, 2000, [])
+    assert set(data["ms"]) == {
+        "OverviewReader.read()",
+        "GET /",
+        "GET /failures",
+        "GET /failures/group",
+        "GET /events?id=",
+    }
+    for path, ms in [*data["ms"].items(), *data["overview_parts_ms"].items()]:
+        assert len(ms["samples"]) == 3 and 0 < ms["p50"] <= ms["p95"] <= ms["max"], path
+    assert len(data["overview_parts_ms"]) == 5 and len(data["heads_read"]["per_read"]) == 3
+    # Every measured path's statements were timed, and only theirs.
+    assert {s["path"] for s in data["statements"]} == set(data["ms"])
+    # Left alone, the console's own process ran and its sessions started no query.
+    idle = data["idle"]
+    assert idle["seconds"] >= 2.0 and idle["cpu_seconds"] >= 0
+    assert idle["queries_started"] == 0
+    assert "| the overview page (GET /) |" in markdown and "nobody looking for 2 s" in markdown
+    assert json.dumps(data, allow_nan=False)
 
 
 def test_pipeline_benchmark_applies_each_event_once(

@@ -56,13 +56,14 @@ def demo_console(workdir: Path, env: dict[str, str], root: Path) -> Iterator[Dem
     pid = start("console", argv, log=log, env=console_env, cwd=root)
     url = f"http://{LOOPBACK_ADDRESS}:{port}"
     try:
-        wait_until("the console", lambda: _answers(url), timeout=60, pid=pid, log=log)
+        wait_until("the console", lambda: console_answers(url), timeout=60, pid=pid, log=log)
         yield DemoConsole(url + "/", OPERATOR, password_file, log)
     finally:
         stop(pid)
 
 
-def _answers(url: str) -> bool:
+def console_answers(url: str) -> bool:
+    """Whether the console at ``url`` answers its health check."""
     try:
         return httpx.get(url + "/healthz", timeout=2).status_code == 200
     except httpx.HTTPError:

@@ -22,6 +22,7 @@ SCENARIOS = (
     "service",
     "profile",
     "scheduled",
+    "console",
     "cluster",
 )
 DEFAULT = SCENARIOS[:-1]  # cluster starts a stack per shape (about 20 min): only when named
@@ -99,6 +100,7 @@ def _run_scenarios(
     from outboxkit_workshop.bench import (
         cdc,
         inbox,
+        operator_console,
         profile,
         report,
         saga,
@@ -140,6 +142,16 @@ def _run_scenarios(
                 seconds=args.due_seconds,
                 transactions=args.transactions,
                 reps=reps,
+            )
+        elif scenario == "console":
+            data, markdown = operator_console.run(
+                stack,
+                fresh_database(server),
+                out,
+                parked=args.console_parked,
+                partitions=args.console_partitions,
+                samples=args.console_samples,
+                idle_seconds=args.console_idle,
             )
         elif scenario == "cluster":
             data, markdown = _cluster(args, settings, out)
@@ -192,7 +204,10 @@ def add_parser(sub: SubParsers) -> None:
         "service alone: POSTs/s and CPU per POST, a flame graph with py-spy), profile (where "
         "the inbox sink's time goes), scheduled (a scheduled message's lag from its time to the "
         "outbox and to Kafka at 100 and 1,000 due/s, and what scheduling costs next to "
-        "publishing), cluster (the pipeline and the saga on stacks of several "
+        "publishing), console (the operator console over 100,000 parked records on 64 "
+        "partitions: the overview's read and its pages' answers, p50 / p95 against the "
+        "overview's 200 ms, and `outboxkit console`'s CPU while nobody looks), cluster (the "
+        "pipeline and the saga on stacks of several "
         "shapes, each started and stopped in turn: 1 vs 3 brokers, Spark local[2] vs 1 and 2 "
         "workers, 4 vs 8 partitions; about 20 min). Default: all but cluster. "
         "`outboxkit dev bench publish` renders the figure tables of README.md, docs/index.md and "
@@ -250,6 +265,22 @@ def add_parser(sub: SubParsers) -> None:
         "--due-seconds", type=float, default=25.0, help="seconds each due rate is held"
     )
     bench.add_argument("--keep-stack", action="store_true", help="leave a stack it started up")
+    console = bench.add_argument_group("console scenario")
+    console.add_argument(
+        "--console-parked", type=int, default=100_000, help="parked records (default 100,000)"
+    )
+    console.add_argument(
+        "--console-partitions", type=int, default=64, help="the topic's partitions (default 64)"
+    )
+    console.add_argument(
+        "--console-samples", type=int, default=30, help="timed requests of each path (default 30)"
+    )
+    console.add_argument(
+        "--console-idle",
+        type=float,
+        default=30.0,
+        help="seconds the console process is left alone while its CPU is measured (default 30)",
+    )
     cluster = bench.add_argument_group("cluster scenario")
     cluster.add_argument(
         "--quick",

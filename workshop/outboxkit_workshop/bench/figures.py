@@ -360,6 +360,113 @@ def scheduled(data: Mapping[str, Any]) -> str:
     return method + lag + cost_method + cost + "\n" + _footer(data, command)
 
 
+# The console's measured paths: the key in the results, the row's label, whether the
+# overview's target applies.
+CONSOLE_PATHS = (
+    ("OverviewReader.read()", "the overview's read (`OverviewReader.read()`)", True),
+    ("GET /", "the overview page (GET /)", True),
+    ("GET /failures", "failures grouped by cause (GET /failures)", False),
+    ("GET /failures/group", "the largest group's first page", False),
+    ("GET /events?id=", "where is my event? (a parked record's id)", False),
+)
+CONSOLE_DEFAULTS = {"parked": 100_000, "partitions": 64, "samples": 30, "idle_seconds": 30.0}
+
+
+def console_rows(data: Mapping[str, Any]) -> list[list[str]]:
+    """Each measured path: p50, p95, max, the target, whether p95 meets it, target / p95."""
+    p, rows = data["params"], []
+    for key, label, targeted in CONSOLE_PATHS:
+        s = data["ms"][key]
+        cells = [label, f"{s['p50']:,.1f} ms", f"{s['p95']:,.1f} ms", f"{s['max']:,.1f} ms"]
+        if targeted:
+            met = "yes" if s["p95"] < p["target_ms"] else "**no**"
+            cells += [f"< {p['target_ms']:g} ms", met, _x(p["target_ms"] / s["p95"])]
+        else:
+            cells += ["", "", ""]
+        rows.append(cells)
+    return rows
+
+
+def console_idle(data: Mapping[str, Any]) -> list[str]:
+    """The idle console's row: CPU, queries started, the target, whether met, target / CPU."""
+    quiet, target = data["idle"], data["params"]["idle_target_percent"]
+    cpu = quiet["cpu_percent_of_one_core"]
+    met = cpu < target and quiet["queries_started"] == 0
+    return [
+        f"`outboxkit console`, nobody looking for {quiet['seconds']:.0f} s",
+        f"{cpu:.2f}% ({quiet['cpu_seconds']:.2f} s)",
+        str(quiet["queries_started"]),
+        f"< {target:g}% of a core, no query",
+        "yes" if met else "**no**",
+        f"{target / cpu:,.0f}" if cpu > 0 else "∞",
+    ]
+
+
+def console(data: Mapping[str, Any]) -> str:
+    p = data["params"]
+    table = markdown_table(
+        ["what", "p50", "p95", "max", "target", "met (p95)", "target / p95"],
+        console_rows(data),
+    )
+    idle = markdown_table(
+        ["idle", "CPU, share of one core", "queries started", "target", "met", "target / CPU"],
+        [console_idle(data)],
+    )
+    parts = markdown_table(
+        ["the overview's part", "p50", "p95"],
+        [
+            [name, f"{s['p50']:,.1f} ms", f"{s['p95']:,.1f} ms"]
+            for name, s in data["overview_parts_ms"].items()
+        ],
+    )
+    method = (
+        f"One consumer of a topic of {p['partitions']} partitions "
+        f"({p['lagging_partitions']} of them behind Kafka's end), {p['parked']:,} parked "
+        f"records of {p['causes']} causes ({p['retrying']:,} waiting for a retry), Kafka "
+        f"Connect {'with its connector' if p['connect'] else 'left out'}; the overview's cache "
+        f"off (every read a read); {p['samples']} timed requests of each path after "
+        f"{p['warm_up']} untimed, the paths taking turns, through the app served by uvicorn, "
+        "signed in."
+        + (
+            f" The machine's CPUs were {100 * data['load']['cpu_busy_share']:.0f}% busy while "
+            "the paths were timed (whatever ran)."
+            if "load" in data
+            else ""
+        )
+        + "\n\n"
+    )
+    heads = data["heads_read"]
+    heads_line = (
+        f"\nThe overview's read shows how long the oldest record not applied has waited on each "
+        f"partition behind: it had that time for {heads['median']:g} of the "
+        f"{heads['partitions_behind']} partitions behind at the median read, "
+        f"{heads['min']} at the fewest.\n"
+    )
+    idle_method = (
+        f"\n`outboxkit console` in its own process, looked at once, then left alone for "
+        f"{p['idle_seconds']:g} s: its CPU (user + system) and the queries its database "
+        "sessions started meanwhile.\n\n"
+    )
+    parts_method = (
+        "\nWhere the overview's read goes, each part timed apart as the reader makes it:\n\n"
+    )
+    flags = {"parked": "--console-parked", "partitions": "--console-partitions"}
+    flags |= {"samples": "--console-samples", "idle_seconds": "--console-idle"}
+    given = [f"{flags[k]} {p[k]:g}" for k, v in CONSOLE_DEFAULTS.items() if k in p and p[k] != v]
+    command = f"`./dev.sh bench {' '.join(['console', *given])}`"
+    return (
+        method
+        + table
+        + heads_line
+        + idle_method
+        + idle
+        + parts_method
+        + parts
+        + "\n"
+        + _footer(data, command)
+    )
+
+
 def chaos(data: Mapping[str, Any]) -> str:
     rows = [
         [f"`{kind}`", f["rounds"], f"{f['recovery_p50']:.1f} s", f"{f['recovery_max']:.1f} s"]
@@ -599,4 +706,5 @@ RENDER: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "profile": profile,
     "scheduled": scheduled,
     "soak": soak,
+    "console": console,
 }
