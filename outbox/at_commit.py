@@ -42,17 +42,21 @@ import threading
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import generators, pq
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine.base import OptionEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
+from sqlalchemy.util import await_only
 
 from outbox.statements import WRITE_DELETED_ONE, Row, as_sqlalchemy_errors
 
 log = logging.getLogger(__name__)
+
+AnyEngine = TypeVar("AnyEngine", Engine, AsyncEngine)
 
 _PENDING = "outboxkit.outbox_at_commit"  # the key of the waiting calls in the pool's info
 _CALL = b"SELECT outbox_write_deleted(%s::uuid, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s, %s)"
@@ -85,7 +89,7 @@ def defer(session: Session, rows: Sequence[Row]) -> bool:
     conn = session.connection()
     pooled = conn.connection
     driver = pooled.driver_connection
-    if not isinstance(driver, psycopg.Connection) or driver.autocommit:
+    if not isinstance(driver, psycopg.Connection | psycopg.AsyncConnection) or driver.autocommit:
         return False
     engine = _root(conn.engine)
     if engine not in _ATTACHED:
@@ -101,16 +105,17 @@ def defer(session: Session, rows: Sequence[Row]) -> bool:
     return True
 
 
-def attach(engine: Engine) -> Engine:
+def attach(engine: AnyEngine) -> AnyEngine:
     """Listen on ``engine`` for delete mode's write at commit; returns it. Idempotent. Call it
     where the engine is made, before it is used: SQLAlchemy does not allow adding a listener
     while another thread runs that event.
 
     Args:
-        engine: An engine sessions publish through; the engines its ``execution_options`` make
-            share its listeners.
+        engine: An engine sessions publish through (an AsyncEngine: its sync engine, whose
+            events its AsyncSessions fire); the engines its ``execution_options`` make share
+            its listeners.
     """
-    root = _root(engine)
+    root = _root(engine.sync_engine if isinstance(engine, AsyncEngine) else engine)
     with _ATTACHING:
         if root not in _ATTACHED:
             for name, listener in _LISTENERS:
@@ -182,9 +187,14 @@ def _write_waiting(conn: Connection, *, commit: bool) -> None:
     if conn.invalidated or conn.closed:
         return  # SQLAlchemy raises its own error for the commit or savepoint
     pending = _take(conn)
-    if pending is not None:
-        driver = cast(psycopg.Connection[Any], conn.connection.driver_connection)
-        run(driver, pending.calls, pending.first, commit=commit)
+    if pending is None:
+        return
+    driver = conn.connection.driver_connection
+    if isinstance(driver, psycopg.AsyncConnection):
+        # An AsyncSession's events fire in SQLAlchemy's greenlet: await the driver from here.
+        await_only(run_async(driver, pending.calls, pending.first, commit=commit))
+    else:
+        run(cast(psycopg.Connection[Any], driver), pending.calls, pending.first, commit=commit)
 
 
 def run(
@@ -197,18 +207,12 @@ def run(
     for an ended transaction and never rolls it back, and its connection would go back to the
     pool inside a failed transaction."""
     pgconn = driver.pgconn
-    if commit and pgconn.transaction_status == pq.TransactionStatus.IDLE:
-        # Nothing but the events was sent (psycopg's BEGIN goes with the first statement): the
-        # message alone is one implicit transaction, and a COMMIT would only draw a warning.
-        commit = False
-    message = b"; ".join([*calls, b"COMMIT"] if commit else calls)
+    message, commit = _message(pgconn, calls, commit=commit)
     with as_sqlalchemy_errors((WRITE_DELETED_ONE, tuple(first))), driver.lock:
         pgconn.send_query(message)
-        results = driver.wait(generators.execute(pgconn))
-        failed = next((r for r in results if r.status not in _DONE), None)
-        if failed is None:
+        error = _failure(driver, driver.wait(generators.execute(pgconn)))
+        if error is None:
             return
-        error = psycopg.errors.error_from_result(failed, encoding=driver.info.encoding)
         if commit and pgconn.transaction_status != pq.TransactionStatus.IDLE:
             with contextlib.suppress(psycopg.Error):  # a lost connection is invalidated later
                 pgconn.send_query(b"ROLLBACK")
@@ -216,7 +220,47 @@ def run(
         raise error
 
 
-def _calls(driver: psycopg.Connection[Any], rows: Sequence[Row]) -> list[bytes]:
+async def run_async(
+    driver: psycopg.AsyncConnection[Any], calls: Sequence[bytes], first: Row, *, commit: bool
+) -> None:
+    """`run` on psycopg's asynchronous connection (an AsyncSession's): the same message, the
+    same errors, the same rollback of a failed commit."""
+    pgconn = driver.pgconn
+    message, commit = _message(pgconn, calls, commit=commit)
+    with as_sqlalchemy_errors((WRITE_DELETED_ONE, tuple(first))):
+        async with driver.lock:
+            pgconn.send_query(message)
+            error = _failure(driver, await driver.wait(generators.execute(pgconn)))
+            if error is None:
+                return
+            if commit and pgconn.transaction_status != pq.TransactionStatus.IDLE:
+                with contextlib.suppress(psycopg.Error):
+                    pgconn.send_query(b"ROLLBACK")
+                    await driver.wait(generators.execute(pgconn))
+        raise error
+
+
+def _message(pgconn: Any, calls: Sequence[bytes], *, commit: bool) -> tuple[bytes, bool]:
+    """The message of ``calls`` (with COMMIT after them when ``commit``) and whether it
+    commits."""
+    if commit and pgconn.transaction_status == pq.TransactionStatus.IDLE:
+        # Nothing but the events was sent (psycopg's BEGIN goes with the first statement): the
+        # message alone is one implicit transaction, and a COMMIT would only draw a warning.
+        commit = False
+    return b"; ".join([*calls, b"COMMIT"] if commit else calls), commit
+
+
+def _failure(driver: Any, results: Sequence[Any]) -> psycopg.Error | None:
+    """The error of the first result that failed, or None."""
+    failed = next((r for r in results if r.status not in _DONE), None)
+    if failed is None:
+        return None
+    return psycopg.errors.error_from_result(failed, encoding=driver.info.encoding)
+
+
+def _calls(
+    driver: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], rows: Sequence[Row]
+) -> list[bytes]:
     """Each row's ``SELECT outbox_write_deleted(...)`` with its values as literals: the id and
     the time are ASCII this module wrote (no escaping needed), the text is escaped by libpq
     for the connection. Validation already refused NUL characters and lone surrogates, which no

@@ -152,7 +152,14 @@ class Outbox:
         """Every event validated: its envelope and its outbox row (InvalidEvent when one cannot
         travel)."""
         if not isinstance(session, Session):
-            raise InvalidEvent(f"publish needs a SQLAlchemy Session, got {type(session).__name__}")
+            hint = (
+                ": an AsyncSession publishes through outbox.AsyncUnitOfWork"
+                if type(session).__name__ == "AsyncSession"
+                else ""
+            )
+            raise InvalidEvent(
+                f"publish needs a SQLAlchemy Session, got {type(session).__name__}{hint}"
+            )
         rows, envelopes = [], []
         for event in events:
             envelope, payload_json = make_envelope(

@@ -22,11 +22,14 @@ Benchmarks size their pools to what they measure and make their own."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Engine, create_engine, pool
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 Role = Literal["service", "consumer", "metrics", "once"]
 
@@ -34,7 +37,7 @@ Role = Literal["service", "consumer", "metrics", "once"]
 # every 5 s, and drop it after 3 probes unanswered; drop a connection whose sent data stays
 # unacknowledged for 20 s (a query or a COMMIT sent into a partition).
 # The drivers that hand these to libpq (others take other arguments).
-LIBPQ_DRIVERS = ("psycopg", "psycopg2")
+LIBPQ_DRIVERS = ("psycopg", "psycopg_async", "psycopg2")
 NETWORK: dict[str, int] = {
     "connect_timeout": 10,
     "keepalives": 1,
@@ -102,6 +105,30 @@ def engine_for(url: str | URL, role: Role, **options: Any) -> Engine:
             ``metrics`` or ``once`` (as above).
         **options: `sqlalchemy.create_engine` arguments, over the role's pool settings.
     """
+    parsed, settings = _engine_settings(url, role, options)
+    return create_engine(parsed, **settings)
+
+
+def async_engine_for(url: str | URL, role: Role, **options: Any) -> AsyncEngine:
+    """`engine_for`'s AsyncEngine, for ``async`` services: the same pools and network settings;
+    ``postgresql+psycopg://`` runs on psycopg's async driver (``postgresql+asyncpg://`` on
+    asyncpg).
+
+    Args:
+        url: The database URL (a SQLAlchemy URL or its text; see `database_url`).
+        role: What the engine serves, which sets its pool (see `engine_for`).
+        **options: `sqlalchemy.ext.asyncio.create_async_engine` arguments, over the role's.
+    """
+    from sqlalchemy.ext.asyncio import create_async_engine  # asyncio only where it is used
+
+    parsed, settings = _engine_settings(url, role, options)
+    return create_async_engine(parsed, **settings)
+
+
+def _engine_settings(
+    url: str | URL, role: Role, options: dict[str, Any]
+) -> tuple[URL, dict[str, Any]]:
+    """The parsed URL and the engine's settings: the role's pool, libpq's network defaults."""
     if role not in _POOLS:
         raise ValueError(f"engine role {role!r}: one of {', '.join(_POOLS)}")
     settings = {**_POOLS[role], **options}
@@ -110,4 +137,4 @@ def engine_for(url: str | URL, role: Role, **options: Any) -> Engine:
         # What the URL or the caller set wins: these are defaults.
         defaults = {k: v for k, v in NETWORK.items() if k not in parsed.query}
         settings["connect_args"] = {**defaults, **settings.get("connect_args", {})}
-    return create_engine(parsed, **settings)
+    return parsed, settings
