@@ -13,14 +13,16 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.concurrency import run_in_threadpool
 
 from migrations.runner import FRAMEWORK, Migrations
 from outbox import at_commit
 from outbox.publish import Outbox
 from outboxkit.kernel import tracing
-from outboxkit.kernel.engines import engine_for
+from outboxkit.kernel.engines import async_engine_for, engine_for
 from service_template import errors, logs, openapi
+from service_template.async_uow import AsyncUnitOfWorkRoute
 from service_template.limits import BodyLimit
 from service_template.measure import TraceAndMeasure
 from service_template.metrics import Metrics
@@ -35,6 +37,12 @@ def service_router(**kwargs: Any) -> APIRouter:
     return APIRouter(route_class=UnitOfWorkRoute, **kwargs)
 
 
+def async_service_router(**kwargs: Any) -> APIRouter:
+    """A router of ``async def`` routes, each in an async unit of work on an AsyncSession (use
+    `Depends(async_unit_of_work)` in them); it lives beside `service_router`'s in one app."""
+    return APIRouter(route_class=AsyncUnitOfWorkRoute, **kwargs)
+
+
 @dataclass
 class ServiceApp:
     """What the routes and the framework share: settings, engine, outbox, metrics, migrations.
@@ -42,6 +50,8 @@ class ServiceApp:
     Attributes:
         settings: The service's settings, read once at start.
         engine: The service's database engine, pooled for serving requests.
+        async_engine: The same database for ``async def`` routes (an AsyncEngine on the async
+            driver), pooled alike; it connects when an async route first runs.
         metrics: The app's Prometheus metrics.
         migrations: The service's own Alembic chains, checked at head by /ready besides the
             framework's.
@@ -50,6 +60,7 @@ class ServiceApp:
 
     settings: ServiceSettings
     engine: Engine
+    async_engine: AsyncEngine
     metrics: Metrics
     migrations: Sequence[Migrations] = field(default_factory=tuple)
     outbox: Outbox = field(init=False)
@@ -80,6 +91,7 @@ def create_app(
     title: str | None = None,
     description: str = "",
     engine: Engine | None = None,
+    async_engine: AsyncEngine | None = None,
 ) -> FastAPI:
     """A FastAPI app with the service's routers plus /health, /ready, /metrics and /docs.
 
@@ -91,18 +103,24 @@ def create_app(
         title: The OpenAPI title; None: the service's name.
         description: The OpenAPI description.
         engine: The database engine; None makes one from the settings, pooled for serving.
+        async_engine: The engine of ``async def`` routes (`async_service_router`); None makes
+            one from the settings, pooled alike.
     """
     logs.configure(settings.name, settings.log_level, settings.log_json)
     tracing.configure(settings.name)  # when OTEL_* ask for it (OTEL_SERVICE_NAME wins)
     engine = engine or engine_for(settings.engine_url(), "service", pool_size=settings.pool_size)
     at_commit.attach(engine)  # its routes publish through it
+    async_engine = async_engine or async_engine_for(
+        settings.engine_url(), "service", pool_size=settings.pool_size
+    )
+    at_commit.attach(async_engine)
     metrics = Metrics(
         engine,
         settings.consumers,
         settings.kafka_bootstrap_servers,
         settings.kafka_security.resolve(),
     )
-    service = ServiceApp(settings, engine, metrics, tuple(migrations))
+    service = ServiceApp(settings, engine, async_engine, metrics, tuple(migrations))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -116,6 +134,7 @@ def create_app(
         finally:
             if releaser is not None:
                 await run_in_threadpool(releaser.stop)
+            await async_engine.dispose()  # its connections belong to this event loop
 
     app = FastAPI(title=title or settings.name, description=description, lifespan=lifespan)
     app.state.service = service

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 from fastapi import Header, Request
@@ -36,6 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from outbox.aio import AsyncUnitOfWork
 from outbox.unit import UnitOfWork
 from service_template.errors import Problem
 
@@ -113,26 +114,70 @@ def idempotent(
     if key is None:
         status, payload = produce()
         return JSONResponse(_jsonable(payload), status_code=status)
+    scope, fingerprint, at = _claim_of(request, key, body)
+    claimed = uow.session.execute(
+        _CLAIM, {"scope": scope, "key": key, "fingerprint": fingerprint}
+    ).first()
+    if claimed is None:
+        return _replayed(uow.session.execute(_FIRST, at).one(), fingerprint)
+    status, payload = produce()
+    encoded = _jsonable(payload)
+    uow.session.execute(_RECORD, {**at, "status_code": status, "response": encoded})
+    return JSONResponse(encoded, status_code=status)
+
+
+async def idempotent_async(
+    uow: AsyncUnitOfWork,
+    request: Request,
+    key: str | None,
+    body: Any,
+    produce: Callable[[], Awaitable[tuple[int, Any]]],
+) -> JSONResponse:
+    """`idempotent` for ``async def`` routes: awaits ``produce`` once per Idempotency-Key, the
+    key stored in the async unit's transaction, with the same rules and answers.
+
+    Args:
+        uow: The request's async unit of work (`async_unit_of_work`).
+        request: The request; its method and path scope the key.
+        key: The request's Idempotency-Key header (`IdempotencyKey`); None awaits ``produce``
+            without storing anything.
+        body: The request's body, fingerprinted to tell a retry from another request.
+        produce: Does the route's work and returns the response's status and body; awaited
+            once per key.
+    """
+    if key is None:
+        status, payload = await produce()
+        return JSONResponse(_jsonable(payload), status_code=status)
+    scope, fingerprint, at = _claim_of(request, key, body)
+    session = uow.session
+    claimed = (
+        await session.execute(_CLAIM, {"scope": scope, "key": key, "fingerprint": fingerprint})
+    ).first()
+    if claimed is None:
+        return _replayed((await session.execute(_FIRST, at)).one(), fingerprint)
+    status, payload = await produce()
+    encoded = _jsonable(payload)
+    await session.execute(_RECORD, {**at, "status_code": status, "response": encoded})
+    return JSONResponse(encoded, status_code=status)
+
+
+def _claim_of(request: Request, key: str, body: Any) -> tuple[str, str, dict[str, str]]:
+    """The key's scope (method and path), the request's fingerprint, and the key's row."""
     if not _KEY.fullmatch(key):
         raise Problem(400, f"Idempotency-Key must be 1 to {MAX_KEY} visible ASCII characters")
     scope = f"{request.method} {request.url.path}"
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), default=jsonable_encoder)
     fingerprint = hashlib.sha256(f"{scope}\n{canonical}".encode()).hexdigest()
-    at = {"the_scope": scope, "the_key": key}
-    claimed = uow.session.execute(
-        _CLAIM, {"scope": scope, "key": key, "fingerprint": fingerprint}
-    ).first()
-    if claimed is None:
-        row = uow.session.execute(_FIRST, at).one()
-        if row.fingerprint != fingerprint:
-            raise Problem(409, "this Idempotency-Key was used with a different request body")
-        return JSONResponse(
-            row.response, status_code=row.status_code, headers={"Idempotent-Replayed": "true"}
-        )
-    status, payload = produce()
-    encoded = _jsonable(payload)
-    uow.session.execute(_RECORD, {**at, "status_code": status, "response": encoded})
-    return JSONResponse(encoded, status_code=status)
+    return scope, fingerprint, {"the_scope": scope, "the_key": key}
+
+
+def _replayed(row: Any, fingerprint: str) -> JSONResponse:
+    """The first response of a key, for a retry of the same request (a 409 for another)."""
+    if row.fingerprint != fingerprint:
+        raise Problem(409, "this Idempotency-Key was used with a different request body")
+    return JSONResponse(
+        row.response, status_code=row.status_code, headers={"Idempotent-Replayed": "true"}
+    )
 
 
 _NATIVE = (str, int, float, bool, type(None))
