@@ -139,6 +139,31 @@ class AsyncUnitOfWork:
         event = NewEvent(aggregate_type, aggregate_id, event_type, payload, headers, caused_by)
         return (await self.schedule_many([event], [scheduled.due_of(at, delay, key)]))[0]
 
+    async def schedule_event(
+        self,
+        event: Event,
+        *,
+        at: datetime | None = None,
+        delay: float | timedelta | None = None,
+        key: str | None = None,
+        aggregate_id: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        caused_by: Envelope | None = None,
+    ) -> Envelope:
+        """`UnitOfWork.schedule_event`, awaited.
+
+        Args:
+            event: The typed event.
+            at: When it is due (timezone-aware); give this or ``delay``.
+            delay: Seconds (or a timedelta) after this transaction's start.
+            key: Your name for it, to cancel or replace it.
+            aggregate_id: The aggregate id; None takes the model's key field's value.
+            headers: Extra Kafka headers, or None.
+            caused_by: The consumed event it follows from, whose trace it continues.
+        """
+        new = event.new_event(aggregate_id=aggregate_id, headers=headers, caused_by=caused_by)
+        return (await self.schedule_many([new], [scheduled.due_of(at, delay, key)]))[0]
+
     async def schedule_many(
         self, events: Sequence[NewEvent], dues: Sequence[scheduled.Due]
     ) -> list[Envelope]:

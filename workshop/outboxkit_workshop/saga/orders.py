@@ -27,7 +27,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.orm import Session
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from inbox import BatchHandler
 from outbox import unnested, unnested_rows
@@ -51,14 +51,15 @@ from outboxkit_workshop.saga.contracts import (
 from outboxkit_workshop.saga.order_metrics import OrdersCollector
 from outboxkit_workshop.saga.rules import ORDER_ID
 from service_template import (
+    AsyncUnitOfWork,
     IdempotencyKey,
     Problem,
     UnitOfWork,
+    async_service_router,
+    async_unit_of_work,
     create_app,
-    idempotent,
-    unit_of_work,
+    idempotent_async,
 )
-from service_template.app import service_router
 from service_template.openapi import problems
 
 metadata = MetaData()
@@ -133,29 +134,28 @@ class OrderView(BaseModel):
 _PLACE = insert(orders).returning(orders.c.created_at)
 _ENTER = insert(timeline).returning(timeline.c.at)
 
-router = service_router(tags=["orders"])
-UoW = Annotated[UnitOfWork, Depends(unit_of_work)]
+# The routes are async def, on an AsyncSession (the consumer's handlers stay synchronous): the
+# saga runs one async service, so its demo, fault campaigns and soak prove that path.
+router = async_service_router(tags=["orders"])
+UoW = Annotated[AsyncUnitOfWork, Depends(async_unit_of_work)]
 
 
-def _view(session: Session, order_id: str) -> dict[str, Any] | None:
-    row = session.execute(select(orders).where(orders.c.id == order_id)).mappings().first()
+async def _view(session: AsyncSession, order_id: str) -> dict[str, Any] | None:
+    row = (await session.execute(select(orders).where(orders.c.id == order_id))).mappings().first()
     if row is None:
         return None
-    events = (
-        session.execute(
-            select(
-                timeline.c.event_type,
-                timeline.c.service,
-                timeline.c.status_after,
-                timeline.c.at,
-                timeline.c.detail,
-            )
-            .where(timeline.c.order_id == order_id)
-            .order_by(timeline.c.at, timeline.c.id)
+    history = (
+        select(
+            timeline.c.event_type,
+            timeline.c.service,
+            timeline.c.status_after,
+            timeline.c.at,
+            timeline.c.detail,
         )
-        .mappings()
-        .all()
+        .where(timeline.c.order_id == order_id)
+        .order_by(timeline.c.at, timeline.c.id)
     )
+    events = (await session.execute(history)).mappings().all()
     return {**row, "timeline": [dict(e) for e in events]}
 
 
@@ -166,13 +166,13 @@ def _view(session: Session, order_id: str) -> dict[str, Any] | None:
     summary="place an order (PENDING) and emit OrderPlaced",
     responses=problems(400, 409),
 )
-def place_order(
+async def place_order(
     body: PlaceOrder,
     request: Request,
     uow: UoW,
     idempotency_key: IdempotencyKey = None,
 ) -> Any:
-    def create() -> tuple[int, Any]:
+    async def create() -> tuple[int, Any]:
         order_id = str(uuid.uuid4())
         items = [Item(sku=line.sku, qty=line.qty) for line in body.items]
         placed: dict[str, Any] = {
@@ -182,7 +182,7 @@ def place_order(
             "amount": body.amount,
             "status": rules.PENDING,
         }
-        created_at = uow.session.execute(_PLACE, placed).scalar_one()
+        created_at = (await uow.session.execute(_PLACE, placed)).scalar_one()
         entry: dict[str, Any] = {
             "order_id": order_id,
             "event_id": str(uuid.uuid4()),
@@ -190,8 +190,8 @@ def place_order(
             "service": "orders",
             "status_after": rules.PENDING,
         }
-        at = uow.session.execute(_ENTER, entry).scalar_one()
-        uow.publish_event(
+        at = (await uow.session.execute(_ENTER, entry)).scalar_one()
+        await uow.publish_event(
             OrderPlaced(order_id=order_id, customer=body.customer, items=items, amount=body.amount)
         )
         # Cancelled if no payment answers in time: scheduled in this transaction, so an order
@@ -199,7 +199,7 @@ def place_order(
         # (an app of the router on plain ServiceSettings, as tests build, takes the default)
         settings = request.app.state.service.settings
         seconds = getattr(settings, "payment_timeout_seconds", Timeouts.payment)
-        uow.schedule_event(
+        await uow.schedule_event(
             PaymentTimedOut(order_id=order_id, seconds=seconds),
             delay=seconds,
             key=rules.timer_key(rules.PAYMENT_TIMED_OUT, order_id),
@@ -208,7 +208,8 @@ def place_order(
         view = OrderView(**placed, created_at=created_at, timeline=[TimelineEntry(**entry, at=at)])
         return 201, view.model_dump(mode="json")
 
-    return idempotent(uow, request, idempotency_key, body.model_dump(mode="json"), create)
+    body_json = body.model_dump(mode="json")
+    return await idempotent_async(uow, request, idempotency_key, body_json, create)
 
 
 @router.get(
@@ -217,8 +218,8 @@ def place_order(
     summary="an order's status and the timeline of events that touched it",
     responses=problems(404),
 )
-def get_order(order_id: Annotated[str, Path(pattern=ORDER_ID)], uow: UoW) -> Any:
-    view = _view(uow.session, order_id)
+async def get_order(order_id: Annotated[str, Path(pattern=ORDER_ID)], uow: UoW) -> Any:
+    view = await _view(uow.session, order_id)
     if view is None:
         raise Problem(404, f"order {order_id} not found")
     return view
