@@ -164,3 +164,39 @@ def test_a_lost_database_is_a_503_and_the_next_request_works(served, superuser) 
     ]
     assert set(answers) <= {201, 503} and answers[-1] == 201, answers
     assert 500 not in answers
+
+
+@pytest.mark.parametrize("routes", ["async", "sync"])
+def test_the_orders_service_answers_alike_on_async_and_sync_routes(stack, routes: str) -> None:
+    """The saga's orders service, its routes async (the saga's) or synchronous (the service
+    benchmark's other side): the same 201, the same retry, the same view, one event and one
+    timer per order."""
+    from outboxkit_workshop.saga import orders, orders_sync
+
+    url = stack.add_service(f"orders_{routes}")
+    migrations_of("orders").upgrade(url)
+    admin = create_engine(url)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(SEEN)
+    settings = ServiceSettings(
+        name=f"orders-{routes}",
+        database_url=url,
+        log_json=False,
+        outbox={"release": {"enabled": False}},  # type: ignore[arg-type]
+    )
+    router = orders.router if routes == "async" else orders_sync.router
+    app = create_app(settings, routers=[router], migrations=[migrations_of("orders")])
+    body = {"customer": "cust-1", "items": [{"sku": "widget", "qty": 2}], "amount": 40}
+    with TestClient(app) as client:
+        first = client.post("/orders", json=body, headers={"Idempotency-Key": "o-1"})
+        again = client.post("/orders", json=body, headers={"Idempotency-Key": "o-1"})
+        view = client.get(f"/orders/{first.json()['id']}")
+        missing = client.get("/orders/00000000-0000-4000-8000-000000000000")
+    assert (first.status_code, again.status_code, view.status_code) == (201, 201, 200)
+    assert again.json() == first.json()
+    assert view.json()["timeline"] == first.json()["timeline"]
+    assert missing.status_code == 404
+    order = first.json()["id"]
+    assert rows(admin, "SELECT aggregateid FROM async_seen") == [order]
+    assert rows(admin, "SELECT aggregateid FROM outbox_scheduled") == [order]
+    admin.dispose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -42,6 +43,11 @@ class SagaServiceSettings(ServiceSettings, ConsumerSettings):
         description="payments: the card gateway of `slow-` customers answers this long after "
         "the order was placed (until then their capture is retried later); 0: at once. The "
         "demo holds payments back past the payment timeout with it",
+    )
+    http_routes: Literal["async", "sync"] = Field(
+        default="async",
+        description="orders: its routes as async def on an AsyncSession (the saga's default) or "
+        "synchronous on a Session; the service benchmark measures both side by side",
     )
     shipping_timeout_seconds: float = Field(
         default=120.0,

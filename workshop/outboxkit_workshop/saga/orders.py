@@ -131,8 +131,8 @@ class OrderView(BaseModel):
 
 
 # Built once (SQLAlchemy's per-statement construction costs more CPU than the round trip).
-_PLACE = insert(orders).returning(orders.c.created_at)
-_ENTER = insert(timeline).returning(timeline.c.at)
+PLACE_ROW = insert(orders).returning(orders.c.created_at)
+ENTER_TIMELINE = insert(timeline).returning(timeline.c.at)
 
 # The routes are async def, on an AsyncSession (the consumer's handlers stay synchronous): the
 # saga runs one async service, so its demo, fault campaigns and soak prove that path.
@@ -140,10 +140,9 @@ router = async_service_router(tags=["orders"])
 UoW = Annotated[AsyncUnitOfWork, Depends(async_unit_of_work)]
 
 
-async def _view(session: AsyncSession, order_id: str) -> dict[str, Any] | None:
-    row = (await session.execute(select(orders).where(orders.c.id == order_id))).mappings().first()
-    if row is None:
-        return None
+def order_query(order_id: str) -> tuple[Any, Any]:
+    """The statements of an order's view: its row, and its timeline in order."""
+    row = select(orders).where(orders.c.id == order_id)
     history = (
         select(
             timeline.c.event_type,
@@ -155,24 +154,32 @@ async def _view(session: AsyncSession, order_id: str) -> dict[str, Any] | None:
         .where(timeline.c.order_id == order_id)
         .order_by(timeline.c.at, timeline.c.id)
     )
+    return row, history
+
+
+async def _view(session: AsyncSession, order_id: str) -> dict[str, Any] | None:
+    order, history = order_query(order_id)
+    row = (await session.execute(order)).mappings().first()
+    if row is None:
+        return None
     events = (await session.execute(history)).mappings().all()
     return {**row, "timeline": [dict(e) for e in events]}
 
 
-@router.post(
-    "/orders",
-    status_code=201,
-    response_model=OrderView,
-    summary="place an order (PENDING) and emit OrderPlaced",
-    responses=problems(400, 409),
-)
-async def place_order(
-    body: PlaceOrder,
-    request: Request,
-    uow: UoW,
-    idempotency_key: IdempotencyKey = None,
-) -> Any:
-    async def create() -> tuple[int, Any]:
+@dataclass(frozen=True)
+class NewOrder:
+    """What placing an order writes, decided before any I/O: the order's row, its timeline
+    entry, its event and its payment timer (scheduled in the same transaction, so an order
+    never exists without it)."""
+
+    placed: dict[str, Any]
+    entry: dict[str, Any]
+    event: OrderPlaced
+    timer: PaymentTimedOut
+    timer_key: str
+
+    @classmethod
+    def of(cls, body: PlaceOrder, request: Request) -> NewOrder:
         order_id = str(uuid.uuid4())
         items = [Item(sku=line.sku, qty=line.qty) for line in body.items]
         placed: dict[str, Any] = {
@@ -182,7 +189,6 @@ async def place_order(
             "amount": body.amount,
             "status": rules.PENDING,
         }
-        created_at = (await uow.session.execute(_PLACE, placed)).scalar_one()
         entry: dict[str, Any] = {
             "order_id": order_id,
             "event_id": str(uuid.uuid4()),
@@ -190,34 +196,59 @@ async def place_order(
             "service": "orders",
             "status_after": rules.PENDING,
         }
-        at = (await uow.session.execute(_ENTER, entry)).scalar_one()
-        await uow.publish_event(
-            OrderPlaced(order_id=order_id, customer=body.customer, items=items, amount=body.amount)
-        )
-        # Cancelled if no payment answers in time: scheduled in this transaction, so an order
-        # never exists without its timer.
         # (an app of the router on plain ServiceSettings, as tests build, takes the default)
         settings = request.app.state.service.settings
         seconds = getattr(settings, "payment_timeout_seconds", Timeouts.payment)
-        await uow.schedule_event(
+        return cls(
+            placed,
+            entry,
+            OrderPlaced(order_id=order_id, customer=body.customer, items=items, amount=body.amount),
             PaymentTimedOut(order_id=order_id, seconds=seconds),
-            delay=seconds,
-            key=rules.timer_key(rules.PAYMENT_TIMED_OUT, order_id),
+            rules.timer_key(rules.PAYMENT_TIMED_OUT, order_id),
         )
-        # The view GET /orders/{id} would read now, from what was written (no second read).
-        view = OrderView(**placed, created_at=created_at, timeline=[TimelineEntry(**entry, at=at)])
+
+    def answer(self, created_at: Any, at: Any) -> tuple[int, Any]:
+        """The 201 and the view GET /orders/{id} would read now (no second read)."""
+        timeline = [TimelineEntry(**self.entry, at=at)]
+        view = OrderView(**self.placed, created_at=created_at, timeline=timeline)
         return 201, view.model_dump(mode="json")
+
+
+PLACE_ORDER: dict[str, Any] = {
+    "status_code": 201,
+    "response_model": OrderView,
+    "summary": "place an order (PENDING) and emit OrderPlaced",
+    "responses": problems(400, 409),
+}
+
+
+@router.post("/orders", **PLACE_ORDER)
+async def place_order(
+    body: PlaceOrder,
+    request: Request,
+    uow: UoW,
+    idempotency_key: IdempotencyKey = None,
+) -> Any:
+    async def create() -> tuple[int, Any]:
+        new = NewOrder.of(body, request)
+        created_at = (await uow.session.execute(PLACE_ROW, new.placed)).scalar_one()
+        at = (await uow.session.execute(ENTER_TIMELINE, new.entry)).scalar_one()
+        await uow.publish_event(new.event)
+        await uow.schedule_event(new.timer, delay=new.timer.seconds, key=new.timer_key)
+        return new.answer(created_at, at)
 
     body_json = body.model_dump(mode="json")
     return await idempotent_async(uow, request, idempotency_key, body_json, create)
 
 
-@router.get(
-    "/orders/{order_id}",
-    response_model=OrderView,
-    summary="an order's status and the timeline of events that touched it",
-    responses=problems(404),
-)
+GET_ORDER: dict[str, Any] = {
+    "response_model": OrderView,
+    "summary": "an order's status and the timeline of events that touched it",
+    "responses": problems(404),
+}
+
+
+@router.get("/orders/{order_id}", **GET_ORDER)
 async def get_order(order_id: Annotated[str, Path(pattern=ORDER_ID)], uow: UoW) -> Any:
     view = await _view(uow.session, order_id)
     if view is None:
@@ -335,9 +366,14 @@ HANDLERS = handlers_for(Timeouts())
 
 def app() -> FastAPI:
     """The orders service (settings from ORDERS_* environment variables)."""
+    settings = settings_of("orders")
+    if settings.http_routes == "sync":  # the service benchmark's synchronous side
+        from outboxkit_workshop.saga.orders_sync import router as routes
+    else:
+        routes = router
     service = create_app(
-        settings_of("orders"),
-        routers=[router],
+        settings,
+        routers=[routes],
         migrations=[migrations_of("orders")],
         title="orders",
         description="Places orders and follows them to a final state.",
