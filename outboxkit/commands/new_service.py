@@ -1,16 +1,18 @@
-"""`outboxkit new-service NAME [--dir PATH] [--consumes SERVICE ...]`: a new service folder from
-the service template.
+"""`outboxkit new-service NAME [--dir PATH] [--consumes SERVICE ...] [--async]`: a new service
+folder from the service template.
 
 The template is package data (``outboxkit/templates/service``, files ending ``.tmpl``) in which
 fixed tokens are replaced by the standard library. The tokens (``__service__``, ``__Service__``,
 ``__SERVICE__``, ``__upstream__``...) are valid in Python names and paths, so a template file
 reads as the code it becomes, and they cannot be mistaken for anything in real code (unlike
-``$`` in a regular expression or ``{}`` in an f-string). Three line directives, each on a line
-of its own, shape a file by the options: ``#> if consumes`` and ``#> if publishes only`` keep
-their lines for a service that consumes (or does not), ``#> for upstream`` repeats its lines
-once per consumed service (the ``__upstream__`` tokens are only valid there); ``#> end`` closes
-the innermost. A file that renders empty is not written. That is all the logic the files need,
-so a template engine such as Jinja2 would be a runtime dependency that buys nothing."""
+``$`` in a regular expression or ``{}`` in an f-string). Line directives, each on a line of its
+own, shape a file by the options: ``#> if consumes`` and ``#> if publishes only`` keep their
+lines for a service that consumes (or does not), ``#> if async`` and ``#> if sync`` for a
+service whose routes are ``async def`` (``--async``) or not, ``#> for upstream`` repeats its
+lines once per consumed service (the ``__upstream__`` tokens are only valid there); ``#> end``
+closes the innermost, and blocks nest. A file that renders empty is not written. That is all
+the logic the files need, so a template engine such as Jinja2 would be a runtime dependency
+that buys nothing."""
 
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ TOKEN = re.compile(
     r"__(?:service|Service|SERVICE|upstream|Upstream|UPSTREAM|date|requirement|extras|release)__"
 )
 UPSTREAM_TOKENS = ("__upstream__", "__Upstream__", "__UPSTREAM__")
-DIRECTIVE = re.compile(r"#> (if consumes|if publishes only|for upstream|end)")
+DIRECTIVE = re.compile(r"#> (if consumes|if publishes only|if async|if sync|for upstream|end)")
 
 
 class NewServiceError(ValueError):
@@ -96,11 +98,12 @@ def requirement(consumes: bool, release: str = outboxkit.__version__) -> str:
 
 @dataclass(frozen=True)
 class ServiceSpec:
-    """What one generated service is called and whose events it consumes (none: it only
-    publishes)."""
+    """What one generated service is called, whose events it consumes (none: it only
+    publishes), and whether its routes are ``async def`` on an AsyncSession."""
 
     name: str
     upstreams: tuple[str, ...] = ()
+    asynchronous: bool = False
 
     def check(self) -> ServiceSpec:
         """This spec if every name is valid and the event types they make are distinct."""
@@ -147,8 +150,17 @@ class ServiceSpec:
                     values = (upstream, pascal(upstream), upstream.upper())
                     scoped = {**tokens, **dict(zip(UPSTREAM_TOKENS, values, strict=True))}
                     yield from self._expand(node.body, scoped)
-            elif (node.directive == "if consumes") == bool(self.upstreams):
+            elif self._keeps(node.directive):
                 yield from self._expand(node.body, tokens)
+
+    def _keeps(self, directive: str) -> bool:
+        """Whether an ``#> if`` directive keeps its lines for this service."""
+        return {
+            "if consumes": bool(self.upstreams),
+            "if publishes only": not self.upstreams,
+            "if async": self.asynchronous,
+            "if sync": not self.asynchronous,
+        }[directive]
 
 
 @dataclass(frozen=True)
@@ -229,12 +241,13 @@ def generate(spec: ServiceSpec, parent: Path) -> Path:
 
 def _new_service(args: argparse.Namespace, settings: None) -> int:
     try:
-        spec = ServiceSpec(args.name, tuple(args.consumes or ())).check()
+        spec = ServiceSpec(args.name, tuple(args.consumes or ()), args.asynchronous).check()
         target = generate(spec, args.dir)
     except NewServiceError as exc:
         print(f"outboxkit new-service: error: {exc}", file=sys.stderr)
         return 2
-    print(f"created {target}: the {spec.name} service (see {target / 'README.md'})")
+    kind = "async service" if spec.asynchronous else "service"
+    print(f"created {target}: the {spec.name} {kind} (see {target / 'README.md'})")
     print(f"next: cd {target} && pip install -e '.[dev]' && pytest -m 'not integration'")
     return 0
 
@@ -248,8 +261,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "whose POST /items publishes an event through the outbox in the item's transaction), "
         "its tables and Alembic chain (alembic.ini), with --consumes a Spark consumer job "
         "applying other services' events through typed contracts, unit and integration tests, "
-        "a Dockerfile and a README. Refuses to write into a folder that is not empty (exit 2, "
-        "nothing changed).",
+        "a Dockerfile and a README. With --async its routes are async def on an AsyncSession. "
+        "Refuses to write into a folder that is not empty (exit 2, nothing changed).",
     )
     add_debug(new)
     new.add_argument(
@@ -273,5 +286,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="a service whose <Service>ItemCreated events the consumer job applies (a service "
         "generated by this command publishes them); repeat it for several; same rules as NAME "
         "(default: none, the service only publishes and has no consumer job)",
+    )
+    new.add_argument(
+        "--async",
+        dest="asynchronous",
+        action="store_true",
+        help="make the routes async def on async_service_router: an AsyncUnitOfWork on an "
+        "AsyncSession (psycopg's async driver, from the same database URL), awaited statements "
+        "and publishes, idempotent_async; the consumer job's handlers stay synchronous, as they "
+        "run in Spark's executors (default: synchronous routes on a Session)",
     )
     new.set_defaults(run=_new_service, settings=NO_SETTINGS)  # a bad setting cannot stop it

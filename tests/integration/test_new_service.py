@@ -3,7 +3,9 @@ README (its fenced bash blocks, read from the file so the README cannot drift fr
 migrate (its module and plain `alembic upgrade head`), start the app and hit its health endpoint,
 consume (one `--once` run), test (unit, integration, ruff, mypy). Around them: its role, database
 and connector; another service (the framework's outbox on the stack's database) publishes the
-event it consumes, applied once; its route's event reaches Kafka. The service is not installed:
+event it consumes, applied once; its route's event reaches Kafka, and a retry under the same
+Idempotency-Key gets the first answer. Twice: with synchronous routes and with ``--async`` ones
+(async def on psycopg's async driver; the consumer is the same). The service is not installed:
 this test's venv already holds outboxkit, and the service's folder is on PYTHONPATH."""
 
 from __future__ import annotations
@@ -56,12 +58,16 @@ def bash(script: str, env: dict[str, str], folder: Path, timeout: float) -> str:
     return done.stdout
 
 
+@pytest.mark.parametrize("routes", ["sync", "async"])
 def test_a_generated_service_runs_by_its_readme_and_consumes_once_on_the_stack(
-    stack, engine, tmp_path, monkeypatch
+    stack, engine, tmp_path, monkeypatch, routes
 ):
     tag = uuid.uuid4().hex[:6]
     name, upstream = f"svc_{tag}", f"up_{tag}"
-    assert main(["new-service", name, "--dir", str(tmp_path), "--consumes", upstream]) == 0
+    options = ["--dir", str(tmp_path), "--consumes", upstream]
+    assert main(["new-service", name, *options, *(["--async"] if routes == "async" else [])]) == 0
+    app = (tmp_path / name / name / "app.py").read_text()
+    assert ("async def create_item" in app) == (routes == "async")
     folder = tmp_path / name
     readme = (folder / "README.md").read_text()
     prefix, bootstrap = stack.settings.topic_prefix, stack.bootstrap_servers()
@@ -118,9 +124,16 @@ def test_a_generated_service_runs_by_its_readme_and_consumes_once_on_the_stack(
         assert run.wait(timeout=90) == 0, (tmp_path / "service.log").read_text()
         service = f"http://127.0.0.1:{port}"
         assert httpx.get(f"{service}/ready", timeout=10).status_code == 200
-        created = httpx.post(f"{service}/items", json={"reference": "mine", "quantity": 2})
+        key = {"Idempotency-Key": f"it-{tag}"}
+        item = {"reference": "mine", "quantity": 2}
+        created = httpx.post(f"{service}/items", json=item, headers=key, timeout=10)
         assert created.status_code == 201, created.text
         own_id = created.json()["id"]
+        again = httpx.post(f"{service}/items", json=item, headers=key, timeout=10)
+        assert (again.status_code, again.json()) == (201, created.json())
+        assert again.headers["Idempotent-Replayed"] == "true"
+        read = httpx.get(f"{service}/items/{own_id}", timeout=10)
+        assert read.json()["reference"] == "mine"
     finally:
         os.killpg(run.pid, signal.SIGTERM)
     own = read_records(

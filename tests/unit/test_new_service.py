@@ -1,7 +1,8 @@
 """`outboxkit new-service`: the folder it writes, the names it refuses, that it never overwrites,
-and that what it generates, for any valid name and options, passes ruff (lint and format),
-mypy strict and its own unit tests, imports only public names, packages its migrations and
-wires alembic.ini to its settings."""
+and that what it generates, for any valid name and options (synchronous or ``--async`` routes,
+with or without ``--consumes``), passes ruff (lint and format), mypy strict and its own unit
+tests, imports only public names, packages its migrations and wires alembic.ini to its
+settings."""
 
 from __future__ import annotations
 
@@ -101,6 +102,14 @@ def publisher(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return parent / "billing"
 
 
+@pytest.fixture(scope="module")
+def async_billing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    parent = tmp_path_factory.mktemp("services")
+    args = ("billing", "--async", "--consumes", "orders_feed", "--consumes", "stock")
+    assert cli(parent, *args) == 0
+    return parent / "billing"
+
+
 def test_the_folder_holds_the_service_its_migrations_tests_container_and_readme(
     billing: Path,
 ) -> None:
@@ -129,6 +138,35 @@ def test_without_consumes_the_service_only_publishes(publisher: Path) -> None:
     assert "AS consumer" not in (publisher / "Dockerfile").read_text()
 
 
+def test_async_makes_the_routes_async_and_keeps_the_consumer_synchronous(
+    billing: Path, async_billing: Path
+) -> None:
+    assert set(snapshot(async_billing)) == set(snapshot(billing))
+    for text in snapshot(async_billing).values():
+        assert not TOKEN.search(text.decode()) and "#> " not in text.decode()
+    app = (async_billing / "billing/app.py").read_text()
+    for part in (
+        "router = async_service_router(",
+        "UoW = Annotated[AsyncUnitOfWork, Depends(async_unit_of_work)]",
+        "async def create_item(",
+        "async def get_item(",
+        "await uow.session.execute(insert(items)",
+        "await uow.publish_event(ItemCreated(",
+        "return await idempotent_async(",
+    ):
+        assert part in app, part
+    sync_app = (billing / "billing/app.py").read_text()
+    for sync_part in ("service_router(", "unit_of_work", "idempotent(", "orm import Session"):
+        assert re.search(rf"(?<![\w.]){re.escape(sync_part)}", app) is None, sync_part
+        assert sync_part in sync_app
+    assert "async def" not in sync_app and "await" not in sync_app
+    # Its handlers run in Spark's executors: the same synchronous consumer either way.
+    consumer = "billing/consumer.py"
+    assert (async_billing / consumer).read_text() == (billing / consumer).read_text()
+    assert "asyncio.run(record_item(" in (async_billing / "tests/test_unit.py").read_text()
+    assert "async def" in (async_billing / "README.md").read_text()
+
+
 def test_the_templates_ship_as_package_data() -> None:
     paths = {str(p) for p, _ in template_files()}
     assert {"__service__/app.py", "tests/test_unit.py", ".dockerignore"} <= paths
@@ -146,6 +184,7 @@ def test_the_templates_ship_as_package_data() -> None:
         ("#> if consumes\nx\n", "never closed"),
         ("x\n#> end\n", "closes no directive"),
         ("name = '__upstream__'\n", "outside a '#> for upstream' block"),
+        ("#> if async\n#> if sync\nx\n#> end\n", "never closed"),
     ],
 )
 def test_a_broken_template_is_refused(template: str, problem: str) -> None:
@@ -162,6 +201,16 @@ def test_directives_keep_and_repeat_lines_by_the_options() -> None:
     assert ServiceSpec("b").render(template) == "a\nalone\n"
 
 
+def test_async_and_sync_directives_keep_lines_by_the_option_and_nest() -> None:
+    template = (
+        "#> if sync\ndef f\n#> end\n#> if async\nasync def f\n"
+        "#> if consumes\n#> for upstream\n__upstream__\n#> end\n#> end\n#> end\n"
+    )
+    assert ServiceSpec("b", ("c",)).render(template) == "def f\n"
+    assert ServiceSpec("b", ("c", "d"), asynchronous=True).render(template) == "async def f\nc\nd\n"
+    assert ServiceSpec("b", asynchronous=True).render(template) == "async def f\n"
+
+
 def _reference_packages() -> tuple[str, ...]:
     """PACKAGES of docs/hooks/api_reference.py: the packages whose ``__all__`` is public API."""
     spec = importlib.util.spec_from_file_location(
@@ -173,7 +222,11 @@ def _reference_packages() -> tuple[str, ...]:
     return tuple(hook.PACKAGES)
 
 
-def test_the_service_imports_only_public_names_of_the_framework(billing: Path) -> None:
+@pytest.mark.parametrize("variant", ["billing", "async_billing"])
+def test_the_service_imports_only_public_names_of_the_framework(
+    variant: str, request: pytest.FixtureRequest
+) -> None:
+    billing: Path = request.getfixturevalue(variant)
     public = _reference_packages()
     framework = {p.split(".")[0] for p in public}
     private = []
@@ -240,9 +293,10 @@ def _valid(name: str) -> bool:
 
 names = st.from_regex(NAME, fullmatch=True).filter(_valid)
 specs = st.builds(
-    lambda name, upstreams: ServiceSpec(name, tuple(upstreams)),
+    lambda name, upstreams, asynchronous: ServiceSpec(name, tuple(upstreams), asynchronous),
     names | st.sampled_from(["a", "x" * MAX_NAME, "a_1_b_2_c_3_d_4_e_5_f_6_g_7_h8"]),
     st.lists(names | st.just("z" * MAX_NAME), max_size=3, unique=True),
+    st.booleans(),
 )
 
 
@@ -257,14 +311,23 @@ def test_any_valid_service_passes_ruff_check_and_format(spec: ServiceSpec) -> No
         ruff(generate(spec, Path(parent)))
 
 
-# Few and extreme: mypy takes seconds per service (about 30 on a cold cache).
+# Few and extreme: mypy takes seconds per service (about 30 on a cold cache). Each twice:
+# synchronous and --async routes.
 CHECKED = [
-    ServiceSpec("a"),
-    ServiceSpec("x" * MAX_NAME, ("the_longest_upstream_name_here", "b_c")),
+    ServiceSpec(name, upstreams, asynchronous)
+    for name, upstreams in [
+        ("a", ()),
+        ("x" * MAX_NAME, ("the_longest_upstream_name_here", "b_c")),
+    ]
+    for asynchronous in (False, True)
 ]
 
 
-@pytest.mark.parametrize("spec", CHECKED, ids=lambda s: f"{s.name}-{len(s.upstreams)}")
+@pytest.mark.parametrize(
+    "spec",
+    CHECKED,
+    ids=lambda s: f"{s.name}-{len(s.upstreams)}-{'async' if s.asynchronous else 'sync'}",
+)
 def test_the_service_passes_mypy_strict_and_its_unit_tests(
     spec: ServiceSpec, tmp_path: Path
 ) -> None:
@@ -369,6 +432,7 @@ def test_help_says_what_each_option_accepts_and_its_default(
         main(["new-service", "--help"])
     assert exited.value.code == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "--dir PATH" in text and "--consumes SERVICE" in text
+    assert "--dir PATH" in text and "--consumes SERVICE" in text and "--async" in text
     assert "lower-case letters and digits" in text and "default: the current folder" in text
     assert "repeat it for several" in text and "default: none" in text
+    assert "handlers stay synchronous" in text and "default: synchronous routes" in text
