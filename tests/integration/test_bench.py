@@ -14,10 +14,12 @@ import pytest
 from outboxkit_workshop.bench import (
     cdc,
     cluster,
+    figures,
     inbox,
     operator_console,
     profile,
     scheduled,
+    service,
     writes,
 )
 from outboxkit_workshop.bench.cli import fresh_database
@@ -31,18 +33,34 @@ def test_outbox_and_inbox_benchmarks_measure_every_variant(stack: Stack, tmp_pat
     url = fresh_database(stack.database_url())
     data, markdown = writes.run(url, tmp_path, transactions=64, reps=2, writers=(1, 4))
     rates = data["transactions_per_second"]
+    # The synchronous and the async variants, side by side at each writer count.
+    assert set(writes.ASYNC_VARIANTS) <= set(writes.VARIANTS)
     assert set(rates) == {f"{w} / {v}" for w in (1, 4) for v in writes.VARIANTS}
     assert all(r["samples"] and r["min"] > 0 for r in rates.values())
+    assert data["params"]["async_driver"] == "psycopg"  # its async connection
     assert "| 4 | outbox, delete mode |" in markdown and "| 1 | outbox, message mode |" in markdown
+    assert "| 4 | async, outbox, delete mode |" in markdown
+    assert "| 1 | async, outbox, message mode |" in markdown
     wal = data["wal_bytes_per_transaction"]
-    # Every outbox variant writes more WAL than the business row alone. The WAL position is the
-    # cluster's, so other writers (a connector's heartbeat, autovacuum after earlier tests) only
-    # ever add to a sample: the least of two samples is the variant's own.
+    # Every outbox variant writes more WAL than the business row alone on its driver. The WAL
+    # position is the cluster's, so other writers (a connector's heartbeat, autovacuum after
+    # earlier tests) only ever add to a sample: the least of two samples is the variant's own.
     for w in (1, 4):
-        base = min(wal[f"{w} / no outbox"])
-        assert all(min(wal[f"{w} / {v}"]) > base for v in writes.VARIANTS[1:]), wal
+        for variant in writes.VARIANTS:
+            base = writes.baseline_of(variant)
+            if variant != base:
+                assert min(wal[f"{w} / {variant}"]) > min(wal[f"{w} / {base}"]), (variant, wal)
     assert all(c[0] > 0 for c in data["client_cpu_us_per_transaction"].values())
     assert Path(data["plots"][0]).stat().st_size > 0
+    # The published block and the headline rows show both drivers' ratios.
+    block = figures.outbox(data)
+    assert (
+        "| 4 | async |" in block and "| per event, 1 writer | async | client CPU / WAL |" in block
+    )
+    assert [r[0] for r in figures._summary_outbox(data)] == [
+        "outbox write, delete mode, vs none (1 / 4 writers)",
+        "outbox write, AsyncSession, delete mode, vs none (1 / 4 writers)",
+    ]
 
     data, markdown = inbox.run(url, tmp_path, events=400, reps=1, checkpoints=(400, 2000))
     sizes = data["state_size"]
@@ -59,6 +77,33 @@ def test_outbox_and_inbox_benchmarks_measure_every_variant(stack: Stack, tmp_pat
     assert 0 < sink["cpu (profiled)"] <= sink["wall (profiled)"] * 1.05
     assert write["SQLAlchemy (statements, ORM session)"] > 0
     assert "s waiting (" in markdown and "| SQLAlchemy (statements, ORM session) |" in markdown
+
+
+def test_service_benchmark_measures_the_async_and_sync_routes_side_by_side(
+    stack: Stack, tmp_path: Path
+) -> None:
+    # run() itself checks that every POST created an order of its own (a 201 with a new id)
+    # and that the orders database holds a row for each.
+    data, markdown = service.run(stack, tmp_path, reps=1, orders=40, clients=(1, 16))
+    assert data["clients"] == [1, 16]
+    assert set(data["variants"]) == {"async", "sync"}
+    for variant, by_clients in data["variants"].items():
+        assert set(by_clients) == {"1", "16"}, variant
+        for runs in by_clients.values():
+            assert len(runs) == 1
+            for r in runs:
+                assert r["posts_per_second"] > 0 and r["cpu_ms_per_post"] > 0, (variant, r)
+                assert r["unavailable"] == 0, (variant, r)  # every POST answered at once
+    ratios = data["async_over_sync"]
+    assert set(ratios) == {"1", "16"}
+    assert all(0 < v < 100 for r in ratios.values() for v in r.values()), ratios
+    assert "| 16 | async |" in markdown and "| 16 | sync |" in markdown
+    assert "Async / sync" in markdown
+    assert json.dumps(data, allow_nan=False)
+    # The published block and the headline rows read this shape.
+    block = figures.service(data)
+    assert "| 16 |" in block and "`./dev.sh bench service --reps 1 --orders 40`" in block
+    assert all(row[1].endswith("x sync") for row in figures._summary_service(data))
 
 
 def test_cdc_benchmark_sees_every_event(stack: Stack, tmp_path: Path) -> None:

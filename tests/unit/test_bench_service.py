@@ -20,16 +20,24 @@ def test_process_cpu_seconds_grows_with_work() -> None:
     assert service.process_cpu_seconds(os.getpid()) >= before + 0.03
 
 
-def test_report_gives_min_median_max_per_client_count(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_report_gives_both_routes_and_their_ratio_per_client_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     found: dict[str, Any] = {"cpus": 2, "platform": "linux", "python": "3.11"}
     monkeypatch.setattr(service, "machine", lambda url: found)
     stack = SimpleNamespace(database_url=lambda: "postgresql://x")
+
+    def runs(*pairs: tuple[float, float]) -> list[dict[str, float]]:
+        return [{"posts_per_second": r, "cpu_ms_per_post": c, "unavailable": 0} for r, c in pairs]
+
     rounds = {
-        1: [{"posts_per_second": r, "cpu_ms_per_post": c} for r, c in ((100, 4.0), (120, 5.0))],
-        8: [{"posts_per_second": 300.0, "cpu_ms_per_post": 3.5}],
+        "async": {1: runs((100, 4.0), (120, 5.0)), 16: runs((300.0, 3.5))},
+        "sync": {1: runs((50, 8.0), (60, 10.0)), 16: runs((300.0, 3.5))},
     }
     data, markdown = service._report(stack, rounds, 2, 600, None)  # type: ignore[arg-type]
-    assert "| 1 | 100 | 110 | 120 | 4.00 | 4.50 | 5.00 |" in markdown
-    assert "| 8 | 300 | 300 | 300 | 3.50 | 3.50 | 3.50 |" in markdown
-    assert data["rounds"]["8"] == rounds[8] and data["plots"] == []
-    assert "Flame graph" not in markdown
+    assert "| 1 | async | 100 | 110 | 120 | 4.00 | 4.50 | 5.00 |" in markdown
+    assert "| 1 | sync | 50 | 55 | 60 | 8.00 | 9.00 | 10.00 |" in markdown
+    assert "| 1 | 2.00 | 0.50 |" in markdown and "| 16 | 1.00 | 1.00 |" in markdown
+    assert data["variants"]["sync"]["16"] == rounds["sync"][16] and data["clients"] == [1, 16]
+    assert data["async_over_sync"]["1"] == {"posts_per_second": 2.0, "cpu_ms_per_post": 0.5}
+    assert data["plots"] == [] and "Flame graph" not in markdown and "503" not in markdown

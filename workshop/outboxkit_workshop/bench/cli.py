@@ -132,7 +132,7 @@ def _run_scenarios(
                 stack, out, events=args.events, reps=reps, flame_events=60
             )
         elif scenario == "service":
-            data, markdown = service.run(stack, out, reps=reps)
+            data, markdown = service.run(stack, out, reps=reps, orders=args.orders)
         elif scenario == "scheduled":
             data, markdown = scheduled.run(
                 stack,
@@ -198,10 +198,12 @@ def add_parser(sub: SubParsers) -> None:
         run,
         settings=stack_settings,
         help="benchmarks: figures and ratios printed and written (JSON, markdown, PNG)",
-        description="Scenarios: outbox (write overhead), cdc (commit -> Kafka vs raw produce), "
+        description="Scenarios: outbox (write overhead, on a Session and on an AsyncSession), "
+        "cdc (commit -> Kafka vs raw produce), "
         "inbox (sink rows/s and dedup-state size), pipeline (outbox -> Spark inbox vs Debezium "
         "drain), saga (latency at fixed rates, capacity under a step load), service (the orders "
-        "service alone: POSTs/s and CPU per POST, a flame graph with py-spy), profile (where "
+        "service alone, its async routes against the same routes synchronous: POSTs/s and CPU "
+        "per POST at 1, 16 and 64 clients, a flame graph with py-spy), profile (where "
         "the inbox sink's time goes), scheduled (a scheduled message's lag from its time to the "
         "outbox and to Kafka at 100 and 1,000 due/s, and what scheduling costs next to "
         "publishing), console (the operator console over 100,000 parked records on 64 "
@@ -229,6 +231,12 @@ def add_parser(sub: SubParsers) -> None:
         type=int,
         default=2000,
         help="transactions per outbox and scheduled-cost measurement",
+    )
+    bench.add_argument(
+        "--orders",
+        type=int,
+        default=600,
+        help="POSTs per service measurement (each routes variant, each client count)",
     )
     bench.add_argument(
         "--sizes",

@@ -12,6 +12,7 @@ from typing import Any
 from outboxkit_workshop.bench.report import FROZEN_INPUT, markdown_table
 
 TRANSACTIONS_DEFAULT, REPS_DEFAULT, EVENTS_DEFAULT = 2000, 3, 20_000
+ORDERS_DEFAULT = 600  # POSTs per round of `bench service`
 
 Results = Mapping[str, Mapping[str, Any]]
 
@@ -70,41 +71,54 @@ def _footer(data: Mapping[str, Any], command: str) -> str:
     return f"Machine: {machine(data['machine'])}. Reproduce: {command}.\n"
 
 
+def _measured_since(name: str, present: bool, what: str) -> None:
+    """Refuse a result written before its benchmark measured ``what``."""
+    if not present:
+        raise ValueError(
+            f"docs/benchmarks/{name}.json predates {what}: run `./dev.sh bench {name}`, then "
+            f"`outboxkit dev bench publish --from bench-results`"
+        )
+
+
 # -- one block per scenario -----------------------------------------------------------------
+# The outbox benchmark's drivers: the prefix of their variants' names, and their label.
+DRIVERS = (("", "sync"), ("async, ", "async"))
+
+
 def outbox(data: Mapping[str, Any]) -> str:
     p, tps = data["params"], data["transactions_per_second"]
+    _measured_since("outbox", "async_driver" in p, "the async driver's variants")
     cpu, wal = data["client_cpu_us_per_transaction"], data["wal_bytes_per_transaction"]
     modes = ("delete", "retain", "message")
     rows = []
     for w in p["writers"]:
-        base = tps[f"{w} / no outbox"]
-        rows.append(
-            [w, _rate(base)]
-            + [_x(_med(tps[f"{w} / outbox, {m} mode"]) / _med(base)) for m in modes]
-        )
+        for prefix, driver in DRIVERS:
+            base = tps[f"{w} / {prefix}no outbox"]
+            rows.append(
+                [w, driver, _rate(base)]
+                + [_x(_med(tps[f"{w} / {prefix}outbox, {m} mode"]) / _med(base)) for m in modes]
+            )
     w = p["writers"][0]
-    base_cpu, base_wal = (
-        statistics.median(cpu[f"{w} / no outbox"]),
-        statistics.median(wal[f"{w} / no outbox"]),
-    )
-    extra = [
-        [
-            f"per event, {w} writer",
-            "client CPU / WAL",
-            *(
-                f"{statistics.median(cpu[f'{w} / outbox, {m} mode']) - base_cpu:,.0f} µs / "
-                f"{statistics.median(wal[f'{w} / outbox, {m} mode']) - base_wal:,.0f} B"
-                for m in modes
-            ),
-        ]
-    ]
+    for prefix, driver in DRIVERS:
+        base_cpu = statistics.median(cpu[f"{w} / {prefix}no outbox"])
+        base_wal = statistics.median(wal[f"{w} / {prefix}no outbox"])
+        cells = []
+        for m in modes:
+            key = f"{w} / {prefix}outbox, {m} mode"
+            extra_cpu = statistics.median(cpu[key]) - base_cpu
+            extra_wal = statistics.median(wal[key]) - base_wal
+            cells.append(f"{extra_cpu:,.0f} µs / {extra_wal:,.0f} B")
+        rows.append([f"per event, {w} writer", driver, "client CPU / WAL", *cells])
     table = markdown_table(
-        ["writers", "no outbox, tx/s", "delete", "retain", "message"], rows + extra
+        ["writers", "driver", "no outbox, tx/s", "delete", "retain", "message"], rows
     )
     method = (
         f"{p['transactions']:,} transactions per measurement (one order row, plus one "
-        f"{p['payload_bytes']}-byte event), {p['reps']} interleaved repetitions; the modes' "
-        "cells are the ratio of medians to the same transaction without the outbox.\n\n"
+        f"{p['payload_bytes']}-byte event), {p['reps']} interleaved repetitions; sync: a "
+        "Session per transaction, one thread per writer; async: an AsyncSession on "
+        f"{p['async_driver']}'s async driver, one task of one event loop per writer, the "
+        "event through AsyncUnitOfWork. The modes' cells are the ratio of medians to the same "
+        "transaction without the outbox on the same driver.\n\n"
     )
     command = _command("outbox", p, {"transactions": TRANSACTIONS_DEFAULT, "reps": REPS_DEFAULT})
     return method + table + "\n" + _footer(data, command)
@@ -260,22 +274,60 @@ def saga(data: Mapping[str, Any]) -> str:
     return method + table + "\n" + steps + "\n" + capacity + _footer(data, command)
 
 
+def _service_medians(data: Mapping[str, Any], variant: str, key: str) -> list[float]:
+    """``variant``'s median of ``key`` at each client count."""
+    return [
+        statistics.median(r[key] for r in data["variants"][variant][str(c)])
+        for c in data["clients"]
+    ]
+
+
+def _service_command(data: Mapping[str, Any]) -> str:
+    params = {"reps": data["reps"], "orders": data["orders_per_round"]}
+    return _command("service", params, {"reps": REPS_DEFAULT, "orders": ORDERS_DEFAULT})
+
+
 def service(data: Mapping[str, Any]) -> str:
+    _measured_since("service", "variants" in data, "the async and sync routes side by side")
+    posts = {v: _service_medians(data, v, "posts_per_second") for v in ("async", "sync")}
     rows = []
-    for clients, runs in data["rounds"].items():
-        posts = [r["posts_per_second"] for r in runs]
-        cpu = [r["cpu_ms_per_post"] for r in runs]
-        lo, mid, hi = _spread(cpu)
+    for n, c in enumerate(data["clients"]):
+        mine, sync = posts["async"][n], posts["sync"][n]
+        cpu = {
+            v: _spread([r["cpu_ms_per_post"] for r in data["variants"][v][str(c)]])
+            for v in ("async", "sync")
+        }
         rows.append(
-            [clients, f"{statistics.median(posts):,.0f}", f"{mid:.1f} ms ({lo:.1f}-{hi:.1f})"]
+            [
+                c,
+                f"{mine:,.0f}",
+                f"{sync:,.0f}",
+                _x(mine / sync),
+                *(f"{mid:.1f} ms ({lo:.1f}-{hi:.1f})" for lo, mid, hi in cpu.values()),
+                _x(cpu["async"][1] / cpu["sync"][1]),
+            ]
         )
-    table = markdown_table(["clients", "POST/s, median", "service CPU per POST"], rows)
-    method = (
-        f"The orders service alone, {data['orders_per_round']} orders per round, "
-        f"{data['reps']} rounds per client count, closed loop.\n\n"
+    table = markdown_table(
+        [
+            "clients",
+            "POST/s async",
+            "POST/s sync",
+            "async / sync",
+            "CPU per POST async",
+            "CPU per POST sync",
+            "async / sync",
+        ],
+        rows,
     )
-    command = _command("service", {"reps": data["reps"]}, {"reps": REPS_DEFAULT})
-    return method + table + "\n" + _footer(data, command)
+    method = (
+        f"The orders service alone, its async routes (an AsyncSession on psycopg's async "
+        "driver) and the same routes synchronous (`ORDERS_HTTP_ROUTES=sync`), each in a "
+        f"process of its own, {data['orders_per_round']} orders per round, {data['reps']} "
+        "rounds per client count and routes, interleaved, closed loop; POST/s are medians, "
+        "CPU per POST the service process's median (min-max), async / sync the ratio of "
+        "medians.\n\n"
+    )
+    return method + table + "\n" + _footer(data, _service_command(data))
 
 
 def cluster(data: Mapping[str, Any]) -> str:
@@ -608,14 +660,21 @@ def summary(results: Results) -> str:
 
 def _summary_outbox(d: Mapping[str, Any]) -> list[list[str]]:
     tps = d["transactions_per_second"]
-    cells = [
-        _x(_med(tps[f"{w} / outbox, delete mode"]) / _med(tps[f"{w} / no outbox"]))
-        for w in d["params"]["writers"]
-    ]
+    _measured_since("outbox", "async_driver" in d["params"], "the async driver's variants")
     writers = " / ".join(str(w) for w in d["params"]["writers"])
-    what = f"outbox write, delete mode, vs none ({writers} writers)"
     command = _command("outbox", d["params"], {"transactions": TRANSACTIONS_DEFAULT, "reps": 3})
-    return [[what, " / ".join(cells), command]]
+    rows = []
+    for prefix, on in (("", ""), ("async, ", ", AsyncSession")):
+        cells = [
+            _x(
+                _med(tps[f"{w} / {prefix}outbox, delete mode"])
+                / _med(tps[f"{w} / {prefix}no outbox"])
+            )
+            for w in d["params"]["writers"]
+        ]
+        what = f"outbox write{on}, delete mode, vs none ({writers} writers)"
+        rows.append([what, " / ".join(cells), command])
+    return rows
 
 
 def _summary_inbox(d: Mapping[str, Any]) -> list[list[str]]:
@@ -671,18 +730,26 @@ def _summary_saga(d: Mapping[str, Any]) -> list[list[str]]:
 
 
 def _summary_service(d: Mapping[str, Any]) -> list[list[str]]:
-    cells = [
-        f"{statistics.median(r['cpu_ms_per_post'] for r in runs):.1f}"
-        for runs in d["rounds"].values()
-    ]
-    clients = " / ".join(d["rounds"])
-    return [
-        [
-            f"service CPU per POST ({clients} clients)",
-            " / ".join(cells) + " ms",
-            "`./dev.sh bench service`",
-        ]
-    ]
+    _measured_since("service", "variants" in d, "the async and sync routes side by side")
+    clients = " / ".join(str(c) for c in d["clients"])
+    rows = []
+    for key, what, fmt, unit in (
+        ("posts_per_second", "orders service POST/s", ",.0f", ""),
+        ("cpu_ms_per_post", "service CPU per POST", ".1f", " ms"),
+    ):
+        mine = _service_medians(d, "async", key)
+        sync = _service_medians(d, "sync", key)
+        rows.append(
+            [
+                f"{what}, async routes ({clients} clients)",
+                " / ".join(format(m, fmt) for m in mine)
+                + f"{unit}, "
+                + " / ".join(_x(m / s) for m, s in zip(mine, sync, strict=True))
+                + "x sync",
+                _service_command(d),
+            ]
+        )
+    return rows
 
 
 SUMMARY_ROWS: tuple[tuple[str, Callable[[Mapping[str, Any]], list[list[str]]]], ...] = (

@@ -15,19 +15,30 @@ Variants, measured interleaved at 1, 4 and 16 concurrent writers (threads, one c
 - outbox, retain mode: the outbox row stays (cleanup runs elsewhere);
 - outbox, message mode: no row, a transactional logical decoding message.
 
+And the same service transaction as an ``async`` service writes it, side by side in the same run:
+an `AsyncSession` on psycopg's async driver, the event published through `outbox.AsyncUnitOfWork`
+(the synchronous unit run in SQLAlchemy's greenlet), the writers being tasks of one event loop
+(as an async service's requests are), each on a connection of its own:
+
+- async, no outbox: the business row alone (the async variants' baseline);
+- async, outbox, delete mode: the write at commit, on the async driver (`attach_at_commit`);
+- async, delete mode, at publish: the one statement at publish (as asyncpg writes it);
+- async, outbox, retain mode and async, outbox, message mode.
+
 Besides transactions/s, each measurement records the benchmark process's CPU time (the client:
 SQLAlchemy, psycopg, validation) and the WAL the server wrote; per event, each is the variant's
-figure per transaction less the baseline's. Commits are durable (fsync on, synchronous_commit
-on).
+figure per transaction less its baseline's (an async variant's: the async baseline's). Commits
+are durable (fsync on, synchronous_commit on).
 """
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,9 +62,10 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from outbox import at_commit, statements
+from outbox import AsyncUnitOfWork, at_commit, statements
 from outbox.publish import Outbox
 from outbox.table import outbox_table
 from outboxkit.kernel.envelope import make_envelope
@@ -84,7 +96,7 @@ WRITERS = (1, 4, 16)
 BASELINE, BEFORE = "no outbox", "delete mode, before"
 PIPELINED = "delete mode, pipelined"
 AT_PUBLISH = "delete mode, at publish"
-VARIANTS = (
+SYNC_VARIANTS = (
     BASELINE,
     BEFORE,
     PIPELINED,
@@ -93,7 +105,24 @@ VARIANTS = (
     "outbox, retain mode",
     "outbox, message mode",
 )
+ASYNC = "async, "  # the prefix of the async variants' names
+ASYNC_BASELINE = ASYNC + BASELINE
+ASYNC_VARIANTS = (
+    ASYNC_BASELINE,
+    ASYNC + "outbox, delete mode",
+    ASYNC + AT_PUBLISH,
+    ASYNC + "outbox, retain mode",
+    ASYNC + "outbox, message mode",
+)
+VARIANTS = SYNC_VARIANTS + ASYNC_VARIANTS
+MODES = ("delete", "retain", "message")
 ITEMS = [{"sku": "widget", "qty": 2}, {"sku": "gadget", "qty": 1}]
+
+
+def baseline_of(variant: str) -> str:
+    """The variant ``variant`` is compared with: the same transaction without the outbox, on
+    the same driver."""
+    return ASYNC_BASELINE if variant.startswith(ASYNC) else BASELINE
 
 
 def transaction(engine: Engine, write: Callable[[Session, str, int], None] | None, n: int) -> None:
@@ -172,6 +201,40 @@ WRITES: dict[str, Callable[[Session, str, int], None] | None] = {
     "outbox, message mode": publisher(Outbox("message")),
 }
 
+AsyncWrite = Callable[[AsyncSession, str, int], Awaitable[None]]
+
+
+async def async_transaction(engine: AsyncEngine, write: AsyncWrite | None, n: int) -> None:
+    """`transaction` as an async service runs it: an AsyncSession, awaited."""
+    order_id = str(uuid.uuid4())
+    async with AsyncSession(engine) as session, session.begin():
+        await session.execute(
+            insert(orders).values(id=order_id, customer=f"cust-{n % 97}", items=ITEMS, amount=n)
+        )
+        if write is not None:
+            await write(session, order_id, n)
+
+
+def async_publisher(outbox: Outbox) -> AsyncWrite:
+    async def write(session: AsyncSession, order_id: str, n: int) -> None:
+        await AsyncUnitOfWork(session, outbox).publish(
+            aggregate_type="order",
+            aggregate_id=order_id,
+            event_type="OrderPlaced",
+            payload=payload(order_id, n),
+        )
+
+    return write
+
+
+ASYNC_WRITES: dict[str, AsyncWrite | None] = {
+    ASYNC_BASELINE: None,
+    ASYNC + "outbox, delete mode": async_publisher(Outbox("delete")),
+    ASYNC + AT_PUBLISH: async_publisher(Outbox("delete", at_commit=False)),
+    ASYNC + "outbox, retain mode": async_publisher(Outbox("retain")),
+    ASYNC + "outbox, message mode": async_publisher(Outbox("message")),
+}
+
 
 @dataclass(frozen=True)
 class Measured:
@@ -219,6 +282,39 @@ def measure(
     return Measured(done / elapsed, cpu / done * 1e6, wal / done)
 
 
+def measure_async(
+    loop: asyncio.AbstractEventLoop,
+    engine: AsyncEngine,
+    wal_engine: Engine,
+    variant: str,
+    writers: int,
+    transactions: int,
+    advance: Callable[[int], None],
+) -> Measured:
+    """``writers`` tasks on ``loop`` sharing ``transactions`` transactions."""
+    write = ASYNC_WRITES[variant]
+    per_writer = transactions // writers
+
+    async def work(w: int) -> None:
+        for i in range(per_writer):
+            await async_transaction(engine, write, w * per_writer + i)
+            if i % 50 == 49:
+                advance(50)
+
+    async def every_writer() -> float:
+        began = time.perf_counter()
+        await asyncio.gather(*(work(w) for w in range(writers)))
+        return time.perf_counter() - began
+
+    wal_before = wal_position(wal_engine)
+    cpu_before = time.process_time()
+    elapsed = loop.run_until_complete(every_writer())
+    cpu = time.process_time() - cpu_before
+    wal = wal_bytes_since(wal_engine, wal_before)
+    done = per_writer * writers
+    return Measured(done / elapsed, cpu / done * 1e6, wal / done)
+
+
 def wal_position(engine: Engine) -> str:
     with engine.connect() as conn:
         return str(conn.scalar(text("SELECT pg_current_wal_insert_lsn()")))
@@ -244,14 +340,14 @@ def summarise(
     rates = {k: [m.rate for m in v] for k, v in runs.items()}
     rows = []
     for writers in params["writers"]:
-        base = runs[f"{writers} / {BASELINE}"]
-        base_rate = spread([m.rate for m in base])["median"]
-        base_cpu = statistics.median(m.cpu_us for m in base)
-        base_wal = statistics.median(m.wal_bytes for m in base)
         for variant in VARIANTS:
+            base = runs[f"{writers} / {baseline_of(variant)}"]
+            base_rate = spread([m.rate for m in base])["median"]
+            base_cpu = statistics.median(m.cpu_us for m in base)
+            base_wal = statistics.median(m.wal_bytes for m in base)
             measured = runs[f"{writers} / {variant}"]
             samples = [m.rate for m in measured]
-            extra = variant != BASELINE
+            extra = variant != baseline_of(variant)
             cpu = statistics.median(m.cpu_us for m in measured) - base_cpu
             wal = statistics.median(m.wal_bytes for m in measured) - base_wal
             rows.append(
@@ -269,9 +365,12 @@ def summarise(
         f"{params['transactions']:,} transactions per measurement (one order row, plus one "
         f"outbox event in the outbox variants; payload {params['payload_bytes']} bytes as jsonb), "
         f"{params['reps']} repetitions interleaved; durable commits; ratio = median / median "
-        "without outbox at the same writer count. Per event: the variant's client CPU (this "
-        "process: SQLAlchemy, psycopg, validation) and WAL bytes per transaction, medians, less "
-        "the baseline's; WAL also as a multiple of the payload.\n"
+        "without outbox at the same writer count, on the same driver: the synchronous variants "
+        "on a Session (threads), the async ones on an AsyncSession "
+        f"({params['async_driver']}'s async driver, tasks of one event loop, the event through "
+        "AsyncUnitOfWork). Per event: the variant's client CPU (this process: SQLAlchemy, "
+        "psycopg, validation) and WAL bytes per transaction, medians, less its baseline's; WAL "
+        "also as a multiple of the payload.\n"
         + describe(found)
         + "\n"
         + markdown_table(
@@ -299,6 +398,16 @@ def summarise(
     return data, md
 
 
+# The plot's bars: each driver's transaction without the outbox and in each mode (the table has
+# every variant).
+PLOTTED = (
+    BASELINE,
+    *(f"outbox, {m} mode" for m in MODES),
+    ASYNC_BASELINE,
+    *(f"{ASYNC}outbox, {m} mode" for m in MODES),
+)
+
+
 def run(
     url: str,
     out: Path,
@@ -311,33 +420,54 @@ def run(
 
     upgrade(url)
     engine = at_commit.attach(create_engine(url, pool_size=max(writers), max_overflow=0))
+    # The same URL on the async driver (postgresql+psycopg: psycopg's), pooled alike; one event
+    # loop for every async measurement, as its connections belong to the loop they opened on.
+    async_engine = at_commit.attach(
+        create_async_engine(url, pool_size=max(writers), max_overflow=0)
+    )
+    loop = asyncio.new_event_loop()
     metadata.create_all(engine)
     runs: dict[str, list[Measured]] = {f"{w} / {v}": [] for w in writers for v in VARIANTS}
     per_rep = sum(transactions // w * w for w in writers) * len(VARIANTS)
-    with Progress("outbox writes", per_rep * reps) as progress:
-        for rep in range(reps):
-            for w in writers:
-                for variant in VARIANTS:
-                    progress.update(f"outbox writes: {w} writers, {variant} ({rep + 1}/{reps})")
-                    reset(engine)
-                    runs[f"{w} / {variant}"].append(
-                        measure(engine, variant, w, transactions, progress.advance)
-                    )
-    reset(engine)
-    engine.dispose()
+    try:
+        with Progress("outbox writes", per_rep * reps) as progress:
+            for rep in range(reps):
+                for w in writers:
+                    for variant in VARIANTS:
+                        progress.update(f"outbox writes: {w} writers, {variant} ({rep + 1}/{reps})")
+                        reset(engine)
+                        runs[f"{w} / {variant}"].append(
+                            measure(engine, variant, w, transactions, progress.advance)
+                            if variant in WRITES
+                            else measure_async(
+                                loop,
+                                async_engine,
+                                engine,
+                                variant,
+                                w,
+                                transactions,
+                                progress.advance,
+                            )
+                        )
+        reset(engine)
+    finally:
+        loop.run_until_complete(async_engine.dispose())
+        loop.close()
+        engine.dispose()
     params = {
         "transactions": transactions,
         "reps": reps,
         "writers": list(writers),
         "payload_bytes": utf8_size(render(payload(str(uuid.uuid4()), 1000))),
+        "async_driver": async_engine.dialect.driver,  # psycopg (its async connection)
     }
     data, md = summarise(runs, params, machine(url))
-    rates = {k: [m.rate for m in v] for k, v in runs.items()}
+    rates = {k: [m.rate for m in v] for k, v in runs.items() if k.split(" / ", 1)[1] in PLOTTED}
     data["plots"] = [
         str(
             bar_plot(
                 out / "outbox.png",
-                "Service transactions/s with and without the outbox row, by concurrent writers",
+                "Service transactions/s with and without the outbox, sync and async, by writers",
                 rates,
                 ylabel="transactions/s",
                 groups=[str(w) for w in writers],

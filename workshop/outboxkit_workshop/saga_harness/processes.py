@@ -100,6 +100,9 @@ class Saga:
     # OTEL_* settings of every process (e.g. OTEL_EXPORTER_OTLP_ENDPOINT), over the ones in the
     # environment; each process gets its own OTEL_SERVICE_NAME (orders, ..., consumers).
     telemetry: dict[str, str] = field(default_factory=dict)
+    # Variables of one process over all the others, by process name (the service benchmark
+    # runs ``orders-2`` with ``{"ORDERS_HTTP_ROUTES": "sync"}`` beside the async ``orders``).
+    environment: dict[str, dict[str, str]] = field(default_factory=dict)
     # Time in the saga: the orders' timeouts (None: the services' defaults), how late the card
     # gateway answers for `slow-` customers, and the share of orders `place_orders` gives them.
     payment_timeout: float | None = None
@@ -312,7 +315,12 @@ class Saga:
                 *("--host", host.address, "--port", str(port)),
             ],
             log=self.workdir / f"{name}.log",
-            env={**self.env(), **self.telemetry, "OTEL_SERVICE_NAME": service},
+            env={
+                **self.env(),
+                **self.telemetry,
+                "OTEL_SERVICE_NAME": service,
+                **self.environment.get(name, {}),
+            },
             cwd=ROOT,
             host=host,
         )
