@@ -21,7 +21,7 @@ import uvicorn
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from playwright.sync_api import Page, expect
-from sqlalchemy import Column, MetaData, String, Table, func, select, update
+from sqlalchemy import Column, MetaData, String, Table, create_engine, func, select, update
 from sqlalchemy.engine import Engine, make_url
 
 from cdc.endpoints import Endpoints
@@ -93,9 +93,9 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served(
-    stack: Stack, engine: Engine, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Served]:
+def served(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    # Its own engine, disposed after: the session's engine may meet a Postgres crash later.
+    engine = create_engine(stack.database_url())
     effects_md.create_all(engine)
     bootstrap, topic = stack.bootstrap_servers(), f"it-console-{uuid.uuid4().hex[:8]}"
     ids = {
@@ -152,6 +152,7 @@ def served(
         server.should_exit = True
         thread.join(10)
         console.close()
+        engine.dispose()
 
 
 def sign_in(page: Page, served: Served, name: str) -> None:
