@@ -155,30 +155,37 @@ def deployment(shape: Shape, service: str) -> dict[str, Any]:
     container["readinessProbe"] = _probe("/ready", 10)
     container["livenessProbe"] = {**_probe("/health", 15), "initialDelaySeconds": 30}
     container["resources"] = resources("250m", "512Mi", cpu_limit="1")
-    selector = labels(service)
+    return _deployment(shape, service, shape.service_replicas, container, service_secrets(service))
+
+
+def _deployment(
+    shape: Shape, name: str, replicas: int, container: dict[str, Any], files: dict[str, Any]
+) -> dict[str, Any]:
+    """A Deployment of ``replicas`` pods of ``container``, with the secret ``files``."""
+    selector = labels(name)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": metadata(shape, service, service),
+        "metadata": metadata(shape, name, name),
         "spec": {
-            "replicas": shape.service_replicas,
+            "replicas": replicas,
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": selector},
-                "spec": _pod(shape, [container], service_secrets(service)),
+                "spec": _pod(shape, [container], files),
             },
         },
     }
 
 
-def service(shape: Shape, name: str) -> dict[str, Any]:
-    """The Service spreading requests over a service's ready replicas."""
-    port = {"name": "http", "port": SERVICE_PORT, "targetPort": "http"}
+def service(shape: Shape, name: str, port: int = SERVICE_PORT) -> dict[str, Any]:
+    """The Service spreading requests over the ready pods of ``name`` on ``port``."""
+    http = {"name": "http", "port": port, "targetPort": "http"}
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": metadata(shape, name, name),
-        "spec": {"selector": labels(name), "ports": [port]},
+        "spec": {"selector": labels(name), "ports": [http]},
     }
 
 
@@ -300,32 +307,13 @@ def console_deployment(shape: Shape) -> dict[str, Any]:
     container["readinessProbe"] = _probe("/healthz", 10)
     container["livenessProbe"] = {**_probe("/healthz", 15), "initialDelaySeconds": 30}
     container["resources"] = resources("100m", "512Mi", cpu_limit="500m")
-    selector = labels(CONSOLE)
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": metadata(shape, CONSOLE, CONSOLE),
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": selector},
-                "spec": _pod(shape, [container], console_secrets(shape)),
-            },
-        },
-    }
+    return _deployment(shape, CONSOLE, 1, container, console_secrets(shape))
 
 
 def console_service(shape: Shape) -> dict[str, Any]:
     """The console inside the cluster only (reach it with `kubectl port-forward`, or put an
     HTTPS ingress in front of it)."""
-    port = {"name": "http", "port": CONSOLE_PORT, "targetPort": "http"}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": metadata(shape, CONSOLE, CONSOLE),
-        "spec": {"selector": labels(CONSOLE), "ports": [port]},
-    }
+    return service(shape, CONSOLE, CONSOLE_PORT)
 
 
 def console_reaches_connect(shape: Shape) -> dict[str, Any]:
