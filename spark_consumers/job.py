@@ -75,6 +75,11 @@ class Job:
         database_password_file: The file holding the database password (a mounted secret),
             read where the engine is made: on each executor, so the password never travels in
             a task.
+        stalled_transaction_seconds: Postgres ends a consumer session left idle inside its
+            transaction this long (``idle_in_transaction_session_timeout``): an attempt frozen
+            mid-slice (its executor stopped) then stops holding the partition's watermark lock,
+            and another attempt of the slice (Spark's speculative copy, a retry) applies it.
+            No handler may wait longer between two statements. 0 leaves Postgres's setting.
     """
 
     name: str
@@ -94,6 +99,7 @@ class Job:
     batch_retry_seconds: float = BATCH_RETRY.budget
     ledger: bool = False
     database_password_file: str | None = None
+    stalled_transaction_seconds: float = 10.0
 
     def engine_url(self) -> URL:
         """The database URL with its password (masked when printed)."""
@@ -114,7 +120,13 @@ class Job:
             role: The engine's role, which sizes its pool (`outboxkit.kernel.engines.engine_for`).
             options: More keyword arguments for `engine_for` (``pool_size``...).
         """
-        return at_commit.attach(engine_for(self.engine_url(), role, **options))
+        url = self.engine_url()
+        if self.stalled_transaction_seconds and "options" not in url.query:
+            ms = round(self.stalled_transaction_seconds * 1000)
+            timeout = f"-c idle_in_transaction_session_timeout={ms}"
+            connect_args = {"options": timeout, **options.pop("connect_args", {})}
+            options["connect_args"] = connect_args
+        return at_commit.attach(engine_for(url, role, **options))
 
     def inbox(self, engine: Engine, on_published: PublishedObserver | None = None) -> Inbox:
         """The one way to build this job's inbox.

@@ -36,6 +36,23 @@ def on_stack_network(master: str) -> bool:
         return False
 
 
+# A straggling task (its executor frozen by a GC pause, a stopped VM, a noisy neighbour) gets a
+# speculative copy on another host once it has run STRAGGLER_SECONDS and, when other tasks of
+# its micro-batch are done, four times their median: the copy reads the same offsets, the
+# inbox applies them once (the watermark row lock; `inbox.recorder`), and whichever attempt
+# ends first ends the batch. Without it a frozen executor stalls its query for the whole
+# freeze. ``task.duration.threshold`` covers a micro-batch of one task, where no median exists.
+# Spark never runs the copy on the host of the attempt it doubles; on one host, there is none.
+STRAGGLER_SECONDS = 5
+SPECULATION: dict[str, str] = {
+    "spark.speculation": "true",
+    "spark.speculation.quantile": "0.5",
+    "spark.speculation.multiplier": "4",
+    "spark.speculation.minTaskRuntime": f"{STRAGGLER_SECONDS}s",
+    "spark.speculation.task.duration.threshold": f"{STRAGGLER_SECONDS}s",
+}
+
+
 def loopback_cluster_options(
     master: str,
     *,
@@ -43,13 +60,16 @@ def loopback_cluster_options(
     pythonpath: str,
     cores_max: int | None = None,
     executor_memory: str = "512m",
+    speculation: bool = True,
 ) -> dict[str, str]:
     """Settings for the local stack's standalone master (on loopback or its network): 1-core
-    executors that run ``python`` with ``pythonpath``; none for any other master, whose
-    settings come from spark-submit (settings made here would override them)."""
+    executors that run ``python`` with ``pythonpath``, speculative copies of straggling tasks
+    (`SPECULATION`); none for any other master, whose settings come from spark-submit
+    (settings made here would override them)."""
     if not (master.startswith("spark://") and (on_loopback(master) or on_stack_network(master))):
         return {}
     options = {
+        **(SPECULATION if speculation else {"spark.speculation": "false"}),
         "spark.executor.cores": "1",
         "spark.executor.memory": executor_memory,
         "spark.executorEnv.PYSPARK_PYTHON": python,
@@ -124,6 +144,8 @@ def build_session(
         pythonpath=pythonpath,
         cores_max=cores_max,
         executor_memory=executor_memory,
+        # Off only to measure what it buys (`outboxkit dev chaos`'s executor freeze).
+        speculation=os.environ.get("OUTBOXKIT_SPARK_SPECULATION", "true").lower() != "false",
     )
     for key, value in options.items():
         builder = builder.config(key, value)

@@ -33,8 +33,9 @@ TRACE_SERVICE = "outboxkit-consumers"
 
 
 def _engine(job: Job) -> Any:
-    """One engine per executor process and database, reused across batches."""
-    key = f"{job.database_url} {job.database_password_file}"
+    """One engine per executor process, database and session settings, reused across
+    batches."""
+    key = f"{job.database_url} {job.database_password_file} {job.stalled_transaction_seconds}"
     if key not in _ENGINES:
         _ENGINES[key] = job.engine()
     return _ENGINES[key]

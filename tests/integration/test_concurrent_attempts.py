@@ -6,6 +6,7 @@ must let exactly one of them apply each record, with and without the id window."
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -162,6 +163,9 @@ def job(stack, consumer, mode: Mode, *, isolation: str | None = None, **handling
         window=mode.window,
         outbox=Outbox(mode="retain"),  # the follow-up rows stay, to be counted
         batch_retry_seconds=30,  # a broken test fails in seconds, not after the default 300
+        # A gate holds an attempt idle in its transaction as long as a test needs: Postgres
+        # leaves it alone (the frozen-attempt test turns the timeout on).
+        stalled_transaction_seconds=0,
     )
 
 
@@ -328,6 +332,34 @@ def test_a_lost_attempt_holding_the_lock_is_retried_and_skips(engine, stack, con
         with engine.connect() as conn:
             assert conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": gate.pid}).scalar()
         b = second.result(timeout=60)  # B no longer waits: A's transaction is gone
+        assert b["applied"] == new_events(records, records[:10]) and b["retries"] == 0
+        gate.opened.set()
+        a = first.result(timeout=60)
+    assert a["retries"] >= 1 and a["applied"] == 0 and a["skipped"] == 100
+    assert a["watermark"] == b["watermark"] == 99
+    assert_applied_once(engine, consumer, records)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_frozen_attempt_loses_its_transaction_and_the_copy_applies(engine, stack, consumer, mode):
+    # A's executor freezes mid-slice (a GC pause, a stopped VM): its session sits idle inside
+    # its transaction, holding the partition's lock, while Spark's speculative copy B comes
+    # for it. Postgres ends A's session after the job's stalled_transaction_seconds, B applies
+    # the slice while A is still frozen, and A, thawed, fails, is retried and skips everything.
+    records = stream(mode, 100)
+    attempt(job(stack, consumer, mode), records[:10])
+    frozen = dataclasses.replace(
+        job(stack, consumer, mode, gate=(gate := Gate())), stalled_transaction_seconds=2.0
+    )
+    with ThreadPoolExecutor(2) as pool, gate:
+        first = pool.submit(attempt, frozen, records)
+        assert gate.entered.wait(30)
+        second = pool.submit(attempt, job(stack, consumer, mode), records)
+        b = second.result(timeout=60)  # while A is still held inside its transaction
+        assert not gate.opened.is_set()
+        with engine.connect() as conn:  # Postgres ended A's session
+            alive = "SELECT count(*) FROM pg_stat_activity WHERE pid = :p"
+            assert conn.execute(text(alive), {"p": gate.pid}).scalar_one() == 0
         assert b["applied"] == new_events(records, records[:10]) and b["retries"] == 0
         gate.opened.set()
         a = first.result(timeout=60)

@@ -176,9 +176,10 @@ def campaign(recoveries: dict[str, list[float]], **overrides) -> Campaign:
 
 def test_recovery_per_fault_kind_and_latency_quantiles():
     c = campaign({"spark-kill": [20.0, 30.0, 25.0], "postgres-crash": [9.0]})
+    none = {"orders_during": 0, "during_p99": 0.0}  # no POST times recorded
     assert c.by_fault() == {
-        "postgres-crash": {"rounds": 1, "recovery_p50": 9.0, "recovery_max": 9.0},
-        "spark-kill": {"rounds": 3, "recovery_p50": 25.0, "recovery_max": 30.0},
+        "postgres-crash": {"rounds": 1, "recovery_p50": 9.0, "recovery_max": 9.0, **none},
+        "spark-kill": {"rounds": 3, "recovery_p50": 25.0, "recovery_max": 30.0, **none},
     }
     assert c.latency(0.5) == 50.5
     assert 99 <= c.latency(0.99) <= 100
@@ -203,3 +204,26 @@ def test_anything_lost_doubled_stuck_or_inconsistent_fails_the_campaign():
         {"problems": ["read_committed scan: did not reach the end of [('t', 1)]"]},
     ):
         assert not campaign({"spark-kill": [1.0]}, **broken).ok
+
+
+def test_the_orders_posted_while_a_fault_lasted_are_its_own():
+    rounds = [
+        Round(1, "spark-executor-freeze", 10.0, 0.1, 8.0, "o1", "w", began=1000.0, ended=1040.0),
+        Round(2, "postgres-crash", 60.0, 2.0, 9.0, "o2", "pg", began=1060.0, ended=1070.0),
+        Round(3, "spark-executor-freeze", 90.0, 0.1, 7.0, "o3", "w", began=1100.0, ended=1140.0),
+    ]
+    # An order a second from 990 to 1149: its latency is 30 s during a freeze, 20 s during the
+    # crash, 1 s otherwise.
+    posted = [990.0 + n for n in range(160)]
+
+    def latency(at: float) -> float:
+        if any(r.began <= at <= r.ended for r in rounds if r.fault == "spark-executor-freeze"):
+            return 30.0
+        return 20.0 if 1060 <= at <= 1070 else 1.0
+
+    c = campaign({}, rounds=rounds, latencies=[latency(at) for at in posted], posted=posted)
+    found = c.by_fault()
+    assert found["spark-executor-freeze"]["orders_during"] == 82  # 41 + 41, the ends included
+    assert found["spark-executor-freeze"]["during_p99"] == 30.0
+    assert found["postgres-crash"]["orders_during"] == 11
+    assert found["postgres-crash"]["during_p99"] == 20.0

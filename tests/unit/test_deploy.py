@@ -26,6 +26,7 @@ import yaml
 
 from outboxkit_workshop.devstack.artifacts import pinned_versions
 from outboxkit_workshop.saga.common import SERVICES
+from spark_consumers.session import SPECULATION
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -490,6 +491,22 @@ def test_services_run_uvicorn_workers_on_the_app_factory_and_report_readiness():
         assert argv[argv.index("--host") + 1] == "0.0.0.0"
         check = " ".join(services()[service]["healthcheck"]["test"])
         assert re.search(rf"http://127\.0\.0\.1:{port}/(ready|health)\b", check), check
+
+
+def test_a_straggling_consumer_task_gets_a_speculative_copy_in_compose_and_kubernetes():
+    # The framework's settings, as the local stack's cluster runs them: on every deployment.
+    for name in CONSUMERS:
+        confs = spark_conf(command(name))
+        assert {k: confs.get(k) for k in SPECULATION} == SPECULATION, name
+    applications = [
+        doc
+        for doc in yaml.safe_load_all((DEPLOY / "kubernetes/50-consumers.yaml").read_text())
+        if doc and doc["kind"] == "SparkApplication"
+    ]
+    assert len(applications) == len(CONSUMERS)
+    for app in applications:
+        conf = app["spec"]["sparkConf"]
+        assert {k: conf.get(k) for k in SPECULATION} == SPECULATION, app["metadata"]["name"]
 
 
 def test_consumer_jobs_are_spark_submitted_in_client_mode():

@@ -110,9 +110,23 @@ def test_loopback_masters_and_the_settings_of_a_loopback_cluster():
     assert options["spark.executor.cores"] == "1" and options["spark.cores.max"] == "2"
     assert options["spark.executorEnv.PYTHONPATH"] == "/repo"
     assert options["spark.executorEnv.PYSPARK_PYTHON"] == "/venv/bin/python"
+    # A straggler gets a speculative copy, also in a micro-batch of one task.
+    assert options["spark.speculation"] == "true"
+    assert options["spark.speculation.task.duration.threshold"] == "5s"
     assert "spark.cores.max" not in loopback_cluster_options(
         "spark://127.0.0.1:7077", python="p", pythonpath="r"
     )
     # local[2] and a remote master get nothing from here: their settings stay as they were.
     assert loopback_cluster_options("local[2]", python="p", pythonpath="r") == {}
     assert loopback_cluster_options("spark://spark-master:7077", python="p", pythonpath="r") == {}
+
+
+def test_each_loopback_spark_worker_has_an_address_of_its_own():
+    # Spark starts a speculative copy only on another host than the attempt it doubles.
+    from outboxkit_workshop.devstack.processes import LOOPBACK, Host
+    from outboxkit_workshop.devstack.spark import loopback_host
+
+    assert loopback_host("spark-worker-1") == Host("127.0.0.2")
+    assert loopback_host("spark-worker-2") == Host("127.0.0.3")
+    for other in ("spark-master", "kafka-1", "consumers", "spark-worker-x"):
+        assert loopback_host(other) == LOOPBACK

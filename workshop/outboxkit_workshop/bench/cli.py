@@ -23,6 +23,7 @@ SCENARIOS = (
     "profile",
     "scheduled",
     "console",
+    "cost",
     "cluster",
 )
 DEFAULT = SCENARIOS[:-1]  # cluster starts a stack per shape (about 20 min): only when named
@@ -99,6 +100,7 @@ def _run_scenarios(
 
     from outboxkit_workshop.bench import (
         cdc,
+        cost,
         inbox,
         operator_console,
         profile,
@@ -152,6 +154,14 @@ def _run_scenarios(
                 partitions=args.console_partitions,
                 samples=args.console_samples,
                 idle_seconds=args.console_idle,
+            )
+        elif scenario == "cost":
+            data, markdown = cost.run(
+                stack,
+                out,
+                reps=min(reps, 2),
+                seconds=args.cost_seconds,
+                idle_seconds=args.cost_idle,
             )
         elif scenario == "cluster":
             data, markdown = _cluster(args, settings, out)
@@ -208,7 +218,10 @@ def add_parser(sub: SubParsers) -> None:
         "outbox and to Kafka at 100 and 1,000 due/s, and what scheduling costs next to "
         "publishing), console (the operator console over 100,000 parked records on 64 "
         "partitions: the overview's read and its pages' answers, p50 / p95 against the "
-        "overview's 200 ms, and `outboxkit console`'s CPU while nobody looks), cluster (the "
+        "overview's 200 ms, and `outboxkit console`'s CPU while nobody looks), cost (the "
+        "saga's CPU per order and at idle, per component, at 10, 50, 100 and 200 orders/s, "
+        "with the consumers' trigger, Debezium's poll interval and the consumer JVM's JIT "
+        "measured beside the defaults; about 25 min), cluster (the "
         "pipeline and the saga on stacks of several "
         "shapes, each started and stopped in turn: 1 vs 3 brokers, Spark local[2] vs 1 and 2 "
         "workers, 4 vs 8 partitions; about 20 min). Default: all but cluster. "
@@ -288,6 +301,13 @@ def add_parser(sub: SubParsers) -> None:
         type=float,
         default=30.0,
         help="seconds the console process is left alone while its CPU is measured (default 30)",
+    )
+    cost = bench.add_argument_group("cost scenario")
+    cost.add_argument(
+        "--cost-seconds", type=float, default=20.0, help="seconds each rate is held (default 20)"
+    )
+    cost.add_argument(
+        "--cost-idle", type=float, default=30.0, help="seconds of idle measured (default 30)"
     )
     cluster = bench.add_argument_group("cluster scenario")
     cluster.add_argument(

@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from outboxkit_workshop.bench import cost_figures
 from outboxkit_workshop.bench.report import FROZEN_INPUT, markdown_table
 
 TRANSACTIONS_DEFAULT, REPS_DEFAULT, EVENTS_DEFAULT = 2000, 3, 20_000
@@ -520,11 +521,20 @@ def console(data: Mapping[str, Any]) -> str:
 
 
 def chaos(data: Mapping[str, Any]) -> str:
+    during = all("during_p99" in f for f in data["by_fault"].values())  # recorded since
     rows = [
-        [f"`{kind}`", f["rounds"], f"{f['recovery_p50']:.1f} s", f"{f['recovery_max']:.1f} s"]
+        [
+            f"`{kind}`",
+            f["rounds"],
+            f"{f['recovery_p50']:.1f} s",
+            f"{f['recovery_max']:.1f} s",
+            *([f"{f['during_p99']:.1f} s ({f['orders_during']:,})"] if during else []),
+        ]
         for kind, f in sorted(data["by_fault"].items())
     ]
-    table = markdown_table(["fault", "rounds", "recovery p50", "max"], rows)
+    header = ["fault", "rounds", "recovery p50", "max"]
+    header += ["p99 of the orders POSTed during it (orders)"] if during else []
+    table = markdown_table(header, rows)
     scanned = _scanned(data)
     kafka = f"; {scanned}" if scanned else ""
     summary = (
@@ -774,4 +784,5 @@ RENDER: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "scheduled": scheduled,
     "soak": soak,
     "console": console,
+    "cost": cost_figures.render,
 }

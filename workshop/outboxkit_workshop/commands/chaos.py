@@ -119,7 +119,14 @@ def _chaos_markdown(campaign: Any, markdown_table: Callable[..., str]) -> str:
         *(["problem", problem] for problem in campaign.problems),
     ]
     kinds = [
-        [kind, v["rounds"], f"{v['recovery_p50']:.1f}", f"{v['recovery_max']:.1f}"]
+        [
+            kind,
+            v["rounds"],
+            f"{v['recovery_p50']:.1f}",
+            f"{v['recovery_max']:.1f}",
+            v["orders_during"],
+            f"{v['during_p99']:.1f}",
+        ]
         for kind, v in campaign.by_fault().items()
     ]
     rounds = [
@@ -129,7 +136,17 @@ def _chaos_markdown(campaign: Any, markdown_table: Callable[..., str]) -> str:
     return (
         markdown_table(["", "value"], totals)
         + "\n"
-        + markdown_table(["fault", "rounds", "recovery p50 (s)", "recovery max (s)"], kinds)
+        + markdown_table(
+            [
+                "fault",
+                "rounds",
+                "recovery p50 (s)",
+                "recovery max (s)",
+                "orders during it",
+                "their p99 (s)",
+            ],
+            kinds,
+        )
         + "\n"
         + markdown_table(
             ["round", "at (s)", "fault", "struck", "fault + repair (s)", "recovery (s)"], rounds

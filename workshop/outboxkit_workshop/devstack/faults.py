@@ -10,6 +10,8 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from confluent_kafka.admin import AdminClient
@@ -202,6 +204,37 @@ def kill_executor(executor: ExecutorProcess, timeout: float = 10) -> None:
         raise StackError(f"executor {executor.executor_id} (pid {executor.pid}) does not run")
     _signal(executor.pid, signal.SIGKILL)
     gone(executor.pid, timeout)
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants (an executor JVM, its Python daemon and workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    return found
+
+
+def freeze(executor: ExecutorProcess) -> list[int]:
+    """SIGSTOP of an executor JVM and its Python workers, as a long GC pause or a stopped VM
+    freezes them: alive, connections open, answering nothing. Returns the PIDs to `thaw`."""
+    if not alive(executor.pid):
+        raise StackError(f"executor {executor.executor_id} (pid {executor.pid}) does not run")
+    pids = process_tree(executor.pid)
+    for pid in pids:
+        _signal(pid, signal.SIGSTOP)
+    return pids
+
+
+def thaw(pids: Sequence[int]) -> None:
+    """SIGCONT of what `freeze` stopped (those still there)."""
+    for pid in pids:
+        _signal(pid, signal.SIGCONT)
 
 
 def wait_executors(stack: Stack, timeout: float = 180) -> list[tuple[Node, ExecutorProcess]]:

@@ -97,6 +97,17 @@ class ExecutorProcess:
     worker: str  # host:port of the worker that launched it
 
 
+def loopback_host(node: str) -> Host:
+    """Where ``node`` runs on loopback: Spark worker N on 127.0.0.(N+1), as if on a machine of
+    its own, every other node on 127.0.0.1. Spark runs a speculative copy of a straggling task
+    only on another host than the attempt it doubles (`spark_consumers.session.SPECULATION`):
+    with every worker on one address, a frozen executor's task would never get one."""
+    prefix = "spark-worker-"
+    if node.startswith(prefix) and node.removeprefix(prefix).isdigit():
+        return Host(f"127.0.0.{int(node.removeprefix(prefix)) + 1}")
+    return LOOPBACK
+
+
 def master_url(port: int, address: str = HOST) -> str:
     """The URL drivers and workers use for the master on ``address``:``port``."""
     return f"spark://{address}:{port}"

@@ -31,7 +31,6 @@ from outboxkit_workshop.devstack import (
 )
 from outboxkit_workshop.devstack.network import TOOLS, Network
 from outboxkit_workshop.devstack.processes import (
-    LOOPBACK,
     Host,
     StackError,
     alive,
@@ -113,11 +112,11 @@ class Stack:
     def host(self, node: str, state: StackState | None = None) -> Host:
         """Where node ``node`` (``kafka-1``, ``orders-2``, ``consumers``...) runs: its own
         namespace and address on the partitionable network (made the first time), else here on
-        loopback."""
+        loopback (`spark.loopback_host`: each Spark worker on an address of its own)."""
         state = state or self.state
         network = self.network(state)
         if network is None:
-            return LOOPBACK
+            return spark.loopback_host(node)
         host = network.host(node)
         state.network = network.as_dict()
         state.save(self.state_file)

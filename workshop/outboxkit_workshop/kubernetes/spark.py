@@ -15,6 +15,7 @@ from outboxkit_workshop.kubernetes.workloads import (
     secret_files,
     service_env,
 )
+from spark_consumers.session import SPECULATION
 
 API = "sparkoperator.k8s.io/v1beta2"
 JARS = "/opt/outboxkit/spark-jars/*"
@@ -99,6 +100,8 @@ def application(shape: Shape, service: str) -> dict[str, Any]:
                 "spark.driver.extraClassPath": JARS,
                 "spark.executor.extraClassPath": JARS,
                 "spark.executorEnv.OTEL_SERVICE_NAME": f"{service}-consumer",
+                # A frozen executor's task gets a copy on another node; the inbox applies once.
+                **SPECULATION,
             },
             "restartPolicy": {
                 "type": "Always",

@@ -48,7 +48,7 @@ from outboxkit_workshop.saga_harness import load
 from outboxkit_workshop.saga_harness.faults import (
     ROUTINE as ROUTINE,  # the e2e tests strike these mid-run
 )
-from outboxkit_workshop.saga_harness.faults import Shape, check, inject, offered
+from outboxkit_workshop.saga_harness.faults import Shape, check, inject, offered, repaired
 from outboxkit_workshop.saga_harness.invariants import Report
 from outboxkit_workshop.saga_harness.kafka_scan import Scan, scan
 from outboxkit_workshop.saga_harness.load import Placed
@@ -96,6 +96,10 @@ class Round:
     recovery: float  # seconds from the fault until the probe order was final
     probe: str  # the probe order's id
     struck: str = ""  # the node or process the fault struck (kafka-2, orders-2, ...)
+    # Epoch seconds from the fault until it was over and its probe order final: the orders
+    # POSTed meanwhile are the ones it struck.
+    began: float = 0.0
+    ended: float = 0.0
 
 
 @dataclass
@@ -119,6 +123,8 @@ class Checks:
     # than once (None: not scanned, the connectors being at-least-once).
     kafka_records: int = 0
     kafka_duplicates: int | None = None
+    # When each order of ``latencies`` was POSTed (epoch seconds), in the same order.
+    posted: list[float] = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -133,10 +139,15 @@ class Checks:
 
     def latency(self, q: float) -> float:
         """Quantile ``q`` (0.5, 0.99) of POST -> final latencies."""
-        if len(self.latencies) < 2:
-            return self.latencies[0] if self.latencies else 0.0
-        cuts = statistics.quantiles(self.latencies, n=100, method="inclusive")
-        return cuts[min(98, max(0, round(q * 100) - 1))]
+        return quantile(self.latencies, q)
+
+
+def quantile(samples: Sequence[float], q: float) -> float:
+    """Quantile ``q`` (0.5, 0.99) of ``samples`` (0 when there are none)."""
+    if len(samples) < 2:
+        return samples[0] if samples else 0.0
+    cuts = statistics.quantiles(samples, n=100, method="inclusive")
+    return cuts[min(98, max(0, round(q * 100) - 1))]
 
 
 @dataclass(kw_only=True)
@@ -149,22 +160,33 @@ class Campaign(Checks):
     duration: float
 
     def by_fault(self) -> dict[str, dict[str, float]]:
-        """Per fault kind: rounds, recovery median and max."""
-        kinds: dict[str, list[float]] = {}
+        """Per fault kind: rounds, recovery median and max, and the orders POSTed while a
+        fault of the kind lasted: how many, their POST -> final p99."""
+        kinds: dict[str, list[Round]] = {}
         for r in self.rounds:
-            kinds.setdefault(r.fault, []).append(r.recovery)
-        return {
-            kind: {
+            kinds.setdefault(r.fault, []).append(r)
+        found: dict[str, dict[str, float]] = {}
+        for kind, rounds in sorted(kinds.items()):
+            times = [r.recovery for r in rounds]
+            posted = self.posted if len(self.posted) == len(self.latencies) else []
+            struck = [
+                latency
+                for latency, at in zip(self.latencies, posted, strict=False)
+                if any(r.began <= at <= r.ended for r in rounds)
+            ]
+            found[kind] = {
                 "rounds": len(times),
                 "recovery_p50": statistics.median(times),
                 "recovery_max": max(times),
+                "orders_during": len(struck),
+                "during_p99": quantile(struck, 0.99),
             }
-            for kind, times in sorted(kinds.items())
-        }
+        return found
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("latencies")
+        data.pop("posted")
         return {
             **data,
             "ok": self.ok,
@@ -240,13 +262,26 @@ def _campaign(
     done: list[Round] = []
     for number, kind in enumerate(plan, 1):
         time.sleep(rng.uniform(*gap))
-        at = time.monotonic()
+        at, began = time.monotonic(), time.time()
         echo(f"round {number}/{len(plan)}: {kind}")
         struck = inject(kind, stack, saga, rng)
         injected = time.monotonic() - at
         order, recovery = probe(saga, at, seed=rng.randrange(1 << 30))
+        repaired()  # a fault that outlasts its strike (a freeze) is over
         probes.append(order)
-        done.append(Round(number, kind, at - started, injected, recovery, order.order_id, struck))
+        done.append(
+            Round(
+                number,
+                kind,
+                at - started,
+                injected,
+                recovery,
+                order.order_id,
+                struck,
+                began=began,
+                ended=time.time(),
+            )
+        )
         echo(f"round {number}/{len(plan)}: {kind} on {struck} recovered in {recovery:.1f}s")
     placed = load.join()
     checks = final_checks(saga, placed, probes, done, echo=echo, timeout=final_timeout)
@@ -321,6 +356,7 @@ def final_checks(
         lost=sum(a["totals"]["lost"] for a in audits),
         duplicates=sum(a["totals"]["duplicate"] for a in audits) + sum(report.duplicates.values()),
         latencies=report.latencies,
+        posted=report.posted,
         unavailable=sum(p.unavailable for p in everything),
         report_ok=report.ok and all(a["exact"] for a in audits),
         audits=audits,

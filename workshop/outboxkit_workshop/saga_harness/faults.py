@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,11 @@ if TYPE_CHECKING:
     from outboxkit_workshop.devstack.settings import StackSettings
     from outboxkit_workshop.devstack.stack import Stack
     from outboxkit_workshop.saga_harness.processes import Saga
+
+
+FREEZE_SECONDS = 40.0  # how long `spark-executor-freeze` stops an executor
+# Faults that last after their strike returns (a freeze, let go on a timer): `repaired` waits.
+_LASTING: list[threading.Thread] = []
 
 
 class FaultKindError(ValueError):
@@ -201,6 +207,13 @@ KINDS: tuple[Kind, ...] = (
         SPARK_CLUSTER,
         lambda s: s.spark_workers >= 1,
     ),
+    Kind(
+        "spark-executor-freeze",
+        f"a Spark executor and its Python workers stopped (SIGSTOP) for {FREEZE_SECONDS:g} s, "
+        "as a GC pause or a stopped VM does, then let go on",
+        SPARK_CLUSTER,
+        lambda s: s.spark_workers >= 2,  # the straggler's copy runs on another worker
+    ),
     *NETWORK_KINDS,
 )
 BY_NAME = {kind.name: kind for kind in KINDS}
@@ -343,6 +356,35 @@ def kill_spark_executor(stack: Stack, saga: Saga, rng: random.Random) -> str:
     return f"{worker.name}/executor-{executor.executor_id}"
 
 
+def freeze_spark_executor(stack: Stack, saga: Saga, rng: random.Random) -> str:
+    """An executor and its Python workers stopped for FREEZE_SECONDS, let go on a thread of
+    its own: the strike returns at once, so that a probe order placed now measures what the
+    saga does while the executor is frozen (`repaired` waits for the thaw)."""
+    from outboxkit_workshop.devstack import faults as nodes
+
+    running = sorted(nodes.wait_executors(stack), key=lambda found: found[1].pid)
+    worker, executor = rng.choice(running)
+    pids = nodes.freeze(executor)
+
+    def thaw() -> None:
+        time.sleep(FREEZE_SECONDS)
+        nodes.thaw(pids)
+
+    lasting = threading.Thread(target=thaw, name="thaw", daemon=True)
+    lasting.start()
+    _LASTING.append(lasting)
+    return f"{worker.name}/executor-{executor.executor_id}"
+
+
+def repaired(timeout: float = FREEZE_SECONDS + 30) -> None:
+    """Once every fault that outlasts its strike (a freeze) is over."""
+    while _LASTING:
+        lasting = _LASTING.pop()
+        lasting.join(timeout)
+        if lasting.is_alive():
+            raise RuntimeError(f"a lasting fault ({lasting.name}) did not end in {timeout:g} s")
+
+
 # The faults no consumer or service is restarted for: they ride them out (the e2e tests strike
 # these mid-run, by the stack alone).
 ROUTINE: dict[str, Callable[[Stack], str]] = {
@@ -362,6 +404,7 @@ STRIKES: dict[str, Strike] = {
     "connect-worker-kill": kill_task_worker,
     "spark-worker-kill": kill_spark_worker,
     "spark-executor-kill": kill_spark_executor,
+    "spark-executor-freeze": freeze_spark_executor,
 }
 
 

@@ -41,6 +41,8 @@ class Report:
     # Orders cancelled by a timer, those of them whose payment was captured anyway (late), and
     # of those the ones refunded (all of them, when the saga holds).
     late: dict[str, int] = field(default_factory=dict)
+    # When each order of ``latencies`` was POSTed (epoch seconds), in the same order.
+    posted: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -152,11 +154,8 @@ def check(
         "timeline events repeated": int(timeline_dups),
         "stock below zero": negative_stock,
     }
-    latencies = [
-        final_at[p.order_id].timestamp() - p.posted_at
-        for p in measured
-        if final_at.get(p.order_id) is not None
-    ]
+    done = [p for p in measured if final_at.get(p.order_id) is not None]
+    latencies = [final_at[p.order_id].timestamp() - p.posted_at for p in done]
     retried = [p for p in placed if p.retried]
     captured_late = [i for i in timed_out if log[(i, "captured")]]
     late = {
@@ -168,6 +167,7 @@ def check(
         orders=len(placed),
         by_status=dict(Counter(status.get(i, "MISSING") for i in ids)),
         latencies=latencies,
+        posted=[p.posted_at for p in done],
         duplicates=duplicates,
         violations=violations,
         retried_same_order=sum(1 for p in retried if p.retry_mapped),

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -357,10 +357,13 @@ class Saga:
             return "unreachable"
         return "ready" if code == 200 else "not ready"
 
-    def start_consumers(self, trigger: float | None = SAGA_TRIGGER_SECONDS) -> int:
+    def start_consumers(
+        self, trigger: float | None = SAGA_TRIGGER_SECONDS, env: Mapping[str, str] | None = None
+    ) -> int:
         """The three Spark jobs in one driver process (its own process group), serving its
         metrics on its recorded port, else a free one (``urls["consumers"]``/metrics);
-        ``trigger``: seconds between micro-batches (None: `outboxkit consume`'s default)."""
+        ``trigger``: seconds between micro-batches (None: `outboxkit consume`'s default);
+        ``env``: more environment for the driver (``JAVA_TOOL_OPTIONS`` for its JVM...)."""
         if alive(self.pids.get("consumers")):
             raise RuntimeError(f"the consumers are running (pid {self.pids['consumers']})")
         log = self.workdir / "consumers.log"
@@ -385,7 +388,13 @@ class Saga:
                 *(("--metrics-host", host.address) if host.namespace else ()),
             ],
             log=log,
-            env={**self.env(), **self.telemetry, "OTEL_SERVICE_NAME": "consumers", **where},
+            env={
+                **self.env(),
+                **self.telemetry,
+                "OTEL_SERVICE_NAME": "consumers",
+                **where,
+                **(env or {}),
+            },
             cwd=ROOT,
             host=host,
         )

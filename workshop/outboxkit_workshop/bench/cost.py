@@ -1,0 +1,325 @@
+"""Cost benchmark: the CPU an order costs, per component of the saga's stack, and what the
+stack costs with no orders at all.
+
+Each component's clock ticks (user + system, /proc) are read before and after a phase:
+- idle: no orders, ``idle_seconds`` once every order before it is final;
+- a fixed rate: orders POSTed open-loop at the rate for ``duration`` s, from the first POST
+  until every order is final (and the invariants hold: a run whose checks fail raises).
+
+The consumer driver is split into its Python process, its JVM (which runs Spark's driver and,
+on ``local[2]``, its executors; with the processes it ran and reaped) and its Python workers;
+the share of each JVM's time spent in its JIT compiler and GC threads is read per thread.
+
+Levers are measured beside the defaults in the same run (each repetition takes every variant
+in turn): the consumers' trigger, Debezium's ``poll.interval.ms``, and the consumer JVM's JIT
+limited to its first tier. The consumers are
+started afresh for each variant and given ``warm_seconds`` of orders, not measured, so that
+the JVMs' JIT compilation of the first minutes is not counted as the variant's cost.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from outboxkit_workshop.bench.report import Progress, machine, percentile
+from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.saga_harness.processes import SAGA_TRIGGER_SECONDS, SKUS, Saga
+
+HZ = os.sysconf("SC_CLK_TCK")
+RATES = (10.0, 50.0, 100.0, 200.0)
+LEVER_RATES = (10.0, 50.0)  # a lever's variant: idle and these rates
+POLL_INTERVAL_MS = "poll.interval.ms"
+JIT = re.compile(r"^C[12] CompilerThre")
+GC = re.compile(r"^(GC Thread|G1 |VM Thread|GC |VM Periodic)")
+# Targets of the cost (ms of CPU per order, whole stack, the load generator apart; idle: % of
+# one core).
+TARGETS_MS = {10.0: 30.0, 50.0: 12.0}
+IDLE_TARGET_PERCENT = 5.0
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A setting measured against the defaults: the consumers' trigger, connector settings."""
+
+    name: str
+    trigger: float = SAGA_TRIGGER_SECONDS
+    connector: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)  # the consumer driver's
+    rates: tuple[float, ...] = LEVER_RATES
+
+
+DEFAULTS = Variant("defaults", rates=RATES)
+LEVERS = (
+    Variant("Debezium poll.interval.ms 200 (default 50)", connector={POLL_INTERVAL_MS: "200"}),
+    Variant(f"trigger 0.5 s (default {SAGA_TRIGGER_SECONDS:g} s)", trigger=0.5),
+    Variant(
+        "consumer JVM's JIT: C1 only (-XX:TieredStopAtLevel=1)",
+        env={"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"},
+    ),
+)
+
+
+# -- reading /proc ----------------------------------------------------------------------------
+def _stat(path: str) -> list[str] | None:
+    try:
+        return Path(path).read_text().rsplit(")", 1)[1].split()
+    except OSError:  # gone meanwhile
+        return None
+
+
+def _ticks(pid: int, *, reaped: bool) -> float:
+    """``pid``'s own ticks, with its reaped children's when ``reaped``."""
+    fields = _stat(f"/proc/{pid}/stat")
+    if fields is None:
+        return 0.0
+    return sum(float(x) for x in fields[11 : 15 if reaped else 13])
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (fields := _stat(f"/proc/{entry.name}/stat")):
+            tree.setdefault(int(fields[1]), []).append(int(entry.name))
+    return tree
+
+
+def _tree(pid: int, tree: Mapping[int, list[int]]) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += tree.get(found[-1], [])
+    return found
+
+
+def _threads(pid: int) -> Iterator[tuple[str, float]]:
+    """(name, ticks) of each of ``pid``'s threads."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return
+    for task in tasks:
+        try:
+            text = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        yield name, float(fields[11]) + float(fields[12])
+
+
+def _is_java(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+    except OSError:
+        return False
+
+
+def read_ticks(saga: Saga) -> dict[str, float]:
+    """Ticks used so far by each component: each service (with its descendants), the consumer
+    driver's Python process, its JVM, its Python workers, Postgres, Kafka, Connect; and
+    ``<component> JIT`` / ``<component> GC`` for each JVM's compiler and GC threads."""
+    tree = _children()
+    state = saga.stack.state
+    out: dict[str, float] = {}
+    jvms: dict[str, list[int]] = {}
+    for name, pid in saga.pids.items():
+        if not pid:
+            continue
+        if name != "consumers":
+            out[name] = sum(_ticks(p, reaped=True) for p in _tree(pid, tree))
+            continue
+        out["consumer driver (Python)"] = _ticks(pid, reaped=False)
+        for jvm in (c for c in tree.get(pid, []) if _is_java(c)):
+            workers = [p for c in tree.get(jvm, []) for p in _tree(c, tree)]
+            out["consumer driver (Spark JVM)"] = _ticks(jvm, reaped=True)
+            out["consumer Python workers"] = sum(_ticks(p, reaped=True) for p in workers)
+            jvms["consumer driver (Spark JVM)"] = [jvm]
+    for label, component in (
+        ("Postgres", state.postgres),
+        ("Kafka", state.broker),
+        ("Connect + Debezium", state.connect),
+    ):
+        pids = [node.pid for node in component.nodes if node.pid]
+        out[label] = sum(_ticks(p, reaped=True) for root in pids for p in _tree(root, tree))
+        if label != "Postgres":
+            jvms[label] = pids
+    for label, pids in jvms.items():
+        threads = [t for pid in pids for t in _threads(pid)]
+        out[f"{label} JIT"] = sum(ticks for name, ticks in threads if JIT.match(name))
+        out[f"{label} GC"] = sum(ticks for name, ticks in threads if GC.match(name))
+    return out
+
+
+def used_ms(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """Milliseconds of CPU per component between two `read_ticks`."""
+    return {k: 1000 * (v - before.get(k, v)) / HZ for k, v in after.items()}
+
+
+# -- phases -------------------------------------------------------------------------------------
+def idle(saga: Saga, seconds: float) -> dict[str, Any]:
+    """The stack with no orders for ``seconds``: % of one core per component."""
+    time.sleep(5)  # the last orders' replies and the consumers' last batches
+    before, began = read_ticks(saga), time.monotonic()
+    time.sleep(seconds)
+    used, elapsed = used_ms(before, read_ticks(saga)), time.monotonic() - began
+    return {"seconds": elapsed, "percent": {k: v / 10 / elapsed for k, v in used.items()}}
+
+
+def at_rate(saga: Saga, rate: float, seconds: float, seed: int) -> dict[str, Any]:
+    """Orders at ``rate`` for ``seconds``: CPU ms per order per component, latencies."""
+    count = int(rate * seconds)
+    before = read_ticks(saga)
+    began = time.monotonic()
+    placed = saga.place_orders(count, seed=seed, concurrency=64, retry_share=0.0, rate=rate)
+    achieved = count / (time.monotonic() - began)
+    pending = saga.wait_final(placed, timeout=600)
+    report = saga.report(placed)
+    if pending or not report.ok:
+        raise RuntimeError(
+            f"saga at {rate:g}/s: {len(pending)} orders not final, {report.by_status}, "
+            f"duplicates {report.duplicates}, violations {report.violations}"
+        )
+    used = used_ms(before, read_ticks(saga))
+    return {
+        "rate": rate,
+        "orders": count,
+        "achieved_rate": achieved,
+        "ms_per_order": {k: v / count for k, v in used.items()},
+        "p50": percentile(report.latencies, 0.5),
+        "p99": percentile(report.latencies, 0.99),
+    }
+
+
+def total(parts: Mapping[str, float]) -> float:
+    """The whole stack's figure: the components, not their JIT / GC shares counted twice."""
+    return sum(v for k, v in parts.items() if not k.endswith((" JIT", " GC")))
+
+
+@contextmanager
+def connector_settings(stack: Stack, settings: Mapping[str, str]) -> Iterator[None]:
+    """Every connector of the stack with ``settings`` for the block, then as it was."""
+    if not settings:
+        yield
+        return
+    base = stack.state.connect.endpoint
+    names = httpx.get(f"{base}/connectors", timeout=10).json()
+    saved = {n: httpx.get(f"{base}/connectors/{n}/config", timeout=10).json() for n in names}
+    try:
+        for name, config in saved.items():
+            _put(base, name, {**config, **settings})
+        yield
+    finally:
+        for name, config in saved.items():
+            _put(base, name, config)
+
+
+def _put(base: str, name: str, config: Mapping[str, str]) -> None:
+    httpx.put(f"{base}/connectors/{name}/config", json=dict(config), timeout=30).raise_for_status()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status = httpx.get(f"{base}/connectors/{name}/status", timeout=10).json()
+        tasks = status.get("tasks", [])
+        if tasks and all(t["state"] == "RUNNING" for t in tasks):
+            return
+        time.sleep(0.5)
+    raise RuntimeError(f"connector {name} did not run again with its new settings within 60 s")
+
+
+def variant_run(
+    saga: Saga,
+    variant: Variant,
+    *,
+    seconds: float,
+    idle_seconds: float,
+    warm_seconds: float,
+    seed: int,
+    progress: Progress,
+) -> dict[str, Any]:
+    """One variant once: consumers started afresh with its trigger, connectors with its
+    settings, ``warm_seconds`` at 50/s not measured, then idle and each rate."""
+    progress.update(f"cost: {variant.name}: consumers, warm-up")
+    saga.stop(["consumers"], dispose=False)
+    saga.start_consumers(trigger=variant.trigger, env=variant.env)
+    with connector_settings(saga.stack, variant.connector):
+        saga.warm_up()
+        warm = saga.place_orders(
+            int(50 * warm_seconds), seed=seed, concurrency=64, retry_share=0.0, rate=50
+        )
+        saga.wait_final(warm, timeout=600)
+        progress.update(f"cost: {variant.name}: idle {idle_seconds:g} s")
+        result: dict[str, Any] = {"variant": variant.name, "idle": idle(saga, idle_seconds)}
+        progress.advance(1)
+        result["rates"] = []
+        for n, rate in enumerate(variant.rates):
+            progress.update(f"cost: {variant.name}: {rate:g} orders/s for {seconds:g} s")
+            result["rates"].append(at_rate(saga, rate, seconds, seed + 1 + n))
+            progress.advance(1)
+    return result
+
+
+def run(
+    stack: Stack,
+    out: Path,
+    *,
+    reps: int = 2,
+    seconds: float = 20.0,
+    idle_seconds: float = 30.0,
+    warm_seconds: float = 45.0,
+    variants: Sequence[Variant] = (DEFAULTS, *LEVERS),
+) -> tuple[dict[str, Any], str]:
+    """``reps`` repetitions, each taking every variant in turn."""
+    from outboxkit_workshop.bench import cost_figures
+
+    runs: list[dict[str, Any]] = []
+    steps = reps * sum(1 + len(v.rates) for v in variants)
+    with tempfile.TemporaryDirectory(prefix="outboxkit-bench-cost-") as workdir:
+        saga = Saga(stack, Path(workdir), echo=lambda line: None)
+        with Progress("cost", steps) as progress:
+            try:
+                progress.update("cost: databases, services")
+                saga.prepare(stock=dict(SKUS))
+                saga.start_services()
+                for rep in range(reps):
+                    for n, variant in enumerate(variants):
+                        seed = 1000 * (rep + 1) + 100 * n
+                        runs.append(
+                            {
+                                "rep": rep,
+                                **variant_run(
+                                    saga,
+                                    variant,
+                                    seconds=seconds,
+                                    idle_seconds=idle_seconds,
+                                    warm_seconds=warm_seconds,
+                                    seed=seed,
+                                    progress=progress,
+                                ),
+                            }
+                        )
+            finally:
+                saga.stop()
+    data = {
+        "scenario": "cost",
+        "params": {
+            "reps": reps,
+            "seconds": seconds,
+            "idle_seconds": idle_seconds,
+            "warm_seconds": warm_seconds,
+            "trigger_seconds": SAGA_TRIGGER_SECONDS,
+            "targets_ms_per_order": {f"{k:g}": v for k, v in TARGETS_MS.items()},
+            "idle_target_percent": IDLE_TARGET_PERCENT,
+        },
+        "machine": machine(stack.database_url()),
+        "runs": runs,
+    }
+    return data, cost_figures.render(data)
