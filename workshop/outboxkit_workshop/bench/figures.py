@@ -781,7 +781,7 @@ RENDER: dict[str, Callable[[Mapping[str, Any]], str]] = {
     "chaos-cluster": chaos,
     "chaos-network": chaos,
     "chaos-freeze": chaos,
-    "chaos-freeze-2": chaos,
+    "chaos-freeze-again": chaos,
     "chaos-freeze-off": chaos,
     "chaos-freeze-locality": chaos,
     "profile": profile,
