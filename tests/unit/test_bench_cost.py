@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from outboxkit_workshop.bench import cost, cost_figures
+from outboxkit_workshop.devstack.processes import process_children, process_tree
 
 
 def test_a_child_process_is_found_in_the_tree_and_its_cpu_counted() -> None:
@@ -26,7 +27,7 @@ def test_a_child_process_is_found_in_the_tree_and_its_cpu_counted() -> None:
         while cost._ticks(child.pid, reaped=False) < 0.2 * cost.HZ:
             assert time.monotonic() < deadline, "the child never burned its CPU"
             time.sleep(0.05)
-        assert child.pid in cost._tree(os.getpid(), cost._children())
+        assert child.pid in process_tree(os.getpid(), process_children())
     finally:
         child.kill()
         child.wait()
@@ -43,8 +44,7 @@ def test_used_ms_and_the_total_leave_jit_and_gc_shares_out() -> None:
     }
     used = cost.used_ms(before, after)
     assert used == {"Kafka": 1000.0, "Kafka JIT": 500.0, "Kafka GC": 0.0, "orders": 0.0}
-    assert cost.total(used) == 1000.0
-    assert cost_figures._total(used) == 1000.0
+    assert cost_figures.total(used) == 1000.0
 
 
 def _run(variant: str, rep: int, idle: float, ms: dict[float, float]) -> dict[str, Any]:

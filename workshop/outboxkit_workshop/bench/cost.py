@@ -29,9 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from outboxkit_workshop.bench.report import Progress, machine, percentile
+from outboxkit_workshop.devstack.processes import process_children, process_tree
 from outboxkit_workshop.devstack.stack import Stack
 from outboxkit_workshop.saga_harness.processes import SAGA_TRIGGER_SECONDS, SKUS, Saga
 
@@ -85,22 +84,6 @@ def _ticks(pid: int, *, reaped: bool) -> float:
     return sum(float(x) for x in fields[11 : 15 if reaped else 13])
 
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (fields := _stat(f"/proc/{entry.name}/stat")):
-            tree.setdefault(int(fields[1]), []).append(int(entry.name))
-    return tree
-
-
-def _tree(pid: int, tree: Mapping[int, list[int]]) -> list[int]:
-    found, todo = [], [pid]
-    while todo:
-        found.append(todo.pop())
-        todo += tree.get(found[-1], [])
-    return found
-
-
 def _threads(pid: int) -> Iterator[tuple[str, float]]:
     """(name, ticks) of each of ``pid``'s threads."""
     try:
@@ -128,7 +111,7 @@ def read_ticks(saga: Saga) -> dict[str, float]:
     """Ticks used so far by each component: each service (with its descendants), the consumer
     driver's Python process, its JVM, its Python workers, Postgres, Kafka, Connect; and
     ``<component> JIT`` / ``<component> GC`` for each JVM's compiler and GC threads."""
-    tree = _children()
+    tree = process_children()
     state = saga.stack.state
     out: dict[str, float] = {}
     jvms: dict[str, list[int]] = {}
@@ -136,11 +119,11 @@ def read_ticks(saga: Saga) -> dict[str, float]:
         if not pid:
             continue
         if name != "consumers":
-            out[name] = sum(_ticks(p, reaped=True) for p in _tree(pid, tree))
+            out[name] = sum(_ticks(p, reaped=True) for p in process_tree(pid, tree))
             continue
         out["consumer driver (Python)"] = _ticks(pid, reaped=False)
         for jvm in (c for c in tree.get(pid, []) if _is_java(c)):
-            workers = [p for c in tree.get(jvm, []) for p in _tree(c, tree)]
+            workers = [p for c in tree.get(jvm, []) for p in process_tree(c, tree)]
             out["consumer driver (Spark JVM)"] = _ticks(jvm, reaped=True)
             out["consumer Python workers"] = sum(_ticks(p, reaped=True) for p in workers)
             jvms["consumer driver (Spark JVM)"] = [jvm]
@@ -150,7 +133,7 @@ def read_ticks(saga: Saga) -> dict[str, float]:
         ("Connect + Debezium", state.connect),
     ):
         pids = [node.pid for node in component.nodes if node.pid]
-        out[label] = sum(_ticks(p, reaped=True) for root in pids for p in _tree(root, tree))
+        out[label] = sum(_ticks(p, reaped=True) for root in pids for p in process_tree(root, tree))
         if label != "Postgres":
             jvms[label] = pids
     for label, pids in jvms.items():
@@ -200,39 +183,24 @@ def at_rate(saga: Saga, rate: float, seconds: float, seed: int) -> dict[str, Any
     }
 
 
-def total(parts: Mapping[str, float]) -> float:
-    """The whole stack's figure: the components, not their JIT / GC shares counted twice."""
-    return sum(v for k, v in parts.items() if not k.endswith((" JIT", " GC")))
-
-
 @contextmanager
 def connector_settings(stack: Stack, settings: Mapping[str, str]) -> Iterator[None]:
     """Every connector of the stack with ``settings`` for the block, then as it was."""
     if not settings:
         yield
         return
-    base = stack.state.connect.endpoint
-    names = httpx.get(f"{base}/connectors", timeout=10).json()
-    saved = {n: httpx.get(f"{base}/connectors/{n}/config", timeout=10).json() for n in names}
+    client = stack.connect_client()
+    saved = {name: client.get_config(name) or {} for name in client.connectors()}
     try:
         for name, config in saved.items():
-            _put(base, name, {**config, **settings})
+            client.put_config(name, {**config, **settings})
+            client.wait_running(name, timeout=60)
         yield
     finally:
         for name, config in saved.items():
-            _put(base, name, config)
-
-
-def _put(base: str, name: str, config: Mapping[str, str]) -> None:
-    httpx.put(f"{base}/connectors/{name}/config", json=dict(config), timeout=30).raise_for_status()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        status = httpx.get(f"{base}/connectors/{name}/status", timeout=10).json()
-        tasks = status.get("tasks", [])
-        if tasks and all(t["state"] == "RUNNING" for t in tasks):
-            return
-        time.sleep(0.5)
-    raise RuntimeError(f"connector {name} did not run again with its new settings within 60 s")
+            client.put_config(name, config)
+            client.wait_running(name, timeout=60)
+        client.close()
 
 
 def variant_run(

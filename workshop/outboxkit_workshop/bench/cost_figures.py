@@ -31,7 +31,8 @@ def _cell(samples: Sequence[float], fmt: str = ".1f") -> str:
     return f"{med:{fmt}} ({min(samples):{fmt}}-{max(samples):{fmt}})"
 
 
-def _total(parts: Mapping[str, float]) -> float:
+def total(parts: Mapping[str, float]) -> float:
+    """The whole stack's figure: the components, not their JIT / GC shares counted twice."""
     return sum(v for k, v in parts.items() if not k.endswith((" JIT", " GC")))
 
 
@@ -54,13 +55,13 @@ def _headline(data: Mapping[str, Any]) -> str:
     idle_target = data["params"]["idle_target_percent"]
     rows = []
     for name, runs in variants.items():
-        idle = [_total(run["idle"]["percent"]) for run in runs]
+        idle = [total(run["idle"]["percent"]) for run in runs]
         rows.append([name, "idle", f"{_cell(idle)}% of a core", f"<= {idle_target:g}%", "", ""])
         for rate in rates:
             measured = _at(runs, rate)
             if not measured:
                 continue
-            ms = [_total(r["ms_per_order"]) for r in measured]
+            ms = [total(r["ms_per_order"]) for r in measured]
             target = targets.get(rate)
             rows.append(
                 [
@@ -93,8 +94,8 @@ def _components(data: Mapping[str, Any]) -> str:
         if name in JVMS:
             for part, what in ((" JIT", "JIT compiler threads"), (" GC", "GC threads")):
                 rows.append([f"&nbsp;&nbsp;of which {what}", *_cells(runs, rates, name + part)])
-    idle = [_total(run["idle"]["percent"]) for run in runs]
-    cells = [_cell([_total(r["ms_per_order"]) for r in _at(runs, rate)]) for rate in rates]
+    idle = [total(run["idle"]["percent"]) for run in runs]
+    cells = [_cell([total(r["ms_per_order"]) for r in _at(runs, rate)]) for rate in rates]
     rows.append(["**all**", f"{_cell(idle)}%", *cells])
     return markdown_table(
         ["component", "idle, % of a core", *(f"ms/order at {rate:g}/s" for rate in rates)], rows

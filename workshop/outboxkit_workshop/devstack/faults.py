@@ -11,14 +11,13 @@ import os
 import signal
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from confluent_kafka.admin import AdminClient
 
 from outboxkit.kernel.retry import wait_until
 from outboxkit_workshop.devstack import broker, spark
-from outboxkit_workshop.devstack.processes import StackError, alive, gone, stop
+from outboxkit_workshop.devstack.processes import StackError, alive, gone, process_tree, stop
 from outboxkit_workshop.devstack.spark import ExecutorProcess
 from outboxkit_workshop.devstack.state import EMBEDDED, Component, Node
 
@@ -204,20 +203,6 @@ def kill_executor(executor: ExecutorProcess, timeout: float = 10) -> None:
         raise StackError(f"executor {executor.executor_id} (pid {executor.pid}) does not run")
     _signal(executor.pid, signal.SIGKILL)
     gone(executor.pid, timeout)
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its live descendants (an executor JVM, its Python daemon and workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        found.append(todo.pop())
-        todo += children.get(found[-1], [])
-    return found
 
 
 def freeze(executor: ExecutorProcess) -> list[int]:

@@ -106,6 +106,31 @@ def alive(pid: int | None) -> bool:
         return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
 
 
+def process_children() -> dict[int, list[int]]:
+    """Every live process's children by PID, read once from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:  # after the command name, which may hold ") "
+            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+        children.setdefault(parent, []).append(int(entry.name))
+    return children
+
+
+def process_tree(pid: int, children: Mapping[int, list[int]] | None = None) -> list[int]:
+    """``pid`` and its live descendants, by ``children`` (`process_children`; read now when
+    None)."""
+    children = process_children() if children is None else children
+    found, todo = [], [pid]
+    while todo:
+        found.append(todo.pop())
+        todo += children.get(found[-1], [])
+    return found
+
+
 def tail(log: Path, lines: int = 25) -> str:
     """The last lines of a log file, for error messages."""
     try:
