@@ -18,6 +18,7 @@ import pytest
 
 from outboxkit_workshop.devstack import spark
 from outboxkit_workshop.devstack.network import address_of
+from outboxkit_workshop.devstack.processes import process_tree
 from outboxkit_workshop.devstack.stack import Stack
 from outboxkit_workshop.devstack.state import Node
 from tests.faults.test_spark_faults import ROOT, consume_command
@@ -29,20 +30,7 @@ EVENTS = 12_000
 
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid``."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = spark.parent_pid(int(entry.name))
-            except OSError:
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
+    return process_tree(pid)[1:]
 
 
 def runs_python_tasks(pid: int) -> bool:
