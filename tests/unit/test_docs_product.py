@@ -91,6 +91,9 @@ def test_every_result_has_its_block_on_benchmarks() -> None:
 def test_a_block_without_its_result_is_refused() -> None:
     with pytest.raises(ValueError, match="no result 'missing'"):
         publish.render("<!-- figures:missing -->\n<!-- /figures -->\n", {})
+    # Whatever its name holds: a digit or an underscore does not leave a block unrendered.
+    with pytest.raises(ValueError, match="no result 'chaos_freeze-2'"):
+        publish.render("<!-- figures:chaos_freeze-2 -->\n<!-- /figures -->\n", {})
 
 
 def test_pages_speak_of_the_product() -> None:

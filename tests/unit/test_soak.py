@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from outboxkit_workshop.bench import figures, publish
-from outboxkit_workshop.saga_harness import proc, soak, trend
+from outboxkit_workshop.saga_harness import proc, sampler, soak, trend
 from outboxkit_workshop.saga_harness.chaos import Checks, Round
 from outboxkit_workshop.saga_harness.trend import BOUNDED, FLAT, GROWING, Bound
 
@@ -179,6 +179,36 @@ def test_a_process_tree_is_summed_from_proc(tmp_path: Path) -> None:
     found = proc.usage([102], tmp_path)
     assert found == proc.Usage(1.0, 4, 1, 1, shared_mib=0.75)
     assert found.private_mib == 0.25
+
+
+def test_a_tree_s_cpu_time_counts_the_children_it_reaped(tmp_path: Path) -> None:
+    def stat(pid: int, utime: int, stime: int, cutime: int, cstime: int) -> None:
+        (tmp_path / str(pid)).mkdir()
+        # pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+        # utime stime cutime cstime ...
+        fields = f"S 1 {pid} 0 0 0 0 0 0 0 0 {utime} {stime} {cutime} {cstime} 20 0 1 0"
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} (a (b) c) {fields}\n")
+
+    tick = proc.TICKS_PER_SECOND
+    stat(100, 2 * tick, tick, 3 * tick, tick)  # 3 s its own, 4 s of its reaped children
+    stat(101, tick, 0, 0, 0)
+    assert proc.cpu_seconds([100, 101], tmp_path) == 8.0
+    assert proc.cpu_seconds([100, 999], tmp_path) == 7.0  # 999: gone
+
+
+def test_the_sampler_gives_each_process_its_share_of_a_core_since_the_sample_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = iter([10.0, 20.0, 30.0, 40.0, 50.0])
+    monkeypatch.setattr(sampler.time, "monotonic", lambda: next(clock))
+    watcher = object.__new__(sampler.Sampler)
+    watcher._cpu = {}
+    assert watcher._cpu_since("orders", 7, 100.0) == {}  # nothing to compare with yet
+    assert watcher._cpu_since("orders", 7, 105.0) == {"cpu:orders": 50.0}  # 5 s in 10 s
+    assert watcher._cpu_since("orders", 8, 1.0) == {}  # started again: its count began anew
+    assert watcher._cpu_since("orders", 8, 21.0) == {"cpu:orders": 200.0}  # two cores busy
+    assert watcher._cpu_since("orders", 8, 20.0) == {}  # a child lost: no negative share
+    assert trend.family("cpu:orders").unit == "% of a core"
 
 
 def test_this_process_reads_from_the_real_proc() -> None:

@@ -563,6 +563,8 @@ def _amount(value: float | None, unit: str) -> str:
         return "-"
     if unit == "bytes":
         return _size(value)
+    if unit == "% of a core":
+        return f"{value:,.1f}%"
     return f"{value:,.1f} {unit}" if unit in ("MiB", "s") else f"{value:,.0f}"
 
 

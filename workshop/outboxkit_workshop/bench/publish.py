@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[3]
 DATA = Path("docs/benchmarks")  # the results the pages show, relative to the repository
 PAGES = (Path("README.md"), Path("docs/index.md"), Path("docs/benchmarks.md"))
 BENCHMARKS = PAGES[2]  # where a result's section (`figures.SECTIONS`) is added when missing
-BLOCK = re.compile(r"(<!-- figures:([a-z-]+) -->\n)(.*?)(<!-- /figures -->)", re.S)
+# Any name a result's file can have (digits too): a block whose result is missing is an error,
+# never a block left as it was.
+BLOCK = re.compile(r"(<!-- figures:([^\s>]+) -->\n)(.*?)(<!-- /figures -->)", re.S)
 # A kernel release's local version names the machine it was built for: left out of the results.
 HOST = re.compile(r"(Linux-\d+(?:\.\d+)*)-[^\"\s]+?(?=-(?:x86_64|aarch64|arm64))")
 

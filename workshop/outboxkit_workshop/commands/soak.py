@@ -21,6 +21,7 @@ PANELS = (
     "shared",
     "fds",
     "threads",
+    "cpu",
     "slot lag",
     "table bytes",
     "table rows",

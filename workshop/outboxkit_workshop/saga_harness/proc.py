@@ -1,6 +1,6 @@
 """What a process tree and a folder use, read from /proc and the file system directly: resident
-memory, open file descriptors and threads of a process with all its descendants (a Spark
-driver's JVM and Python workers, Postgres's backends), and a folder's bytes and files."""
+memory, open file descriptors, threads and CPU time of a process with all its descendants (a
+Spark driver's JVM and Python workers, Postgres's backends), and a folder's bytes and files."""
 
 from __future__ import annotations
 
@@ -107,6 +107,25 @@ def usage(pids: Iterable[int], proc: Path = PROC) -> Usage | None:
         shared = None if shared is None or held[1] is None else shared + held[1]
         fds, counted = fds + descriptors, counted + 1
     return Usage(rss, fds, threads, counted, shared) if counted else None
+
+
+TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pids: Iterable[int], proc: Path = PROC) -> float:
+    """The CPU time (user + system, seconds) the processes used, with that of the children they
+    reaped (/proc/PID/stat's utime, stime, cutime, cstime). Summed over a whole tree the figure
+    only grows while its root runs: a child's time moves into its parent's when it is reaped
+    (a Python worker that exits, a Postgres backend); processes gone meanwhile left out."""
+    ticks = 0
+    for pid in pids:
+        try:
+            stat = (proc / str(pid) / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        ticks += sum(int(x) for x in fields[11:15])
+    return ticks / TICKS_PER_SECOND
 
 
 def folder(path: Path) -> tuple[int, int]:

@@ -1,13 +1,14 @@
 """One sample of everything a soak watches on the running stack and saga: each process's memory,
-descriptors and threads (with its descendants), the replication slots' lag and the WAL, the
-inbox and outbox tables of each service database, the folders that hold data (the consumers'
-checkpoints, Kafka's log, Postgres's data), and the orders so far. A sample is a flat mapping
-``family:label`` -> value (`outboxkit_workshop.saga_harness.trend`)."""
+descriptors, threads and CPU since the sample before (with its descendants), the replication
+slots' lag and the WAL, the inbox and outbox tables of each service database, the folders that
+hold data (the consumers' checkpoints, Kafka's log, Postgres's data), and the orders so far. A
+sample is a flat mapping ``family:label`` -> value (`outboxkit_workshop.saga_harness.trend`)."""
 
 from __future__ import annotations
 
 import datetime
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -62,6 +63,8 @@ class Sampler:
         self.admin: Engine = engine_for(stack.database_url(), "once")
         # Its Postgres nodes: their shared memory sampled apart (their shared buffers).
         self.postgres = {node.name for node in stack.state.postgres.nodes}
+        # Each process's (PID, when, CPU seconds of its tree) at the sample before.
+        self._cpu: dict[str, tuple[int, float, float]] = {}
 
     def close(self) -> None:
         self.admin.dispose()
@@ -86,7 +89,9 @@ class Sampler:
         found: Sample = {}
         parent_of = proc.parents()
         for name, pid in self.processes().items():
-            used = proc.usage(proc.tree(pid, parent_of))
+            pids = proc.tree(pid, parent_of)
+            found |= self._cpu_since(name, pid, proc.cpu_seconds(pids))
+            used = proc.usage(pids)
             if used is not None:
                 if name in self.postgres and used.shared_mib is not None:
                     found[f"shared:{name}"] = used.shared_mib  # its shared buffers
@@ -101,6 +106,16 @@ class Sampler:
             found |= _read(functools.partial(_tables, engine, service))
         found |= _read(lambda: self._orders(interval))
         return found
+
+    def _cpu_since(self, name: str, pid: int, spent: float) -> Sample:
+        """``cpu:name``: the share of one core (%) the process's tree used since the sample
+        before; nothing the first time, nor when it was started again meanwhile (a fault's
+        repair: its count began again)."""
+        now = time.monotonic()
+        before, self._cpu[name] = self._cpu.get(name), (pid, now, spent)
+        if before is None or before[0] != pid or spent < before[2] or now <= before[1]:
+            return {}
+        return {f"cpu:{name}": 100 * (spent - before[2]) / (now - before[1])}
 
     def _folders(self) -> Sample:
         checkpoints = self.saga.workdir / "checkpoints"

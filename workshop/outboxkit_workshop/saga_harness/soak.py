@@ -263,7 +263,7 @@ def progress(at: float, sample: Sample) -> str:
         f"{at / 60:5.1f} min  orders {sample.get('orders:placed', 0):,.0f} placed "
         f"{sample.get('orders:final', 0):,.0f} final  p50 "
         f"{'-' if p50 is None else f'{p50:.1f}s'}  rss {total('rss'):,.0f} MiB  fds "
-        f"{total('fds'):,.0f}  threads {total('threads'):,.0f}  lag "
+        f"{total('fds'):,.0f}  threads {total('threads'):,.0f}  cpu {total('cpu'):,.0f}% lag "
         f"{max(lags, default=0) / trend.MIB:.1f} MiB  ckpt "
         f"{sample.get('folder files:checkpoints', 0):,.0f} files  kafka "
         f"{sample.get('folder bytes:kafka', 0) / trend.MIB:,.0f} MiB"
