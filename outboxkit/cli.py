@@ -33,7 +33,14 @@ DESCRIPTION = (
 COMMAND_GROUPS = "outboxkit.commands"
 PREFIX = "OUTBOXKIT_"
 # The OUTBOXKIT_* variables read outside the settings classes.
-OTHER_VARIABLES = ("OUTBOXKIT_DEBUG", "OUTBOXKIT_SPARK_MASTER", "OUTBOXKIT_OPERATOR")
+OTHER_VARIABLES = (
+    "OUTBOXKIT_DEBUG",
+    "OUTBOXKIT_SPARK_MASTER",
+    "OUTBOXKIT_OPERATOR",
+    # Off switches of the consumers' Spark session (spark_consumers.session), to measure them.
+    "OUTBOXKIT_SPARK_SPECULATION",
+    "OUTBOXKIT_SPARK_FORKLESS_FS",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

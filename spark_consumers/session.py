@@ -59,6 +59,34 @@ SPECULATION: dict[str, str] = {
 }
 
 
+# Checkpoints on a local folder are written through Hadoop's local file system, which without
+# Hadoop's native library (PySpark ships none) starts a `chmod` process for every file it
+# creates: two per micro-batch (the offset and commit logs), about 5 ms of CPU each. outboxkit's
+# own (cdc/java/localfs, built beside Spark's Kafka connector) sets permissions through Java.
+# Hadoop loads it by name when spark-submit starts, before `spark.jars` is read: it goes on the
+# JVMs' own class path.
+FORKLESS_FS_JAR = "outboxkit-localfs-"
+FORKLESS_FS_CLASS = "io.outboxkit.hadoop.ForklessLocalFileSystem"
+
+
+def forkless_fs_options(jar: str) -> dict[str, str]:
+    """The settings that make ``jar`` (outboxkit's local file system) the ``file:`` file system
+    of the driver and its executors."""
+    return {
+        "spark.driver.extraClassPath": jar,
+        "spark.executor.extraClassPath": jar,
+        "spark.hadoop.fs.file.impl": FORKLESS_FS_CLASS,
+    }
+
+
+def forkless_fs_jar(jars: Sequence[Path]) -> Path | None:
+    """outboxkit's local file system among ``jars``, unless OUTBOXKIT_SPARK_FORKLESS_FS is
+    ``false`` (Hadoop's own, to measure what it costs)."""
+    if os.environ.get("OUTBOXKIT_SPARK_FORKLESS_FS", "true").lower() == "false":
+        return None
+    return next((j for j in jars if j.name.startswith(FORKLESS_FS_JAR)), None)
+
+
 def loopback_cluster_options(
     master: str,
     *,
@@ -102,7 +130,8 @@ def build_session(
             ``--master`` when it started this driver, else ``local[2]``.
         jars: Spark's Kafka connector and its dependencies (the local stack's cache has them);
             on a cluster they come from spark-submit's ``--packages`` or the cluster's own
-            classpath.
+            classpath. outboxkit's local file system among them (`FORKLESS_FS_JAR`) becomes
+            the ``file:`` file system (`forkless_fs_options`).
         cores_max: The most cores the application takes (``spark.cores.max``); a standalone
             master on loopback only.
         executor_memory: Each executor's memory (``spark.executor.memory``); a standalone
@@ -131,6 +160,10 @@ def build_session(
     )
     if jars:
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
+    forkless = forkless_fs_jar(jars)
+    if forkless is not None:
+        for key, value in forkless_fs_options(str(forkless)).items():
+            builder = builder.config(key, value)
     if master and on_loopback(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # the JVM binds loopback only
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config(

@@ -5,6 +5,7 @@ every 2 s."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from outboxkit_workshop.commands.soak import plot
@@ -50,6 +51,13 @@ def test_a_short_soak_samples_every_process_and_keeps_every_invariant(saga: Saga
         assert next(t for t in result.trends if t.series == postgres).bound is not None
     consumers = data["series"]["threads:consumers"]
     assert min(v for v in consumers if v is not None) > 20  # the driver's JVM counted with it
+    # CPU from the second sample on (a share since the one before), for every process: the
+    # consumers' JVM and Python workers run micro-batches all along, well above an idle tree.
+    for name in processes:
+        values = data["series"][f"cpu:{name}"]
+        assert values[0] is None and sum(v is not None for v in values) >= len(result.times) - 3
+    cpu = [v for v in data["series"]["cpu:consumers"] if v is not None]
+    assert statistics.median(cpu) > 5, cpu
     assert data["series"]["orders:placed"][-1] >= 4 * 42
     files = soak_files(tmp_path, data)
     assert json.loads(files["soak.json"].read_text())["checks"]["ok"] is True

@@ -26,7 +26,7 @@ import yaml
 
 from outboxkit_workshop.devstack.artifacts import pinned_versions
 from outboxkit_workshop.saga.common import SERVICES
-from spark_consumers.session import SPECULATION
+from spark_consumers.session import FORKLESS_FS_CLASS, FORKLESS_FS_JAR, SPECULATION
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -372,7 +372,9 @@ def test_spark_kafka_connector_comes_from_the_pinned_pom():
     """The image resolves Spark's Kafka connector from cdc/java (spark.version) into
     the directory the consumer jobs put on spark-submit's --jars; no other version is named."""
     text = dockerfile()
-    assert re.search(r"mvn .*-f /\S+/java/pom\.xml -pl spark dependency:copy-dependencies", text)
+    assert re.search(
+        r"mvn .*-f /\S+/java/pom\.xml -pl spark -am package dependency:copy-dependencies", text
+    )
     assert "COPY cdc/java " in text
     module = (ROOT / "cdc/java/spark/pom.xml").read_text()
     assert re.search(
@@ -507,6 +509,27 @@ def test_a_straggling_consumer_task_gets_a_speculative_copy_in_compose_and_kuber
     for app in applications:
         conf = app["spec"]["sparkConf"]
         assert {k: conf.get(k) for k in SPECULATION} == SPECULATION, app["metadata"]["name"]
+
+
+def test_consumer_checkpoints_are_written_without_a_chmod_process_in_compose_and_kubernetes():
+    # outboxkit's local file system, built into the image beside Spark's Kafka connector and on
+    # the driver's and executors' own class path (Hadoop loads it before spark.jars is read).
+    jars = "/opt/outboxkit/spark-jars"
+    built = dockerfile().replace("\\\n", " ")
+    assert "-pl spark -am package dependency:copy-dependencies" in built
+    assert f"/build/libs/spark/{FORKLESS_FS_JAR}*.jar" in built  # checked after the build
+    assert f"COPY --from=spark-jars /build/libs/spark/ {jars}/" in dockerfile()
+    applications = [
+        doc["spec"]["sparkConf"]
+        for doc in yaml.safe_load_all((DEPLOY / "kubernetes/50-consumers.yaml").read_text())
+        if doc and doc["kind"] == "SparkApplication"
+    ]
+    confs = [spark_conf(command(name)) for name in CONSUMERS] + applications
+    assert len(confs) == 2 * len(CONSUMERS)
+    for conf in confs:
+        assert conf["spark.hadoop.fs.file.impl"] == FORKLESS_FS_CLASS
+        for side in ("driver", "executor"):
+            assert conf[f"spark.{side}.extraClassPath"] == f"{jars}/*", conf
 
 
 def test_consumer_jobs_are_spark_submitted_in_client_mode():

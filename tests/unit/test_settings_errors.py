@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from outboxkit.cli import load_settings, main, unknown_variables
+from outboxkit.cli import OTHER_VARIABLES, load_settings, main, unknown_variables
 from outboxkit.commands.errors import USAGE, CommandError, load_job
 from outboxkit.kernel.engines import database_url, engine_for
 from outboxkit.kernel.kafka.security import KafkaSecuritySettings
@@ -205,6 +205,9 @@ def test_a_misspelt_variable_names_the_closest(no_settings: Path) -> None:
         unknown_variables({"OUTBOXKIT_DEBUG": "1", "PATH": "/bin"}, [Settings], ["OUTBOXKIT_DEBUG"])
         == []
     )
+    # The consumers' Spark session reads its off switches itself: known, not warned about.
+    switches = {"OUTBOXKIT_SPARK_SPECULATION": "false", "OUTBOXKIT_SPARK_FORKLESS_FS": "false"}
+    assert unknown_variables(switches, [Settings], OTHER_VARIABLES) == []
 
 
 def test_the_warning_does_not_stop_the_command(

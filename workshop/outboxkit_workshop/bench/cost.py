@@ -11,8 +11,9 @@ on ``local[2]``, its executors; with the processes it ran and reaped) and its Py
 the share of each JVM's time spent in its JIT compiler and GC threads is read per thread.
 
 Levers are measured beside the defaults in the same run (each repetition takes every variant
-in turn): the consumers' trigger, Debezium's ``poll.interval.ms``, and the consumer JVM's JIT
-limited to its first tier. The consumers are
+in turn): the consumers' trigger, Debezium's ``poll.interval.ms``, Connect's exactly-once
+transaction boundary, Hadoop's own local file system for the checkpoints, and the consumer
+JVM's JIT limited to its first tier. The consumers are
 started afresh for each variant and given ``warm_seconds`` of orders, not measured, so that
 the JVMs' JIT compilation of the first minutes is not counted as the variant's cost.
 """
@@ -61,6 +62,17 @@ DEFAULTS = Variant("defaults", rates=RATES)
 LEVERS = (
     Variant("Debezium poll.interval.ms 200 (default 50)", connector={POLL_INTERVAL_MS: "200"}),
     Variant(f"trigger 0.5 s (default {SAGA_TRIGGER_SECONDS:g} s)", trigger=0.5),
+    # Each exactly-once source task commits a Kafka transaction per poll that returned records
+    # (KIP-618's default boundary): markers on every partition it wrote and on the offsets topic.
+    Variant(
+        "Connect's exactly-once transactions: one per 250 ms (default: one per poll)",
+        connector={"transaction.boundary": "interval", "transaction.boundary.interval.ms": "250"},
+    ),
+    # Hadoop's own local file system starts a chmod process for each checkpoint file it writes.
+    Variant(
+        "checkpoints through Hadoop's local file system (a chmod process per file)",
+        env={"OUTBOXKIT_SPARK_FORKLESS_FS": "false"},
+    ),
     Variant(
         "consumer JVM's JIT: C1 only (-XX:TieredStopAtLevel=1)",
         env={"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"},

@@ -1,7 +1,7 @@
 """What the embedded stack runs: Debian's Postgres and Java, and the Java artefacts resolved by
 Maven from ``cdc/java/pom.xml`` (every version pinned there) into a cache, checked;
-with them outboxkit's own Connect transform, compiled from ``cdc/java/smt`` by the
-same run."""
+with them outboxkit's own Connect transform and the consumers' local file system, compiled
+from ``cdc/java/smt`` and ``cdc/java/localfs`` by the same run."""
 
 from __future__ import annotations
 
@@ -30,6 +30,9 @@ EXPECTED = {
 # outboxkit's Single Message Transform (cdc/java/smt), on the Connect worker's
 # classpath.
 SMT_JAR = "outboxkit-smt-"
+# outboxkit's local file system for the consumers' checkpoints (cdc/java/localfs), beside
+# Spark's Kafka connector, where `spark_consumers.session.forkless_fs_jar` finds it.
+LOCALFS_JAR = "outboxkit-localfs-"
 
 
 class MissingArtifact(RuntimeError):
@@ -103,6 +106,7 @@ def _complete(libs: Path) -> bool:
         (libs / ".complete").exists()
         and all(any((libs / module).glob(f"{EXPECTED[module]}*.jar")) for module in MODULES)
         and any((libs / "connect").glob(f"{SMT_JAR}*.jar"))
+        and any((libs / "spark").glob(f"{LOCALFS_JAR}*.jar"))
     )
 
 
@@ -131,7 +135,7 @@ def _resolve_jars(cache: Path) -> Path:
     print(
         f"stack install: resolving Kafka {versions.kafka}, Debezium {versions.debezium} and "
         f"Spark's Kafka connector {versions.spark} from Maven Central; building outboxkit's "
-        "Connect transform",
+        "Connect transform and local file system",
         file=sys.stderr,  # progress: stdout may carry a command's --json report
         flush=True,
     )
@@ -141,8 +145,9 @@ def _resolve_jars(cache: Path) -> Path:
         "-q",
         "-f",
         str(JAVA_POMS / "pom.xml"),
-        # package compiles smt/ into its jar first; the connect module depends on that jar
-        # (resolved from the same run), so copy-dependencies puts it beside Debezium.
+        # package compiles smt/ and localfs/ into their jars first; the connect and spark
+        # modules depend on them (resolved from the same run), so copy-dependencies puts them
+        # beside Debezium and Spark's Kafka connector.
         "package",
         "dependency:copy-dependencies",
         f"-Doutboxkit.libs={partial}",
@@ -164,7 +169,8 @@ def _resolve_jars(cache: Path) -> Path:
     partial.rename(libs)
     if not _complete(libs):
         raise MissingArtifact(
-            f"mvn finished but {libs} lacks an expected jar: {EXPECTED}, connect/{SMT_JAR}*"
+            f"mvn finished but {libs} lacks an expected jar: {EXPECTED}, connect/{SMT_JAR}*, "
+            f"spark/{LOCALFS_JAR}*"
         )
     return libs
 

@@ -15,7 +15,7 @@ from outboxkit_workshop.kubernetes.workloads import (
     secret_files,
     service_env,
 )
-from spark_consumers.session import SPECULATION
+from spark_consumers.session import FORKLESS_FS_CLASS, SPECULATION
 
 API = "sparkoperator.k8s.io/v1beta2"
 JARS = "/opt/outboxkit/spark-jars/*"
@@ -102,6 +102,8 @@ def application(shape: Shape, service: str) -> dict[str, Any]:
                 "spark.executorEnv.OTEL_SERVICE_NAME": f"{service}-consumer",
                 # A frozen executor's task gets a copy on another node; the inbox applies once.
                 **SPECULATION,
+                # Checkpoint files written without a chmod process each (the jar is in JARS).
+                "spark.hadoop.fs.file.impl": FORKLESS_FS_CLASS,
             },
             "restartPolicy": {
                 "type": "Always",
