@@ -9,6 +9,8 @@ import sys
 import time
 from typing import Any
 
+import pytest
+
 from outboxkit_workshop.bench import cost, cost_figures
 from outboxkit_workshop.devstack.processes import process_children, process_tree
 
@@ -98,3 +100,17 @@ def test_the_tables_show_each_variant_against_the_targets_and_each_component() -
     )
     assert "| **all** | 11.5 (10.5-12.5)% | 51.0 (41.0-61.0) | 13.0 (11.0-15.0) |" in text
     assert "Reproduce: `./dev.sh bench cost`." in text
+    # A run of some levers only says which, so that the command reproduces it.
+    data["params"] = {**data["params"], "levers": ["boundary", "hadoop-fs"]}
+    assert "Reproduce: `./dev.sh bench cost --cost-levers boundary,hadoop-fs`." in (
+        cost_figures.render(data)
+    )
+
+
+def test_the_levers_are_chosen_by_key_in_their_order() -> None:
+    assert cost.variants() == (cost.DEFAULTS, *cost.LEVERS.values())
+    chosen = cost.variants(["hadoop-fs", "boundary"])
+    assert chosen == (cost.DEFAULTS, cost.LEVERS["boundary"], cost.LEVERS["hadoop-fs"])
+    assert cost.LEVERS["hadoop-fs"].env == {"OUTBOXKIT_SPARK_FORKLESS_FS": "false"}
+    with pytest.raises(ValueError, match=r"unknown cost levers \['fs'\]"):
+        cost.variants(["fs"])

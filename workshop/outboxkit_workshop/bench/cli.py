@@ -162,6 +162,7 @@ def _run_scenarios(
                 reps=min(reps, 2),
                 seconds=args.cost_seconds,
                 idle_seconds=args.cost_idle,
+                levers=args.cost_levers,
             )
         elif scenario == "cluster":
             data, markdown = _cluster(args, settings, out)
@@ -305,6 +306,12 @@ def add_parser(sub: SubParsers) -> None:
     cost = bench.add_argument_group("cost scenario")
     cost.add_argument(
         "--cost-seconds", type=float, default=20.0, help="seconds each rate is held (default 20)"
+    )
+    cost.add_argument(
+        "--cost-levers",
+        type=lambda text: [k.strip() for k in text.split(",") if k.strip()],
+        help="the levers measured beside the defaults, comma-separated keys: poll, trigger, "
+        "boundary, hadoop-fs, c1 (default: every one)",
     )
     cost.add_argument(
         "--cost-idle", type=float, default=30.0, help="seconds of idle measured (default 30)"

@@ -59,25 +59,36 @@ class Variant:
 
 
 DEFAULTS = Variant("defaults", rates=RATES)
-LEVERS = (
-    Variant("Debezium poll.interval.ms 200 (default 50)", connector={POLL_INTERVAL_MS: "200"}),
-    Variant(f"trigger 0.5 s (default {SAGA_TRIGGER_SECONDS:g} s)", trigger=0.5),
+# Each lever by the key `outboxkit dev bench cost --cost-levers` names it with.
+LEVERS = {
+    "poll": Variant(
+        "Debezium poll.interval.ms 200 (default 50)", connector={POLL_INTERVAL_MS: "200"}
+    ),
+    "trigger": Variant(f"trigger 0.5 s (default {SAGA_TRIGGER_SECONDS:g} s)", trigger=0.5),
     # Each exactly-once source task commits a Kafka transaction per poll that returned records
     # (KIP-618's default boundary): markers on every partition it wrote and on the offsets topic.
-    Variant(
+    "boundary": Variant(
         "Connect's exactly-once transactions: one per 250 ms (default: one per poll)",
         connector={"transaction.boundary": "interval", "transaction.boundary.interval.ms": "250"},
     ),
     # Hadoop's own local file system starts a chmod process for each checkpoint file it writes.
-    Variant(
+    "hadoop-fs": Variant(
         "checkpoints through Hadoop's local file system (a chmod process per file)",
         env={"OUTBOXKIT_SPARK_FORKLESS_FS": "false"},
     ),
-    Variant(
+    "c1": Variant(
         "consumer JVM's JIT: C1 only (-XX:TieredStopAtLevel=1)",
         env={"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"},
     ),
-)
+}
+
+
+def variants(levers: Sequence[str] | None = None) -> tuple[Variant, ...]:
+    """The defaults and the levers named (every one when None), in `LEVERS`' order."""
+    unknown = sorted(set(levers or ()) - set(LEVERS))
+    if unknown:
+        raise ValueError(f"unknown cost levers {unknown}: choose among {sorted(LEVERS)}")
+    return (DEFAULTS, *(v for k, v in LEVERS.items() if levers is None or k in levers))
 
 
 # -- reading /proc ----------------------------------------------------------------------------
@@ -255,13 +266,15 @@ def run(
     seconds: float = 20.0,
     idle_seconds: float = 30.0,
     warm_seconds: float = 45.0,
-    variants: Sequence[Variant] = (DEFAULTS, *LEVERS),
+    levers: Sequence[str] | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """``reps`` repetitions, each taking every variant in turn."""
+    """``reps`` repetitions, each taking the defaults and the ``levers`` named (`LEVERS`;
+    None: every one) in turn."""
+    chosen = variants(levers)
     from outboxkit_workshop.bench import cost_figures
 
     runs: list[dict[str, Any]] = []
-    steps = reps * sum(1 + len(v.rates) for v in variants)
+    steps = reps * sum(1 + len(v.rates) for v in chosen)
     with tempfile.TemporaryDirectory(prefix="outboxkit-bench-cost-") as workdir:
         saga = Saga(stack, Path(workdir), echo=lambda line: None)
         with Progress("cost", steps) as progress:
@@ -270,7 +283,7 @@ def run(
                 saga.prepare(stock=dict(SKUS))
                 saga.start_services()
                 for rep in range(reps):
-                    for n, variant in enumerate(variants):
+                    for n, variant in enumerate(chosen):
                         seed = 1000 * (rep + 1) + 100 * n
                         runs.append(
                             {
@@ -298,6 +311,7 @@ def run(
             "trigger_seconds": SAGA_TRIGGER_SECONDS,
             "targets_ms_per_order": {f"{k:g}": v for k, v in TARGETS_MS.items()},
             "idle_target_percent": IDLE_TARGET_PERCENT,
+            "levers": None if levers is None else [k for k in LEVERS if k in levers],
         },
         "machine": machine(stack.database_url()),
         "runs": runs,

@@ -123,6 +123,8 @@ def render(data: Mapping[str, Any]) -> str:
     from outboxkit_workshop.bench.figures import machine
 
     reps = "" if p["reps"] == 2 else f" --reps {p['reps']}"
+    if p.get("levers") is not None:
+        reps += f" --cost-levers {','.join(p['levers'])}"
     return (
         method
         + _headline(data)
