@@ -199,16 +199,31 @@ def test_a_tree_s_cpu_time_counts_the_children_it_reaped(tmp_path: Path) -> None
 def test_the_sampler_gives_each_process_its_share_of_a_core_since_the_sample_before(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    clock = iter([10.0, 20.0, 30.0, 40.0, 50.0])
+    clock = iter([10.0, 20.0, 30.0, 40.0, 50.0])  # one reading per call
     monkeypatch.setattr(sampler.time, "monotonic", lambda: next(clock))
     watcher = object.__new__(sampler.Sampler)
     watcher._cpu = {}
-    assert watcher._cpu_since("orders", 7, 100.0) == {}  # nothing to compare with yet
-    assert watcher._cpu_since("orders", 7, 105.0) == {"cpu:orders": 50.0}  # 5 s in 10 s
-    assert watcher._cpu_since("orders", 8, 1.0) == {}  # started again: its count began anew
-    assert watcher._cpu_since("orders", 8, 21.0) == {"cpu:orders": 200.0}  # two cores busy
-    assert watcher._cpu_since("orders", 8, 20.0) == {}  # a child lost: no negative share
+    watcher.cpu_settle_seconds = 600
+    settled = 3600.0  # the process's age
+    assert watcher._cpu_since("orders", 7, 100.0, settled) == {}  # nothing to compare with yet
+    assert watcher._cpu_since("orders", 7, 105.0, settled) == {"cpu:orders": 50.0}  # 5 s in 10
+    assert watcher._cpu_since("orders", 8, 1.0, 5.0) == {}  # started again: its count anew
+    # Its first minutes (a JVM compiling its hot code) apart, never judged.
+    assert watcher._cpu_since("orders", 8, 21.0, 15.0) == {"cpu warming:orders": 200.0}
+    assert watcher._cpu_since("orders", 8, 20.0, settled) == {}  # a child lost: no negative
+    assert not trend.family("cpu warming:orders").judged and trend.family("cpu:orders").judged
     assert trend.family("cpu:orders").unit == "% of a core"
+
+
+def test_a_process_s_age_comes_from_its_start_time(tmp_path: Path) -> None:
+    (tmp_path / "uptime").write_text("1000.50 1900.00\n")
+    (tmp_path / "7").mkdir()
+    fields = ["S"] + ["0"] * 18 + [str(400 * proc.TICKS_PER_SECOND)]  # starttime: field 22
+    (tmp_path / "7" / "stat").write_text(f"7 (java) {' '.join(fields)} 0 0\n")
+    assert proc.age(7, tmp_path) == 600.5
+    assert proc.age(8, tmp_path) is None  # gone
+    mine = proc.age(os.getpid())
+    assert mine is not None and 0 < mine < 7 * 24 * 3600
 
 
 def test_this_process_reads_from_the_real_proc() -> None:

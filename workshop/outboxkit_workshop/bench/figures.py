@@ -606,7 +606,13 @@ def soak(data: Mapping[str, Any]) -> str:
     faults = markdown_table(["at (min)", "fault", "struck", "recovery"], struck)
     command = (
         f"`outboxkit dev soak --minutes {p['minutes']:g} --rate {p['rate']:g} --fault-every "
-        f"{p['fault_every']:g} --sample-seconds {p['sample_seconds']:g} --seed {p['seed']}`"
+        f"{p['fault_every']:g} --sample-seconds {p['sample_seconds']:g} --seed {p['seed']}"
+        + (
+            f" --cpu-settle-minutes {p['cpu_settle_seconds'] / 60:g}"
+            if p.get("cpu_settle_seconds", 600) != 600
+            else ""
+        )
+        + "`"
     )
     return summary + series + "\n" + faults + "\n" + _footer(data, command)
 

@@ -22,6 +22,7 @@ PANELS = (
     "fds",
     "threads",
     "cpu",
+    "cpu warming",
     "slot lag",
     "table bytes",
     "table rows",
@@ -56,6 +57,7 @@ def soak_command(args: argparse.Namespace, settings: StackSettings) -> int:
             sample_seconds=args.sample_seconds,
             seed=args.seed,
             echo=echo,
+            cpu_settle_seconds=60 * args.cpu_settle_minutes,
         )
         data = {**result.as_dict(), "machine": machine(stack.database_url())}
     markdown = soak_markdown(data)
@@ -122,5 +124,12 @@ def add_parser(sub: SubParsers) -> None:
     soak.add_argument("--fault-every", type=float, default=5.0, help="minutes between faults")
     soak.add_argument("--sample-seconds", type=float, default=15.0, help="seconds between samples")
     soak.add_argument("--seed", type=int, default=1, help="seed of the faults' choice")
+    soak.add_argument(
+        "--cpu-settle-minutes",
+        type=float,
+        default=10.0,
+        help="minutes a process runs before its CPU is judged (a JVM compiles its hot code "
+        "for minutes after it starts; before, it is shown as cpu warming)",
+    )
     soak.add_argument("--out", help="write soak.json, soak.md and soak.png into this folder")
     soak.add_argument("--keep-running", action="store_true", help="leave the stack and saga up")

@@ -128,6 +128,18 @@ def cpu_seconds(pids: Iterable[int], proc: Path = PROC) -> float:
     return ticks / TICKS_PER_SECOND
 
 
+def age(pid: int, proc: Path = PROC) -> float | None:
+    """Seconds since ``pid`` started (/proc/PID/stat's start time against /proc/uptime); None
+    when it is gone."""
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+        uptime = float((proc / "uptime").read_text().split()[0])
+    except OSError:
+        return None
+    started = int(stat[stat.rindex(")") + 2 :].split()[19])  # field 22, in clock ticks
+    return uptime - started / TICKS_PER_SECOND
+
+
 def folder(path: Path) -> tuple[int, int]:
     """(bytes, files) under ``path``: the files' apparent sizes summed; (0, 0) when it is not
     there. Files removed while it is walked are left out."""

@@ -54,11 +54,25 @@ ORDERS = text(
 )
 
 
-class Sampler:
-    """Samples ``stack`` and ``saga``; orders count from ``since`` (the run's start)."""
+# How long a process runs before its CPU counts as settled: a JVM compiles its hot code for
+# minutes after it starts (at 10 orders/s the whole stack's CPU fell from 1.5 to 0.8 of a core
+# over its first ten minutes, the consumer driver's tree from 0.55 to 0.41, and stayed there).
+CPU_SETTLE_SECONDS = 600.0
 
-    def __init__(self, stack: Stack, saga: Saga, since: datetime.datetime) -> None:
+
+class Sampler:
+    """Samples ``stack`` and ``saga``; orders count from ``since`` (the run's start); a
+    process's CPU is ``cpu`` once it has run ``cpu_settle_seconds``, ``cpu warming`` before."""
+
+    def __init__(
+        self,
+        stack: Stack,
+        saga: Saga,
+        since: datetime.datetime,
+        cpu_settle_seconds: float = CPU_SETTLE_SECONDS,
+    ) -> None:
         self.stack, self.saga, self.since = stack, saga, since
+        self.cpu_settle_seconds = cpu_settle_seconds
         # The stack's superuser: the slots, the WAL directory and its settings.
         self.admin: Engine = engine_for(stack.database_url(), "once")
         # Its Postgres nodes: their shared memory sampled apart (their shared buffers).
@@ -90,7 +104,7 @@ class Sampler:
         parent_of = proc.parents()
         for name, pid in self.processes().items():
             pids = proc.tree(pid, parent_of)
-            found |= self._cpu_since(name, pid, proc.cpu_seconds(pids))
+            found |= self._cpu_since(name, pid, proc.cpu_seconds(pids), proc.age(pid))
             used = proc.usage(pids)
             if used is not None:
                 if name in self.postgres and used.shared_mib is not None:
@@ -107,15 +121,18 @@ class Sampler:
         found |= _read(lambda: self._orders(interval))
         return found
 
-    def _cpu_since(self, name: str, pid: int, spent: float) -> Sample:
-        """``cpu:name``: the share of one core (%) the process's tree used since the sample
-        before; nothing the first time, nor when it was started again meanwhile (a fault's
-        repair: its count began again)."""
+    def _cpu_since(self, name: str, pid: int, spent: float, age: float | None) -> Sample:
+        """The share of one core (%) the process's tree used since the sample before, as
+        ``cpu:name`` once the process has run `cpu_settle_seconds` (``age``), else as ``cpu
+        warming:name``; nothing the first time, nor when it was started again meanwhile (a
+        fault's repair: its count began again)."""
         now = time.monotonic()
         before, self._cpu[name] = self._cpu.get(name), (pid, now, spent)
         if before is None or before[0] != pid or spent < before[2] or now <= before[1]:
             return {}
-        return {f"cpu:{name}": 100 * (spent - before[2]) / (now - before[1])}
+        settled = age is not None and age >= self.cpu_settle_seconds
+        family = "cpu" if settled else "cpu warming"
+        return {f"{family}:{name}": 100 * (spent - before[2]) / (now - before[1])}
 
     def _folders(self) -> Sample:
         checkpoints = self.saga.workdir / "checkpoints"

@@ -28,7 +28,7 @@ from outboxkit_workshop.saga_harness import chaos, faults, targets, trend
 from outboxkit_workshop.saga_harness.chaos import Checks, Round
 from outboxkit_workshop.saga_harness.load import Placed
 from outboxkit_workshop.saga_harness.processes import Saga
-from outboxkit_workshop.saga_harness.sampler import Sample, Sampler
+from outboxkit_workshop.saga_harness.sampler import CPU_SETTLE_SECONDS, Sample, Sampler
 from outboxkit_workshop.saga_harness.trend import Bound, Trend
 
 SERVICE_KILL = "service-kill"  # a kill -9 of one replica of a random service
@@ -151,14 +151,16 @@ def run(
     kinds: Sequence[str] = KINDS,
     echo: Callable[[str], None] = print,
     final_timeout: float = 900,
+    cpu_settle_seconds: float = CPU_SETTLE_SECONDS,
 ) -> Soak:
     """Orders at ``rate`` per second for ``minutes``, a fault of ``kinds`` every ``fault_every``
-    minutes, a sample every ``sample_seconds``; then the checks and the series' trends."""
+    minutes, a sample every ``sample_seconds``; then the checks and the series' trends (a
+    process's CPU judged once it has run ``cpu_settle_seconds``)."""
     rng = random.Random(seed)
     planned = plan(minutes, fault_every, rng, kinds)
     shape = chaos.shape_of(stack, saga)
     faults.check([k for k in planned if k in faults.BY_NAME], shape)
-    sampler = Sampler(stack, saga, datetime.datetime.now(datetime.UTC))
+    sampler = Sampler(stack, saga, datetime.datetime.now(datetime.UTC), cpu_settle_seconds)
     wal_kept, wal_segment, shared_memory = sampler.limits()
     duration = minutes * 60
     load = chaos.Load(saga, round(duration * rate), rate=rate, seed=seed)
@@ -189,6 +191,7 @@ def run(
         "fault_every": fault_every,
         "sample_seconds": sample_seconds,
         "seed": seed,
+        "cpu_settle_seconds": cpu_settle_seconds,
     }
     return Soak(
         params, times, samples, striker.rounds, checks, analyse(times, samples, limits), duration
@@ -263,7 +266,8 @@ def progress(at: float, sample: Sample) -> str:
         f"{at / 60:5.1f} min  orders {sample.get('orders:placed', 0):,.0f} placed "
         f"{sample.get('orders:final', 0):,.0f} final  p50 "
         f"{'-' if p50 is None else f'{p50:.1f}s'}  rss {total('rss'):,.0f} MiB  fds "
-        f"{total('fds'):,.0f}  threads {total('threads'):,.0f}  cpu {total('cpu'):,.0f}% lag "
+        f"{total('fds'):,.0f}  threads {total('threads'):,.0f}  cpu "
+        f"{total('cpu') + total('cpu warming'):,.0f}% lag "
         f"{max(lags, default=0) / trend.MIB:.1f} MiB  ckpt "
         f"{sample.get('folder files:checkpoints', 0):,.0f} files  kafka "
         f"{sample.get('folder bytes:kafka', 0) / trend.MIB:,.0f} MiB"

@@ -31,9 +31,12 @@ FAMILIES = {
     "shared": Family("shared memory touched (PSS)", "MiB", 32),
     "fds": Family("open file descriptors", "fds", 16),
     "threads": Family("threads", "threads", 8),
-    # A fault's recovery (a JVM restarted compiles its code again) lifts a few samples by a
-    # core's worth: the slack keeps one late recovery from reading as growth.
-    "cpu": Family("CPU over the interval", "% of a core", 10),
+    # A process's CPU once it has run a while (`Sampler`'s ``cpu_settle_seconds``); a JVM
+    # compiles its hot code for minutes after it starts, shown apart and not judged.
+    "cpu": Family("CPU over the interval, settled", "% of a core", 5),
+    "cpu warming": Family(
+        "CPU over the interval, first minutes of a process", "% of a core", 0, judged=False
+    ),
     "slot lag": Family("replication slot lag", "bytes", 16 * MIB),
     "table bytes": Family("table sizes", "bytes", MIB),
     "table rows": Family("table rows", "rows", 100),
