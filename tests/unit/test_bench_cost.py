@@ -114,3 +114,15 @@ def test_the_levers_are_chosen_by_key_in_their_order() -> None:
     assert cost.LEVERS["hadoop-fs"].env == {"OUTBOXKIT_SPARK_FORKLESS_FS": "false"}
     with pytest.raises(ValueError, match=r"unknown cost levers \['fs'\]"):
         cost.variants(["fs"])
+
+
+def test_the_command_line_knows_every_lever_and_refuses_others() -> None:
+    import argparse
+
+    from outboxkit_workshop.bench import cli
+
+    assert tuple(cost.LEVERS) == cli.COST_LEVERS
+    assert cli.cost_levers(" boundary, hadoop-fs ") == ["boundary", "hadoop-fs"]
+    for wrong in ("", ",", "fs", "boundary,fs"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected keys among poll"):
+            cli.cost_levers(wrong)

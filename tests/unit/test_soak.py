@@ -196,23 +196,45 @@ def test_a_tree_s_cpu_time_counts_the_children_it_reaped(tmp_path: Path) -> None
     assert proc.cpu_seconds([100, 999], tmp_path) == 7.0  # 999: gone
 
 
-def test_the_sampler_gives_each_process_its_share_of_a_core_since_the_sample_before(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    clock = iter([10.0, 20.0, 30.0, 40.0, 50.0])  # one reading per call
-    monkeypatch.setattr(sampler.time, "monotonic", lambda: next(clock))
+def test_the_sampler_gives_each_process_its_share_of_a_core_since_the_sample_before() -> None:
     watcher = object.__new__(sampler.Sampler)
     watcher._cpu = {}
-    watcher.cpu_settle_seconds = 600
-    settled = 3600.0  # the process's age
-    assert watcher._cpu_since("orders", 7, 100.0, settled) == {}  # nothing to compare with yet
-    assert watcher._cpu_since("orders", 7, 105.0, settled) == {"cpu:orders": 50.0}  # 5 s in 10
-    assert watcher._cpu_since("orders", 8, 1.0, 5.0) == {}  # started again: its count anew
-    # Its first minutes (a JVM compiling its hot code) apart, never judged.
-    assert watcher._cpu_since("orders", 8, 21.0, 15.0) == {"cpu warming:orders": 200.0}
-    assert watcher._cpu_since("orders", 8, 20.0, settled) == {}  # a child lost: no negative
+    watcher.clock = iter([10.0, 20.0, 30.0, 40.0, 50.0]).__next__  # one reading per call
+    assert watcher._cpu_since("orders", 7, 100.0, False) == {}  # nothing to compare with yet
+    assert watcher._cpu_since("orders", 7, 105.0, False) == {"cpu:orders": 50.0}  # 5 s in 10
+    assert watcher._cpu_since("orders", 8, 1.0, True) == {}  # started again: its count anew
+    # While a JVM in it warms up (compiling its hot code) apart, never judged.
+    assert watcher._cpu_since("orders", 8, 21.0, True) == {"cpu warming:orders": 200.0}
+    assert watcher._cpu_since("orders", 8, 20.0, False) == {}  # a child lost: no negative
     assert not trend.family("cpu warming:orders").judged and trend.family("cpu:orders").judged
     assert trend.family("cpu:orders").unit == "% of a core"
+
+
+def test_a_tree_warms_up_while_a_jvm_in_it_is_young(monkeypatch: pytest.MonkeyPatch) -> None:
+    watcher = object.__new__(sampler.Sampler)
+    watcher.cpu_settle_seconds = 600
+    names = {1: "python", 2: "java", 3: "postgres"}
+    ages = {1: 5.0, 2: 3600.0, 3: 1.0}
+    monkeypatch.setattr(sampler.proc, "command", names.get)
+    monkeypatch.setattr(sampler.proc, "age", ages.get)
+    assert not watcher._warming([1, 2, 3])  # young, but no JVM: a backend, a fresh worker
+    ages[2] = 30.0  # the JVM restarted under its old parent (an executor under its worker)
+    assert watcher._warming([1, 2, 3])
+    assert not watcher._warming([1, 3])
+
+
+def test_a_catch_up_after_a_late_fault_is_not_cpu_growth() -> None:
+    level = [40.0 + (n % 3) for n in range(len(TIMES))]
+    late = list(level)
+    late[-6] = late[-5] = 100.0  # two samples of catch-up, a minute before the end
+    # Its raw slope over the second half would read as growth beyond the 5% of a core allowed.
+    half_t, half_v = trend.second_half(TIMES, late)
+    assert trend.slope(half_t, half_v) * (half_t[-1] - half_t[0]) > 5
+    assert trend.trend("cpu:consumers", TIMES, late).verdict == FLAT
+    rising = [40.0 + 20 * t / 3600 for t in TIMES]  # 20% of a core more an hour: growth
+    assert trend.trend("cpu:consumers", TIMES, rising).verdict == GROWING
+    assert trend.running_median([1.0, 9.0, 1.0, 1.0], 3) == [5.0, 1.0, 1.0, 1.0]
+    assert trend.running_median([1.0, 9.0], 1) == [1.0, 9.0]
 
 
 def test_a_process_s_age_comes_from_its_start_time(tmp_path: Path) -> None:

@@ -32,6 +32,22 @@ OWN_STACKS = ("cluster",)  # stacks of its own; the rest: the settings' stack
 BENCH_DATABASE = "outboxkit_bench"
 
 
+# The cost scenario's levers by key (`outboxkit_workshop.bench.cost.LEVERS`, which a unit test
+# holds to these): named here to check --cost-levers when it is parsed, before any stack starts.
+COST_LEVERS = ("poll", "trigger", "boundary", "hadoop-fs", "c1")
+
+
+def cost_levers(text: str) -> list[str]:
+    """``--cost-levers``: comma-separated keys of `COST_LEVERS`, at least one."""
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    unknown = sorted(set(keys) - set(COST_LEVERS))
+    if not keys or unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected keys among {', '.join(COST_LEVERS)}, got {text!r}"
+        )
+    return keys
+
+
 def fresh_database(server_url: str, name: str = BENCH_DATABASE) -> str:
     """Drop and create the benchmark's own database next to ``server_url``'s; returns its URL."""
     from sqlalchemy import create_engine, make_url, text
@@ -309,9 +325,9 @@ def add_parser(sub: SubParsers) -> None:
     )
     cost.add_argument(
         "--cost-levers",
-        type=lambda text: [k.strip() for k in text.split(",") if k.strip()],
-        help="the levers measured beside the defaults, comma-separated keys: poll, trigger, "
-        "boundary, hadoop-fs, c1 (default: every one)",
+        type=cost_levers,
+        help=f"the levers measured beside the defaults, comma-separated keys: "
+        f"{', '.join(COST_LEVERS)} (default: every one)",
     )
     cost.add_argument(
         "--cost-idle", type=float, default=30.0, help="seconds of idle measured (default 30)"

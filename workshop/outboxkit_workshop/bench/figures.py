@@ -11,6 +11,7 @@ from typing import Any
 
 from outboxkit_workshop.bench import cost_figures
 from outboxkit_workshop.bench.report import FROZEN_INPUT, markdown_table
+from outboxkit_workshop.saga_harness.trend import CPU_SETTLE_SECONDS
 
 TRANSACTIONS_DEFAULT, REPS_DEFAULT, EVENTS_DEFAULT = 2000, 3, 20_000
 ORDERS_DEFAULT = 600  # POSTs per round of `bench service`
@@ -609,7 +610,7 @@ def soak(data: Mapping[str, Any]) -> str:
         f"{p['fault_every']:g} --sample-seconds {p['sample_seconds']:g} --seed {p['seed']}"
         + (
             f" --cpu-settle-minutes {p['cpu_settle_seconds'] / 60:g}"
-            if p.get("cpu_settle_seconds", 600) != 600
+            if p.get("cpu_settle_seconds", CPU_SETTLE_SECONDS) != CPU_SETTLE_SECONDS
             else ""
         )
         + "`"

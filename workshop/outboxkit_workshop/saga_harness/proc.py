@@ -128,6 +128,14 @@ def cpu_seconds(pids: Iterable[int], proc: Path = PROC) -> float:
     return ticks / TICKS_PER_SECOND
 
 
+def command(pid: int, proc: Path = PROC) -> str | None:
+    """The process's command name (/proc/PID/comm: ``java``, ``postgres``); None when gone."""
+    try:
+        return (proc / str(pid) / "comm").read_text().strip()
+    except OSError:
+        return None
+
+
 def age(pid: int, proc: Path = PROC) -> float | None:
     """Seconds since ``pid`` started (/proc/PID/stat's start time against /proc/uptime); None
     when it is gone."""

@@ -23,6 +23,7 @@ from outboxkit_workshop.devstack.stack import Stack
 from outboxkit_workshop.devstack.state import EMBEDDED
 from outboxkit_workshop.saga_harness import proc
 from outboxkit_workshop.saga_harness.processes import Saga
+from outboxkit_workshop.saga_harness.trend import CPU_SETTLE_SECONDS
 
 Sample = dict[str, float]
 # The inbox's bookkeeping (watermarks, the id window, parked records) and the outbox tables.
@@ -54,15 +55,11 @@ ORDERS = text(
 )
 
 
-# How long a process runs before its CPU counts as settled: a JVM compiles its hot code for
-# minutes after it starts (at 10 orders/s the whole stack's CPU fell from 1.5 to 0.8 of a core
-# over its first ten minutes, the consumer driver's tree from 0.55 to 0.41, and stayed there).
-CPU_SETTLE_SECONDS = 600.0
-
-
 class Sampler:
     """Samples ``stack`` and ``saga``; orders count from ``since`` (the run's start); a
-    process's CPU is ``cpu`` once it has run ``cpu_settle_seconds``, ``cpu warming`` before."""
+    process tree's CPU is ``cpu``, or ``cpu warming`` while a JVM in it has run less than
+    ``cpu_settle_seconds`` (a consumer driver restarted, a Spark executor started anew under
+    its worker, a broker restarted)."""
 
     def __init__(
         self,
@@ -73,6 +70,7 @@ class Sampler:
     ) -> None:
         self.stack, self.saga, self.since = stack, saga, since
         self.cpu_settle_seconds = cpu_settle_seconds
+        self.clock = time.monotonic
         # The stack's superuser: the slots, the WAL directory and its settings.
         self.admin: Engine = engine_for(stack.database_url(), "once")
         # Its Postgres nodes: their shared memory sampled apart (their shared buffers).
@@ -104,7 +102,7 @@ class Sampler:
         parent_of = proc.parents()
         for name, pid in self.processes().items():
             pids = proc.tree(pid, parent_of)
-            found |= self._cpu_since(name, pid, proc.cpu_seconds(pids), proc.age(pid))
+            found |= self._cpu_since(name, pid, proc.cpu_seconds(pids), self._warming(pids))
             used = proc.usage(pids)
             if used is not None:
                 if name in self.postgres and used.shared_mib is not None:
@@ -121,17 +119,25 @@ class Sampler:
         found |= _read(lambda: self._orders(interval))
         return found
 
-    def _cpu_since(self, name: str, pid: int, spent: float, age: float | None) -> Sample:
+    def _warming(self, pids: list[int]) -> bool:
+        """True while a JVM among ``pids`` has run less than `cpu_settle_seconds`."""
+        for pid in pids:
+            if proc.command(pid) == "java":
+                age = proc.age(pid)
+                if age is not None and age < self.cpu_settle_seconds:
+                    return True
+        return False
+
+    def _cpu_since(self, name: str, pid: int, spent: float, warming: bool) -> Sample:
         """The share of one core (%) the process's tree used since the sample before, as
-        ``cpu:name`` once the process has run `cpu_settle_seconds` (``age``), else as ``cpu
-        warming:name``; nothing the first time, nor when it was started again meanwhile (a
-        fault's repair: its count began again)."""
-        now = time.monotonic()
+        ``cpu warming:name`` while a JVM in it is ``warming`` up, else as ``cpu:name``; nothing
+        the first time, nor when it was started again meanwhile (a fault's repair: its count
+        began again)."""
+        now = self.clock()
         before, self._cpu[name] = self._cpu.get(name), (pid, now, spent)
         if before is None or before[0] != pid or spent < before[2] or now <= before[1]:
             return {}
-        settled = age is not None and age >= self.cpu_settle_seconds
-        family = "cpu" if settled else "cpu warming"
+        family = "cpu warming" if warming else "cpu"
         return {f"{family}:{name}": 100 * (spent - before[2]) / (now - before[1])}
 
     def _folders(self) -> Sample:

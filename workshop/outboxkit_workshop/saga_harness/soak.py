@@ -28,8 +28,8 @@ from outboxkit_workshop.saga_harness import chaos, faults, targets, trend
 from outboxkit_workshop.saga_harness.chaos import Checks, Round
 from outboxkit_workshop.saga_harness.load import Placed
 from outboxkit_workshop.saga_harness.processes import Saga
-from outboxkit_workshop.saga_harness.sampler import CPU_SETTLE_SECONDS, Sample, Sampler
-from outboxkit_workshop.saga_harness.trend import Bound, Trend
+from outboxkit_workshop.saga_harness.sampler import Sample, Sampler
+from outboxkit_workshop.saga_harness.trend import CPU_SETTLE_SECONDS, Bound, Trend
 
 SERVICE_KILL = "service-kill"  # a kill -9 of one replica of a random service
 KINDS = (*faults.ROUTINE, "spark-kill", SERVICE_KILL)

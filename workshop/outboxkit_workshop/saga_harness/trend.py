@@ -24,6 +24,9 @@ class Family:
     unit: str
     slack: float
     judged: bool = True  # False: progress figures (orders placed), never a verdict
+    # Judged on the running median of this many samples: a fault's catch-up lifts a process's
+    # CPU for a sample or two, which is not growth.
+    smooth: int = 1
 
 
 FAMILIES = {
@@ -33,7 +36,7 @@ FAMILIES = {
     "threads": Family("threads", "threads", 8),
     # A process's CPU once it has run a while (`Sampler`'s ``cpu_settle_seconds``); a JVM
     # compiles its hot code for minutes after it starts, shown apart and not judged.
-    "cpu": Family("CPU over the interval, settled", "% of a core", 5),
+    "cpu": Family("CPU over the interval, settled", "% of a core", 5, smooth=5),
     "cpu warming": Family(
         "CPU over the interval, first minutes of a process", "% of a core", 0, judged=False
     ),
@@ -45,6 +48,10 @@ FAMILIES = {
     "orders": Family("orders", "orders", 0, judged=False),
     "latency": Family("POST -> final p50 of the interval", "s", 0, judged=False),
 }
+# How long a JVM runs before its CPU counts as settled: it compiles its hot code for minutes
+# after it starts (at 10 orders/s the stack's CPU falls by about a third over its first ten
+# minutes, then stays level).
+CPU_SETTLE_SECONDS = 600.0
 # The share of its level a series may grow by over the second half and still be flat.
 SHARE = 0.05
 
@@ -93,6 +100,15 @@ def slope(times: Sequence[float], values: Sequence[float]) -> float:
     return sum((t - mean_t) * (v - mean_v) for t, v in zip(times, values, strict=True)) / spread
 
 
+def running_median(values: Sequence[float], width: int) -> list[float]:
+    """Each value replaced by the median of the ``width`` values centred on it (fewer at the
+    ends); ``width`` 1 leaves them as they are."""
+    if width <= 1:
+        return list(values)
+    half = width // 2
+    return [statistics.median(values[max(0, i - half) : i + half + 1]) for i in range(len(values))]
+
+
 def second_half(times: Sequence[float], values: Sequence[float]) -> tuple[list[float], list[float]]:
     """The points at or after the middle of the run's time span."""
     middle = (times[0] + times[-1]) / 2
@@ -121,7 +137,7 @@ def trend(
     ts, vs = [t for t, _ in points], [v for _, v in points]
     if not points:
         return Trend(series, kind.unit, 0, 0.0, 0.0, 0.0, 0.0, 0.0, kind.slack, FLAT)
-    half_t, half_v = second_half(ts, vs)
+    half_t, half_v = second_half(ts, running_median(vs, kind.smooth))
     per_second = slope(half_t, half_v)
     growth = per_second * (half_t[-1] - half_t[0])
     tolerance = max(kind.slack, SHARE * abs(statistics.median(half_v)))
