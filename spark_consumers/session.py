@@ -6,10 +6,12 @@ import ipaddress
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost"})
 # The repository root: executors of a loopback cluster import the project's modules from it.
@@ -61,8 +63,9 @@ SPECULATION: dict[str, str] = {
 
 # Checkpoints on a local folder are written through Hadoop's local file system, which without
 # Hadoop's native library (PySpark ships none) starts a `chmod` process for every file it
-# creates: two per micro-batch (the offset and commit logs), about 5 ms of CPU each. outboxkit's
-# own (cdc/java/localfs, built beside Spark's Kafka connector) sets permissions through Java.
+# creates and for its checksum file: four per micro-batch (the offset and commit logs), about
+# 5 ms of CPU per file with its checksum. outboxkit's own (cdc/java/localfs, built beside
+# Spark's Kafka connector) sets permissions through Java.
 # Hadoop loads it by name when spark-submit starts, before `spark.jars` is read: it goes on the
 # JVMs' own class path.
 FORKLESS_FS_JAR = "outboxkit-localfs-"
@@ -80,11 +83,36 @@ def forkless_fs_options(jar: str) -> dict[str, str]:
 
 
 def forkless_fs_jar(jars: Sequence[Path]) -> Path | None:
-    """outboxkit's local file system among ``jars``, unless OUTBOXKIT_SPARK_FORKLESS_FS is
-    ``false`` (Hadoop's own, to measure what it costs)."""
+    """outboxkit's local file system among ``jars``; None (Hadoop's own) when
+    OUTBOXKIT_SPARK_FORKLESS_FS is ``false`` (to measure what it costs) or a class path is
+    configured for the session already (`class_path_configured`: it would be replaced, or
+    replace this one and leave Hadoop unable to load the file system it is told to)."""
     if os.environ.get("OUTBOXKIT_SPARK_FORKLESS_FS", "true").lower() == "false":
         return None
+    if class_path_configured():
+        log.info("a Spark class path is configured: checkpoints through Hadoop's file system")
+        return None
     return next((j for j in jars if j.name.startswith(FORKLESS_FS_JAR)), None)
+
+
+CLASS_PATHS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
+
+
+def class_path_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """True when PYSPARK_SUBMIT_ARGS or spark-defaults.conf (in SPARK_CONF_DIR, else
+    SPARK_HOME/conf) sets a driver or executor class path."""
+    environ = os.environ if environ is None else environ
+    submit = environ.get("PYSPARK_SUBMIT_ARGS", "")
+    if "--driver-class-path" in submit or any(key in submit for key in CLASS_PATHS):
+        return True
+    folder = environ.get("SPARK_CONF_DIR") or (
+        str(Path(environ["SPARK_HOME"]) / "conf") if environ.get("SPARK_HOME") else ""
+    )
+    defaults = Path(folder) / "spark-defaults.conf" if folder else None
+    if defaults is None or not defaults.is_file():
+        return False
+    lines = defaults.read_text(errors="replace").splitlines()
+    return any(line.split(maxsplit=1)[:1] in ([key] for key in CLASS_PATHS) for line in lines)
 
 
 def loopback_cluster_options(
@@ -160,7 +188,8 @@ def build_session(
     )
     if jars:
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
-    forkless = forkless_fs_jar(jars)
+    # Under spark-submit the JVM runs already: its class path and settings are spark-submit's.
+    forkless = None if submitted else forkless_fs_jar(jars)
     if forkless is not None:
         for key, value in forkless_fs_options(str(forkless)).items():
             builder = builder.config(key, value)

@@ -17,10 +17,10 @@ import org.apache.hadoop.io.nativeio.NativeIO;
  * permissions through Java instead of a {@code chmod} process.
  *
  * <p>Without Hadoop's native library (PySpark ships none), {@link RawLocalFileSystem} sets the
- * permissions of every file it creates by running {@code chmod}: a Spark driver writing a
- * streaming query's offset and commit logs to a local folder starts two processes per
- * micro-batch. Where the native library is loaded, or for a mode beyond rwxrwxrwx (sticky,
- * setuid), Hadoop's own call is kept.
+ * permissions of every file it creates, and of its checksum file, by running {@code chmod}: a
+ * Spark driver writing a streaming query's offset and commit logs to a local folder starts
+ * four processes per micro-batch. Where the native library is loaded, for a mode beyond rwxrwxrwx (the sticky
+ * bit) or on a file system without POSIX modes, Hadoop's own call is kept.
  */
 public class ForklessLocalFileSystem extends LocalFileSystem {
 
@@ -33,11 +33,15 @@ public class ForklessLocalFileSystem extends LocalFileSystem {
     @Override
     public void setPermission(Path p, FsPermission permission) throws IOException {
       short mode = permission.toShort();
-      if (NativeIO.isAvailable() || (mode & ~0777) != 0) { // sticky, setuid: chmod sets them
+      if (NativeIO.isAvailable() || (mode & ~0777) != 0) { // the sticky bit: chmod sets it
         super.setPermission(p, permission);
         return;
       }
-      Files.setPosixFilePermissions(pathToFile(p).toPath(), posix(mode));
+      try {
+        Files.setPosixFilePermissions(pathToFile(p).toPath(), posix(mode));
+      } catch (UnsupportedOperationException notPosix) { // a file system without POSIX modes
+        super.setPermission(p, permission);
+      }
     }
   }
 
