@@ -103,6 +103,9 @@ def application(shape: Shape, service: str) -> dict[str, Any]:
                 # A frozen executor's task gets a copy on another node; the inbox applies once.
                 **SPECULATION,
                 # Checkpoint files written without a chmod process each (the jar is in JARS).
+                # The operator's own spark-submit gets this setting too, without the jar: it
+                # resolves no file: path for these applications (their files are local://
+                # in the image); a dependency given as a plain path would need it there.
                 "spark.hadoop.fs.file.impl": FORKLESS_FS_CLASS,
             },
             "restartPolicy": {
