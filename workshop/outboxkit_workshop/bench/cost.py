@@ -33,6 +33,7 @@ from typing import Any
 from outboxkit_workshop.bench.report import Progress, machine, percentile
 from outboxkit_workshop.devstack.processes import process_children, process_tree
 from outboxkit_workshop.devstack.stack import Stack
+from outboxkit_workshop.saga_harness import proc
 from outboxkit_workshop.saga_harness.processes import SAGA_TRIGGER_SECONDS, SKUS, Saga
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -123,13 +124,6 @@ def _threads(pid: int) -> Iterator[tuple[str, float]]:
         yield name, float(fields[11]) + float(fields[12])
 
 
-def _is_java(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip() == "java"
-    except OSError:
-        return False
-
-
 def read_ticks(saga: Saga) -> dict[str, float]:
     """Ticks used so far by each component: each service (with its descendants), the consumer
     driver's Python process, its JVM, its Python workers, Postgres, Kafka, Connect; and
@@ -145,7 +139,7 @@ def read_ticks(saga: Saga) -> dict[str, float]:
             out[name] = sum(_ticks(p, reaped=True) for p in process_tree(pid, tree))
             continue
         out["consumer driver (Python)"] = _ticks(pid, reaped=False)
-        for jvm in (c for c in tree.get(pid, []) if _is_java(c)):
+        for jvm in (c for c in tree.get(pid, []) if proc.command(c) == "java"):
             workers = [p for c in tree.get(jvm, []) for p in process_tree(c, tree)]
             out["consumer driver (Spark JVM)"] = _ticks(jvm, reaped=True)
             out["consumer Python workers"] = sum(_ticks(p, reaped=True) for p in workers)
