@@ -18,19 +18,19 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from inbox import moves
-from inbox.decision import Action, PartitionView, asks_window
+from inbox.decision import Action, Decider, Incoming, PartitionView
 from inbox.handlers import BatchHandler, Handlers, as_batch
+from inbox.judgement import advanced
 from inbox.position import (
     OffsetsMoved,
     Superseded,
     TopicIdentity,
     judge_identity,
-    merged,
     source_keys,
 )
 from inbox.recorder import Locked, Recorder
 from inbox.retries import RetryPolicy
-from inbox.slice import BatchResult, HandlerFailed, SliceApplier, SliceOutcome
+from inbox.slice import BatchResult, HandlerFailed, SliceApplier, SliceOutcome, stopped
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
 from outboxkit.kernel.errors import is_transient
@@ -210,51 +210,25 @@ class Inbox:
             check(locked, identity, epoch)
             mark = locked.offset
             fresh = sum(1 for r in records if r.offset > mark)
-            judged = self.window or locked.positions  # replays that can prove otherwise
+            judged = self.window or locked.sources  # replays that can prove otherwise
             decoded = [read(r) for r in (records if judged else records[len(records) - fresh :])]
             decoded, identities = keyed(decoded, locked.identities)
             replays = len(records) - len(decoded)
             if not decoded:
                 return BatchResult(topic, partition, mark, {Action.SKIP_REPLAY: replays})
-            replayed = [d.record.offset for d in decoded if d.record.offset <= mark]
-            # Ids whose decision may need to know whether their event was applied or parked
-            # (`asks_window`): the common record, above its source's position, needs none.
-            asked = [
-                d.event_id
-                for d in decoded
-                if asks_window(locked.positions, mark, d.record.offset, d.source, d.position)
-            ]
-            view = PartitionView(
-                watermark=mark,
-                recent_ids=recorder.recent(session, topic, partition, asked),
-                parked_keys=(
-                    recorder.parked_keys(session, topic, partition, (d.key for d in decoded))
-                    if locked.any_parked
-                    else frozenset()
-                ),
-                positions=locked.positions,
-                held=recorder.held_at(session, topic, partition, replayed),
-                by_position=locked.by_position,
-                ids_kept=self.window > 0,
-                parked_ids=(
-                    recorder.parked_ids(session, topic, partition, asked)
-                    if locked.any_parked and locked.positions
-                    else frozenset()
-                ),
-                floors=locked.floors,
-            )
+            view = self._view(session, locked, decoded)
             slices = self.slices
             if optimistic:
                 done = slices.optimistic(session, view, decoded)
             else:
                 done = slices.one_by_one(session, view, decoded)
-            positions = merged(
-                locked.positions,
+            sources = advanced(
+                locked.sources,
                 # not those skipped by offset alone: nothing judged their positions
                 (
-                    (d.source, d.position)
+                    (d.source, d.position, d.event_id)
                     for d in decoded
-                    if d.record.offset > mark or d.source in locked.positions
+                    if d.record.offset > mark or d.source in locked.sources
                 ),
             )
             moved_on = done.applied or done.parked or done.result.watermark != mark
@@ -262,7 +236,7 @@ class Inbox:
             # waiting on the lock under repeatable read or serializable fail once more.
             adopt = identity is not None and identity != locked.identity
             learnt = identities != locked.identities
-            if moved_on or adopt or learnt or positions != locked.positions:
+            if moved_on or adopt or learnt or sources != locked.sources:
                 recorder.park(session, done.parked, identity.topic_id if identity else None)
                 recorder.append_ledger(session, topic, partition, done.applied)
                 recorder.advance(
@@ -274,7 +248,7 @@ class Inbox:
                     # restarted offsets, for a caller that gave no identity) may have a window
                     # row already: only the slice's offsets above it are remembered.
                     [pair for pair in done.applied if pair[1] > mark],
-                    positions=positions,
+                    sources=sources,
                     identity=identity,
                     identities=identities if learnt else None,
                 )
@@ -284,6 +258,9 @@ class Inbox:
         if result.published and self.on_published is not None:
             self.on_published(result.published)
         return result
+
+    def _view(self, session: Session, locked: Locked, decoded: Sequence[Decoded]) -> PartitionView:
+        return self.recorder.view(session, locked, decoded, ids_kept=self.window > 0)
 
     def _stop(self, topic: str, partition: int, moved: OffsetsMoved) -> None:
         """Record why the partition stopped, in a transaction of its own (the slice's was rolled
@@ -313,22 +290,34 @@ class Inbox:
                 [read(r) for r in records if r.offset > mark], locked.identities
             )
             done = SliceOutcome(BatchResult(topic, partition, mark))
+            # Judged first, so a re-send or a re-read in the slice is skipped, not parked (its
+            # redrive would apply it again): only what the judgement takes for new is parked.
+            decider = Decider(self._view(session, locked, fresh)) if fresh else None
             for item in fresh:
-                done.count(item, Action.PARK, reason, 0)  # for a person: the data's fault
+                assert decider is not None
+                decision = decider.decide(_judged(item))
+                stopped((decision,))
+                if decision.action in (Action.SKIP_REPLAY, Action.SKIP_DUPLICATE):
+                    done.count(item, decision.action, decision.reason)
+                else:  # for a person: the data's fault
+                    done.count(item, Action.PARK, reason, 0)
             recorder.park(session, done.parked, identity.topic_id if identity else None)
             recorder.advance(
                 session,
                 topic,
                 partition,
                 done.result.watermark,
-                positions=merged(locked.positions, ((d.source, d.position) for d in fresh)),
+                sources=advanced(
+                    locked.sources, ((d.source, d.position, d.event_id) for d in fresh)
+                ),
                 identity=identity,
                 identities=identities,
             )
         result = done.result
         if len(fresh) < len(records):
             result.counts[Action.SKIP_REPLAY] = len(records) - len(fresh)
-        log.error("%s[%d]: %d records parked: %s", topic, partition, len(fresh), reason)
+        parked_now = len(done.parked)
+        log.error("%s[%d]: %d records parked: %s", topic, partition, parked_now, reason)
         return result
 
 
@@ -345,6 +334,21 @@ def keyed(
     return [
         d if k == d.source else d._replace(source=k) for d, k in zip(decoded, keys, strict=True)
     ], learnt
+
+
+def _judged(item: Decoded) -> Incoming:
+    """What the judgement needs of a record parked by the last resort (its handler never runs)."""
+    record = item.record
+    return Incoming(
+        record.offset,
+        item.key,
+        item.event_id,
+        item.event_type,
+        item.problem,
+        None,
+        item.source,
+        item.position,
+    )
 
 
 def check(locked: Locked, identity: TopicIdentity | None, epoch: int | None) -> None:

@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from inbox.position import known_position
+from inbox.judgement import Action, SourceState, first, judge
 from outboxkit.kernel.wire.position import Position
 
-
-class Action(enum.Enum):
-    """What the apply loop does with one record."""
-
-    APPLY = "apply"
-    SKIP_REPLAY = "skip_replay"  # offset at or below the partition's watermark
-    SKIP_DUPLICATE = "skip_duplicate"  # event id already applied: a CDC re-send at a new offset
-    PARK = "park"  # undecodable, unknown type, invalid payload, or handler kept failing
-    HOLD = "hold"  # same key as a parked record: parked behind it to keep per-key order
-    # The record proves the partition's offsets changed meaning (another event at an applied
-    # offset): it is neither applied nor skipped, the partition stops with the reason.
-    STOP = "stop"
+__all__ = ["Action", "Decider", "Decision", "Incoming", "PartitionView", "decide"]
 
 
 @dataclass(frozen=True)
@@ -44,20 +32,21 @@ class PartitionView:
     watermark: int  # highest applied offset, -1 when nothing was applied yet
     recent_ids: frozenset[str]  # applied event ids within the dedup window
     parked_keys: frozenset[str]  # keys with a parked record that was not redriven yet
-    # Per source, the highest position decided in this partition (`inbox.position`).
-    positions: Mapping[str, Position] = field(default_factory=dict)
+    # Per source key, what the partition decided of it (`inbox.judgement.SourceState`).
+    sources: Mapping[str, SourceState] = field(default_factory=dict)
     # The event id the window holds at each of the slice's offsets at or below the watermark.
     held: Mapping[int, str] = field(default_factory=dict)
     # Started over by its sources' positions: a record it cannot judge by one stops it.
     by_position: bool = False
-    # The window keeps applied ids: a position not above its source's is judged by the id
-    # (a tie, a re-send, or a position that went back). False: by the position alone.
+    # The window keeps applied ids: a position below its source's top is a re-send only when
+    # its id is known. False: by the position alone.
     ids_kept: bool = False
-    # Parked event ids among those asked (`asks_window`): a re-send of a parked event.
+    # Decided event ids among those asked (`asks_window`) that the window does not hold: parked
+    # here, or skipped by an operator.
     parked_ids: frozenset[str] = frozenset()
-    # Per source, the position at or below which records are re-reads (`inbox.moves`: started
-    # over, or a floor raised before partitions were added): skipped by position alone.
-    floors: Mapping[str, Position] = field(default_factory=dict)
+    # Offsets above the watermark up to this one were rewound by an operator: applied again,
+    # judged by offset and id, not by their sources' positions (-1: none).
+    replay_to: int = -1
 
 
 @dataclass(frozen=True)
@@ -76,17 +65,11 @@ class Decider:
     record parked in this batch (by decision, or because its handler failed, reported through
     ``parked``) holds every later record of its key.
 
-    A record whose source already has a position in this partition is judged by that position,
-    not by its offset: above it, a new event even at an offset the watermark passed (a
-    re-created topic, another cluster); at or below it and at an applied offset, a replay.
-    Above the watermark, at or below it: a re-send when its event was applied (or parked) here
-    or its position is at or below the source's floor (a re-read); else, at the same position,
-    another event of one multi-row write (a tie), a new event; below it, the source's positions
-    went back (a restored database, two databases under one source name) and the partition
-    stops (`Action.STOP`). Without the window's ids (``ids_kept``) the position alone decides.
-
-    Other records are judged by the offset, and one at an applied offset that holds another
-    event than the window says stops the partition: the offsets changed meaning."""
+    A record of a source the partition knows, with a position, is judged by its source's state
+    (`inbox.judgement.judge`), not by its offset. Other records are judged by the offset, and
+    one at an applied offset that holds another event than the window says stops the
+    partition: the offsets changed meaning. In a partition started over by its sources'
+    positions, a record no known source's position judges stops it unless its id was applied."""
 
     def __init__(self, view: PartitionView, *, known_types: Iterable[str] | None = None) -> None:
         self._types = None if known_types is None else frozenset(known_types)
@@ -95,57 +78,52 @@ class Decider:
         self._parked_ids = set(view.parked_ids)
         self._mark = view.watermark
         self._last = view.watermark
-        self._positions = dict(view.positions)
-        self._floors = view.floors
+        self._sources = dict(view.sources)
         self._held = view.held
         self._by_position = view.by_position
         self._ids_kept = view.ids_kept
+        self._replay_to = view.replay_to
 
     def decide(self, record: Incoming) -> Decision:
         """The action for the next record; offsets must be given in increasing order."""
-        known = known_position(self._positions, record.source)
-        if known is not None and record.position is not None:
-            if record.position <= known:
-                if record.offset <= self._mark:
-                    return Decision(record.offset, Action.SKIP_REPLAY, _below(record, known))
-                judged = self._not_above(record, known)
-                if judged is not None:
-                    return judged
+        source, position = record.source, record.position
+        state = self._sources.get(source) if source is not None else None
+        rewound = self._mark < record.offset <= self._replay_to
+        if state is not None and position is not None and not rewound:
+            assert source is not None
+            verdict = judge(
+                source,
+                state,
+                position,
+                record.event_id,
+                replayed=record.offset <= self._mark,
+                decided=self._applied(record) if self._ids_kept else None,
+            )
+            if verdict is not None:
+                return Decision(record.offset, verdict.action, verdict.reason)
         elif record.offset <= self._last:
             held = self._held.get(record.offset)
             if held is not None and record.event_id is not None and held != record.event_id:
                 return Decision(record.offset, Action.STOP, offsets_moved(record, held))
             return Decision(record.offset, Action.SKIP_REPLAY, f"offset <= {self._last}")
-        elif self._by_position and (record.source is None or known is not None):
+        elif self._by_position and not rewound and (source is None or state is not None):
             # No position a known source can judge it by: its id may still say it was applied.
             if self._ids_kept and self._applied(record):
                 return Decision(record.offset, Action.SKIP_DUPLICATE, _applied_here(record))
             return Decision(record.offset, Action.STOP, unjudged(record))
         self._last = max(self._last, record.offset)
-        if record.source is not None and record.position is not None:
-            self._positions[record.source] = max(record.position, known or record.position)
+        if source is not None and position is not None:
+            self._sources[source] = (
+                first(position, record.event_id)
+                if state is None
+                else state.taken(position, record.event_id)
+            )
         decision = self._decide_new(record)
         if decision.action is Action.APPLY and record.event_id is not None:
             self._seen.add(record.event_id)
         elif decision.action in (Action.PARK, Action.HOLD):
             self.parked(record)
         return decision
-
-    def _not_above(self, record: Incoming, known: Position) -> Decision | None:
-        """The decision for a record above the watermark whose position is at or below its
-        source's ``known`` one; None when it is a new event (a tie not applied here)."""
-        assert record.position is not None and record.source is not None
-        if self._applied(record):
-            return Decision(record.offset, Action.SKIP_DUPLICATE, _applied_here(record))
-        floor = self._floors.get(record.source)
-        if floor is not None and record.position <= floor:
-            reason = f"{_below(record, known)}, at or below its floor {list(floor)}: a re-read"
-            return Decision(record.offset, Action.SKIP_DUPLICATE, reason)
-        if not self._ids_kept:  # no window: a re-send is told by its position alone
-            return Decision(record.offset, Action.SKIP_DUPLICATE, _below(record, known))
-        if record.position == known:
-            return None  # another event of the write that gave the position: new
-        return Decision(record.offset, Action.STOP, went_back(record, known))
 
     def _applied(self, record: Incoming) -> bool:
         """True when the record's event was applied (the window, the batch) or parked here."""
@@ -198,46 +176,30 @@ def offsets_moved(record: Incoming, held: str) -> str:
     )
 
 
-def _below(record: Incoming, known: Position) -> str:
-    assert record.position is not None
-    return f"source {record.source} position {list(record.position)} <= {list(known)}"
-
-
 def _applied_here(record: Incoming) -> str:
     return f"event {record.event_id} applied or parked here (source {record.source})"
 
 
-def went_back(record: Incoming, known: Position) -> str:
-    """Why a partition stops on ``record``: its source's position went back."""
-    assert record.position is not None
-    return (
-        f"offset {record.offset} (event {record.event_id}) has source {record.source} position "
-        f"{list(record.position)}, below the {list(known)} the partition applied, and its event "
-        "was not applied here: the source's positions went back (two databases under one "
-        "source name, a database restored or replaced); see the runbook 'When offsets change'"
-    )
-
-
 def asks_window(
-    positions: Mapping[str, Position],
+    sources: Mapping[str, SourceState],
     mark: int,
     offset: int,
     source: str | None,
     position: Position | None,
 ) -> bool:
     """True when deciding the record may need to know whether its event was applied or parked
-    here, so its id is looked up in the window (and the parked records): a record judged by
-    offset or with a source new to the partition; one above the watermark whose position is not
-    above its source's (a tie, a re-send, a position gone back); and, in a partition with
-    several sources, every record (an event re-sent under another source name has a position
-    new to that name). A record with a known source's position above it, the common one, is
-    not looked up."""
-    known = known_position(positions, source)
-    if known is None or position is None:
+    here, so its id is looked up in the window (and the parked and skipped records): a record
+    judged by offset or with a source new to the partition; one above the watermark whose
+    position is not above its source's top (a tie, a re-send, a position gone back); and, in a
+    partition with several sources, every record (an event re-sent under another source name
+    has a position new to that name). A record with a known source's position above its top,
+    the common one, is not looked up."""
+    state = sources.get(source) if source is not None else None
+    if state is None or position is None:
         return True
-    if position <= known:
+    if position <= state.top:
         return offset > mark
-    return len(positions) > 1
+    return len(sources) > 1
 
 
 def unjudged(record: Incoming) -> str:

@@ -11,15 +11,16 @@ since a slice read from the middle of the new topic would pass the records befor
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from inbox.position import TopicIdentity, from_json, merged, to_json
-from inbox.recorder import Recorder
+from inbox import judgement
+from inbox.position import TopicIdentity, from_json
+from inbox.recorder import Recorder, states_from_row, states_to_json
 from inbox.tables import ERROR_CHARS, recent_ids, watermarks
 from outboxkit.kernel.wire.position import Position
 from outboxkit.kernel.wire.record import readable
@@ -110,6 +111,7 @@ def start_over(
     chosen = identity or move.current
     with Session(engine) as session, session.begin():
         locked = recorder.locked(session, move.topic, move.partition)
+        _, _, floors = states_to_json(judgement.started_over(locked.sources))
         session.execute(
             update(watermarks)
             .where(*where)
@@ -118,8 +120,9 @@ def start_over(
                 cluster_id=None if chosen is None else chosen.cluster_id,
                 topic_id=None if chosen is None else chosen.topic_id,
                 stopped=None,
-                by_position=bool(locked.positions) and not by_operator,
-                floors=to_json(merged(locked.floors, started_over(locked.positions))),
+                by_position=bool(locked.sources) and not by_operator,
+                floors=floors,
+                replay_to=-1,
                 epoch=watermarks.c.epoch + 1,
                 updated_at=func.now(),
             )
@@ -127,11 +130,118 @@ def start_over(
         keep_ids_below_offsets(session, recorder.match(recent_ids, move.topic, move.partition))
 
 
-def started_over(positions: Mapping[str, Position]) -> list[tuple[str, Position]]:
-    """The floors a start-over gives: just below each source's position, whose own event is
-    judged by its id (the window kept it) since another event of the same write may share it
-    and not have been applied yet (a mirror holds what the consumer had not read)."""
-    return [(source, (commit, change - 1)) for source, (commit, change) in positions.items()]
+class Refused(ValueError):
+    """An operator action that would lose or double events, or has no target: nothing changed."""
+
+
+@dataclass(frozen=True)
+class Rebase:
+    """How an operator resumes stopped partitions (`rebase`).
+
+    Attributes:
+        offset: Start over: the new watermark (-1: read the topic from its start), the sources'
+            positions kept as floors.
+        resends: The partitions stopped on positions gone back hold re-sends the window no
+            longer knows: each source's top becomes its floor, the watermark stays.
+        histories: Per source key, the LSN at which its database's restored or failed-over
+            history left the decided one (its timeline's switch point): what it wrote up to
+            there is a re-read, what it wrote after is new (`inbox.judgement.new_history`); the
+            watermark stays.
+    """
+
+    offset: int = -1
+    resends: bool = False
+    histories: Mapping[str, int] = field(default_factory=dict)
+
+    def describe(self, move: Move) -> str:
+        if self.histories:
+            forks = ", ".join(f"{k} from LSN {lsn}" for k, lsn in self.histories.items())
+            return f"resume at watermark {move.watermark}, new history of {forks}"
+        if self.resends:
+            return f"resume at watermark {move.watermark}, each source's top its floor (re-sends)"
+        return f"start over: watermark {move.watermark} -> {self.offset}"
+
+
+def refusal(move: Move, how: Rebase) -> str | None:
+    """Why ``how`` must not resume ``move``'s partition (None: it may). A plain start-over of a
+    partition stopped on positions gone back would floor a restored database's new events;
+    resuming as re-sends or a new history fits only that stop; a new history needs a known
+    source."""
+    gone_back = move.stopped is not None and judgement.GONE_BACK in move.stopped
+    if how.histories or how.resends:
+        if not gone_back:
+            return (
+                f"[{move.partition}] is not stopped on positions gone back: "
+                "--as-resends and --new-history resume only such a stop"
+            )
+        named = judgement.stopped_source(move.stopped or "")
+        unknown = [k for k in how.histories if k not in move.positions and k != named]
+        if unknown:
+            known = ", ".join(move.positions)
+            return f"[{move.partition}] knows no source {', '.join(unknown)} (known: {known})"
+        return None
+    if gone_back:
+        return (
+            f"[{move.partition}] stopped because a source's positions went back: a start-over "
+            "would take its database's new events for re-reads and skip them. If its database "
+            "was restored or failed over, resume with --new-history SOURCE=LSN (the LSN where "
+            "its new timeline began: its .history file); if the records are re-sends the "
+            "window forgot, with --as-resends"
+        )
+    return None
+
+
+def rebase(engine: Engine, found: Sequence[Move], current: TopicIdentity, how: Rebase) -> None:
+    """Resume ``found`` partitions as ``how`` says, each in one transaction, after every one
+    was checked (`refusal`: nothing changes when one is refused). The CLI and the console both
+    call this.
+
+    Raises:
+        Refused: ``how`` would lose or double events on one of them.
+    """
+    refused = [why for why in (refusal(m, how) for m in found) if why is not None]
+    if refused:
+        raise Refused("; ".join(refused))
+    for move in found:
+        if how.resends or how.histories:
+            resume(engine, move, how)
+        else:
+            start_over(engine, move, current, offset=how.offset, by_operator=True)
+
+
+def resume(engine: Engine, move: Move, how: Rebase) -> None:
+    """Resume a partition stopped on positions gone back at its watermark, its sources' states
+    moved as ``how`` says; its reader starts again from the watermark (the epoch goes up)."""
+    recorder = Recorder(move.consumer)
+    with Session(engine) as session, session.begin():
+        locked = recorder.locked(session, move.topic, move.partition)
+        states = dict(locked.sources)
+        if how.resends:
+            states = judgement.started_over(states)
+        for key, fork in how.histories.items():
+            states[key] = judgement.new_history(fork)
+        tops, ids, floors = states_to_json(states)
+        session.execute(
+            update(watermarks)
+            .where(*recorder.match(watermarks, move.topic, move.partition))
+            .values(
+                sources=tops,
+                tops=ids,
+                floors=floors,
+                stopped=None,
+                epoch=watermarks.c.epoch + 1,
+                updated_at=func.now(),
+            )
+        )
+
+
+def parse_lsn(text: str) -> int:
+    """An LSN as Postgres writes it (``16/B374D848``) or as a number."""
+    high, sep, low = text.strip().partition("/")
+    try:
+        return (int(high, 16) << 32) + int(low, 16) if sep else int(high)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an LSN (like 16/B374D848)") from None
 
 
 def keep_ids_below_offsets(session: Session, scope: Sequence[ColumnElement[bool]]) -> None:
@@ -173,46 +283,51 @@ def stop(session: Session, consumer: str, topic: str, partition: int, reason: st
     )
 
 
-def floors(rows: Sequence[Mapping[str, Position]], sources: Collection[str]) -> dict[str, Position]:
-    """The floor of each of ``sources``: the highest position any partition applied of it
-    (sources no partition knows have none)."""
-    floor: dict[str, Position] = {}
-    for positions in rows:
-        for source, position in positions.items():
-            if source in sources:
-                floor[source] = max(floor.get(source, position), position)
-    return floor
-
-
 def raise_floors(
     engine: Engine, consumer: str, topic: str, partitions: int, sources: Collection[str]
 ) -> dict[str, Position]:
     """Before ``topic`` gets ``partitions`` partitions, with the connectors publishing as
-    ``sources`` paused and ``consumer`` caught up: each partition's position of each of those
-    sources raised to the highest any partition applied, and the new partitions' rows made with
-    them (offsets from -1, the topic's identity). Everything those sources wrote before was
-    applied, and everything they write after has a higher position, so a re-send landing in a
-    partition that never saw its original is still known for one. The other sources' positions
-    stay as they are: their connectors kept publishing, and a partition may still hold their
-    events below another partition's position. Returns the floor per source raised."""
+    ``sources`` (names, or their databases' identities) paused and ``consumer`` caught up: in
+    every partition, each source key of those (the name, ``name@identity`` for another
+    database under it, the key a renamed source kept) gets the
+    state `inbox.judgement.raised` gives (the highest top any partition decided, the ids decided
+    at it, that top as its floor), and the new partitions' rows are made with them and with the
+    partitions' source identities (offsets from -1, the topic's identity). Everything those
+    sources wrote before was decided, and everything they write after has a higher position,
+    so a re-send landing in a partition that never saw its original is known for one. Each
+    database's keys are raised by its own positions only. The other sources stay as they are:
+    their connectors kept publishing, and a partition may still hold their events below
+    another partition's top. Returns the floor per source key raised."""
     keys = (watermarks.c.consumer == consumer, watermarks.c.topic == topic)
+    names = set(sources)
     with Session(engine) as session, session.begin():
         rows = session.execute(
             select(watermarks).where(*keys).order_by(watermarks.c.partition).with_for_update()
         ).all()
-        floor = floors([from_json(row.sources) for row in rows], sources)
-        if not rows or not floor:
-            return floor
+        states = [states_from_row(row) for row in rows]
+        identities: dict[str, str] = {}
         for row in rows:
-            raised = {**from_json(row.sources), **floor}
+            identities.update(row.source_identities or {})
+        chosen = {key for row in states for key in row if paused(key, identities, names)}
+        best = judgement.raised(states, chosen)
+        if not rows or not best:
+            return {key: state.top for key, state in best.items()}
+        for row, known in zip(rows, states, strict=True):
+            tops, ids, floors = states_to_json({**known, **best})
             session.execute(
                 update(watermarks)
                 .where(*keys, watermarks.c.partition == row.partition)
-                .values(sources=to_json(raised), floors=to_json({**from_json(row.floors), **floor}))
+                .values(
+                    sources=tops,
+                    tops=ids,
+                    floors=floors,
+                    source_identities={**identities, **(row.source_identities or {})},
+                )
             )
-        known = {int(row.partition) for row in rows}
-        missing = [p for p in range(partitions) if p not in known]
+        present = {int(row.partition) for row in rows}
+        missing = [p for p in range(partitions) if p not in present]
         if missing:
+            tops, ids, floors = states_to_json(best)
             session.execute(
                 pg_insert(watermarks)
                 .values(
@@ -224,15 +339,23 @@ def raise_floors(
                             "offset": -1,
                             "cluster_id": rows[0].cluster_id,
                             "topic_id": rows[0].topic_id,
-                            "sources": to_json(floor),
-                            "floors": to_json(floor),
+                            "sources": tops,
+                            "tops": ids,
+                            "floors": floors,
+                            "source_identities": identities,
                         }
                         for p in missing
                     ]
                 )
                 .on_conflict_do_nothing()
             )
-    return floor
+    return {key: state.top for key, state in best.items()}
+
+
+def paused(key: str, identities: Mapping[str, str], sources: Collection[str]) -> bool:
+    """True when the source ``key`` is one of ``sources`` (names or database identities): its
+    name, or the identity it stands for (a renamed source keeps its first name as its key)."""
+    return key.split("@", 1)[0] in sources or identities.get(key) in sources
 
 
 def epochs(engine: Engine, consumer: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:

@@ -23,6 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from inbox.moves import Refused as Refused
 from inbox.parked_rows import parked_headers as parked_headers
 from inbox.parked_rows import parked_record
 from inbox.recorder import Recorder
@@ -151,14 +152,21 @@ def rewind_plan(
     engine: Engine, consumer: str, topic: str, partition: int, offset: int
 ) -> RewindPlan:
     """What `rewind` to ``offset`` would do (nothing changed; no lock: the consumer may move
-    the watermark on before the rewind runs)."""
+    the watermark on before the rewind runs).
+
+    Raises:
+        Refused: No such partition, or ``offset`` is not from -1 (its start) to one below its
+            watermark (at the watermark nothing would be applied again; above it, records never
+            applied would be passed).
+    """
     recorder = Recorder(consumer)
     with engine.connect() as conn:
         watermark = conn.execute(
             select(watermarks.c.offset).where(*recorder.match(watermarks, topic, partition))
         ).scalar_one_or_none()
         if watermark is None:
-            raise ValueError(f"no watermark for {consumer} {topic}[{partition}]")
+            raise Refused(f"no watermark for {consumer} {topic}[{partition}]")
+        refuse_rewind(topic, partition, int(watermark), offset)
         slices = conn.execute(
             select(recent_ids.c.offsets).where(
                 *recorder.match(recent_ids, topic, partition), recent_ids.c.last_offset > offset
@@ -168,40 +176,61 @@ def rewind_plan(
     return RewindPlan(int(watermark), offset, forgotten)
 
 
+def refuse_rewind(topic: str, partition: int, watermark: int, offset: int) -> None:
+    """Raise `Refused` unless ``offset`` is a rewind of a partition at ``watermark``."""
+    if -1 <= offset < watermark:
+        return
+    if offset == watermark:
+        raise Refused(
+            f"{topic}[{partition}] is at watermark {watermark} already: nothing to rewind"
+        )
+    raise Refused(
+        f"{offset} is not a rewind of {topic}[{partition}]: choose from -1 (read it from its "
+        f"start) to {watermark - 1} (its watermark is {watermark}; a higher one would pass "
+        "records never applied)"
+    )
+
+
 def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: int) -> int:
     """Move a watermark back to ``offset`` explicitly (events above it will be applied again).
 
     The window's ids above ``offset`` are forgotten too, or the replay would be skipped as
     re-sends: slices above it are deleted, a slice straddling it keeps its ids up to
-    ``offset``. So are the sources' positions, which would skip it as well: the partition is
-    judged by offset until its records give it positions again. The partition's start-over
-    count goes up, so a consumer query reading it from a checkpoint is refused its next slice and
-    starts again from the inbox's watermarks (`spark_consumers.identity.prepare_start`): the
-    records above ``offset`` are read again, not only below a checkpoint's offsets. Returns the
-    previous watermark."""
+    ``offset``. The sources' states stay (a failover after the rewind still knows what was
+    decided), and the offsets from ``offset`` + 1 up to the previous watermark are judged by
+    offset and id instead of by their positions (`Locked.replay_to`) until the watermark
+    passes them again. The partition's start-over count goes up, so a consumer query reading it
+    from a checkpoint is refused its next slice and starts again from the inbox's watermarks
+    (`spark_consumers.identity.prepare_start`): the records above ``offset`` are read again, not
+    only below a checkpoint's offsets. Returns the previous watermark.
+
+    Raises:
+        Refused: As `rewind_plan`, judged under the partition's lock.
+    """
     recorder = Recorder(consumer)
     with Session(engine) as session, session.begin():
-        previous = session.execute(
-            select(watermarks.c.offset)
+        row = session.execute(
+            select(watermarks.c.offset, watermarks.c.replay_to)
             .where(*recorder.match(watermarks, topic, partition))
             .with_for_update()
-        ).scalar_one_or_none()
-        if previous is None:
-            raise ValueError(f"no watermark for {consumer} {topic}[{partition}]")
+        ).one_or_none()
+        if row is None:
+            raise Refused(f"no watermark for {consumer} {topic}[{partition}]")
+        previous = int(row.offset)
+        refuse_rewind(topic, partition, previous, offset)
         session.execute(
             update(watermarks)
             .where(*recorder.match(watermarks, topic, partition))
             .values(
                 offset=offset,
-                sources={},
-                floors={},
                 by_position=False,
+                replay_to=max(previous, int(row.replay_to)),
                 epoch=watermarks.c.epoch + 1,
                 updated_at=func.now(),
             )
         )
         _forget_above(session, recorder.match(recent_ids, topic, partition), offset)
-    return int(previous)
+    return previous
 
 
 def _forget_above(session: Session, scope: Sequence[ColumnElement[bool]], offset: int) -> None:

@@ -29,53 +29,29 @@ class TopicIdentity:
         return f"topic id {self.topic_id} on cluster {self.cluster_id}"
 
 
-def known_position(positions: Mapping[str, Position], source: str | None) -> Position | None:
-    """The rule of which records a position judges: the highest position the partition applied
-    of ``source``, which judges its record (with that record's own position); None when the
-    source is unknown here, and the record is judged by the id window and offsets instead."""
-    return positions.get(source) if source is not None else None
-
-
-# The position a partition keeps for a source it saw only without a readable one (a fresh
-# connector's first transaction, ``[null, "<lsn>"]``): the source is known to the partition, so
-# a start-over judges its records by id, not as a new source's; below every real position.
-UNREAD: Position = (0, 0)
-
-
-def merged(
-    stored: Mapping[str, Position], seen: Iterable[tuple[str | None, Position | None]]
-) -> dict[str, Position]:
-    """``stored`` with each source's highest position among ``seen`` taken in (`UNREAD` for a
-    source seen only without one)."""
-    out = dict(stored)
-    for source, position in seen:
-        if source is None:
-            continue
-        if position is None:
-            out.setdefault(source, UNREAD)
-        elif position > out.get(source, (-1, -1)):
-            out[source] = position
-    return out
-
-
 def source_keys(
     seen: Iterable[tuple[str | None, str | None]], identities: Mapping[str, str]
 ) -> tuple[list[str | None], dict[str, str]]:
     """The key each record's position is kept under, and the partition's source identities
     after them. ``seen``: each record's source name and its database's identity (None: the
-    connector writes none), in offset order; ``identities``: per name, the identity of the
-    database the partition first saw under it. A name is its first database's key; another
-    database under the same name (two databases left on the default name, on Connect
-    clusters that cannot see each other) gets ``name@identity``: a source of its own, whose
-    positions never judge the first one's events."""
+    connector writes none), in offset order; ``identities``: per key, the identity of the
+    database it stands for. A database known here keeps its key whatever name it comes under
+    now (a source renamed: its positions still judge its re-sends); a new database gets its
+    name as its key, or ``name@identity`` when another database has the name already (two
+    databases left on the default name, on Connect clusters that cannot see each other): a
+    source of its own, whose positions never judge the first one's events."""
     out = dict(identities)
+    known = {origin: key for key, origin in out.items()}
     keys: list[str | None] = []
     for source, origin in seen:
         if source is None or origin is None:
             keys.append(source)
             continue
-        first = out.setdefault(source, origin)
-        keys.append(source if first == origin else f"{source}@{origin}")
+        key = known.get(origin)
+        if key is None:
+            key = source if source not in out else f"{source}@{origin}"
+            out[key], known[origin] = origin, key
+        keys.append(key)
     return keys, out
 
 

@@ -14,12 +14,13 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
 from inbox import statements
-from inbox.decision import prune_floor
+from inbox.decision import PartitionView, asks_window, prune_floor
+from inbox.judgement import SourceState
 from inbox.parked_rows import Executor, ParkedRows
 from inbox.position import TopicIdentity, from_json, to_json
-from inbox.tables import ledger, watermarks
+from inbox.tables import ledger, parked, skipped, watermarks
 from outboxkit.kernel.wire.position import Position
-from outboxkit.kernel.wire.record import CANONICAL_UUID
+from outboxkit.kernel.wire.record import CANONICAL_UUID, Decoded
 
 
 @dataclass(frozen=True)
@@ -29,12 +30,40 @@ class Locked:
     offset: int  # -1 before the first record
     any_parked: bool  # False: the partition has no parked record (`Recorder.parked_keys`)
     identity: TopicIdentity | None = None  # what the offsets refer to (None: not recorded yet)
-    positions: Mapping[str, Position] = field(default_factory=dict)  # per source, the highest
+    sources: Mapping[str, SourceState] = field(default_factory=dict)  # `inbox.judgement`
     stopped: str | None = None  # why the partition is stopped (`inbox.moves.stop`)
     by_position: bool = False  # started over: only records with a known source's position
     epoch: int = 0  # start-overs so far
-    floors: Mapping[str, Position] = field(default_factory=dict)  # per source, re-reads below
     identities: Mapping[str, str] = field(default_factory=dict)  # per name, its first database
+    replay_to: int = -1  # an operator's rewind reaches up to this offset
+
+    @property
+    def positions(self) -> dict[str, Position]:
+        """Per source, the highest position decided."""
+        return {key: state.top for key, state in self.sources.items()}
+
+
+def states_from_row(row: Any) -> dict[str, SourceState]:
+    """The per-source states a watermark row stores in ``sources`` (tops), ``tops`` (the ids at
+    them) and ``floors``."""
+    tops, floors = from_json(row.sources), from_json(row.floors)
+    ids = row.tops or {}
+    out: dict[str, SourceState] = {}
+    for key in {*tops, *floors}:
+        top = tops.get(key, floors.get(key))
+        assert top is not None
+        out[key] = SourceState(top, frozenset(str(i) for i in ids.get(key, ())), floors.get(key))
+    return out
+
+
+def states_to_json(
+    states: Mapping[str, SourceState],
+) -> tuple[dict[str, list[int]], dict[str, list[str]], dict[str, list[int]]]:
+    """``states`` as a watermark row's ``sources``, ``tops`` and ``floors`` columns."""
+    tops = to_json({key: state.top for key, state in states.items()})
+    ids = {key: sorted(state.at_top) for key, state in states.items() if state.at_top}
+    floors = {key: state.floor for key, state in states.items() if state.floor is not None}
+    return tops, ids, to_json(floors)
 
 
 @dataclass(frozen=True)
@@ -79,12 +108,12 @@ class Recorder(ParkedRows):
             int(row.offset),
             bool(row.any_parked),
             identity,
-            from_json(row.sources),
+            states_from_row(row),
             row.stopped,
             bool(row.by_position),
             int(row.epoch),
-            from_json(row.floors),
             dict(row.source_identities or {}),
+            int(row.replay_to),
         )
 
     def advance(
@@ -95,11 +124,12 @@ class Recorder(ParkedRows):
         offset: int,
         applied: Sequence[tuple[str, int]] = (),
         *,
-        positions: Mapping[str, Position] | None = None,
+        sources: Mapping[str, SourceState] | None = None,
         identity: TopicIdentity | None = None,
         identities: Mapping[str, str] | None = None,
     ) -> None:
-        """Set the (locked) watermark, with the sources' ``positions``, their databases'
+        """Set the (locked) watermark, with the sources' states (``sources``: their tops and the
+        ids at them; their floors are the operators' to move), their databases'
         ``identities`` and the offsets' ``identity`` when given (kept when None), and, with a
         window, remember the slice's ``applied`` (event id, offset) pairs (`remember`) and
         forget the slices below the new floor: one statement.
@@ -110,7 +140,8 @@ class Recorder(ParkedRows):
         params: dict[str, Any] = {
             **self._named(topic, partition),
             "p_offset": offset,
-            "p_sources": None if positions is None else to_json(positions),
+            "p_sources": None if sources is None else states_to_json(sources)[0],
+            "p_tops": None if sources is None else states_to_json(sources)[1],
             "p_identities": None if identities is None else dict(identities),
             "p_cluster_id": None if identity is None else identity.cluster_id,
             "p_topic_id": None if identity is None else identity.topic_id,
@@ -153,6 +184,67 @@ class Recorder(ParkedRows):
             )
         ).all()
         return {(t, int(p)): int(o) + 1 if o >= 0 else -2 for t, p, o in rows}
+
+    def view(
+        self, session: Session, locked: Locked, decoded: Sequence[Decoded], *, ids_kept: bool
+    ) -> PartitionView:
+        """What the judgement needs of the partition for ``decoded`` (keyed, in offset order),
+        read under the partition's lock: the window's ids of the records whose decision may
+        need them (`asks_window`: the common record, above its source's top, needs none), the
+        parked keys when the partition has parked records, the decided ids (parked, skipped)
+        of the records below their source's top, and the window's ids at replayed offsets."""
+        first = decoded[0].record
+        topic, partition, mark = first.topic, first.partition, locked.offset
+        states = locked.sources
+        asked = [
+            d.event_id
+            for d in decoded
+            if asks_window(states, mark, d.record.offset, d.source, d.position)
+        ]
+        below = [
+            d.event_id
+            for d in decoded
+            if d.record.offset > mark
+            and d.position is not None
+            and d.position <= states.get(str(d.source), _ABOVE_ALL).top
+        ]
+        replayed = [d.record.offset for d in decoded if d.record.offset <= mark]
+        return PartitionView(
+            watermark=mark,
+            recent_ids=self.recent(session, topic, partition, asked),
+            parked_keys=(
+                self.parked_keys(session, topic, partition, (d.key for d in decoded))
+                if locked.any_parked
+                else frozenset()
+            ),
+            sources=states,
+            held=self.held_at(session, topic, partition, replayed),
+            by_position=locked.by_position,
+            ids_kept=ids_kept,
+            parked_ids=self.decided_ids(
+                session, topic, partition, (asked if locked.any_parked else []) + below
+            ),
+            replay_to=locked.replay_to,
+        )
+
+    def decided_ids(
+        self, session: Session, topic: str, partition: int, ids: Iterable[str | None]
+    ) -> frozenset[str]:
+        """Which of ``ids`` are of the partition's parked records or of records an operator
+        skipped: decided here, though the window never held them (one statement)."""
+        wanted = sorted({i for i in ids if i})
+        if not wanted:
+            return frozenset()
+        query = (
+            select(parked.c.event_id)
+            .where(*self.match(parked, topic, partition), parked.c.event_id.in_(wanted))
+            .union(
+                select(skipped.c.event_id).where(
+                    *self.match(skipped, topic, partition), skipped.c.event_id.in_(wanted)
+                )
+            )
+        )
+        return frozenset(str(r[0]) for r in session.execute(query))
 
     # -- window of recent event ids ------------------------------------------------------------
     # Callers hold the partition's watermark lock (`lock`): it serialises every reader and
@@ -223,6 +315,9 @@ class Recorder(ParkedRows):
                 for event_id, offset in applied
             ],
         )
+
+
+_ABOVE_ALL = SourceState((2**63, 2**63))  # a source the partition does not know
 
 
 def canonical_uuids(ids: Iterable[str | None]) -> str:

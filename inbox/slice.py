@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from inbox.decision import Action, Decider, Decision, Incoming, PartitionView
 from inbox.handlers import BatchHandler
 from inbox.parked_rows import Parking
-from inbox.position import OffsetsMoved, known_position
+from inbox.position import OffsetsMoved
 from inbox.retries import RetryPolicy, retry_after
 from inbox.tracing import RecordSpans, ended
 from outbox.publish import Outbox
@@ -278,15 +278,17 @@ def all_new(view: PartitionView, decoded: Sequence[Decoded], batch: BatchHandler
     set operations, where the decider goes record by record; False sends the slice to it."""
     if decoded[0].record.offset <= view.watermark:
         return False
-    if view.positions:
+    if view.sources:
         for item in decoded:
-            known = known_position(view.positions, item.source)
-            if known is None:
+            state = view.sources.get(item.source) if item.source is not None else None
+            if state is None:
                 if view.by_position:
                     return False  # the decider stops on it
                 continue
-            if item.position is None or item.position <= known:
+            if item.position is None or item.position <= state.top:
                 return False
+    if decoded[0].record.offset <= view.replay_to:
+        return False  # rewound: judged by offset and id
     ids = [item.event_id for item in decoded]
     if None in ids or len(set(ids)) != len(ids) or not view.recent_ids.isdisjoint(ids):
         return False

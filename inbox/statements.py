@@ -64,6 +64,8 @@ LOCK = (
         watermarks.c.epoch,
         watermarks.c.floors,
         watermarks.c.source_identities,
+        watermarks.c.tops,
+        watermarks.c.replay_to,
     )
     .where(*this_partition(watermarks))
     .with_for_update()
@@ -109,6 +111,7 @@ MARK = (
         offset=bindparam("p_offset"),
         updated_at=func.now(),
         sources=func.coalesce(bindparam("p_sources", type_=KEPT_WHEN_NONE), watermarks.c.sources),
+        tops=func.coalesce(bindparam("p_tops", type_=KEPT_WHEN_NONE), watermarks.c.tops),
         source_identities=func.coalesce(
             bindparam("p_identities", type_=KEPT_WHEN_NONE), watermarks.c.source_identities
         ),

@@ -63,6 +63,13 @@ watermarks = Table(
     # Per source name, the identity of the database first seen under it (`sourceIdentity`):
     # another database under the name is kept as a source of its own (`inbox.position`).
     Column("source_identities", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # Per source, the event ids decided at its top position (`sources`): the rows of one
+    # multi-row write share a position, and a re-send of one of them is told from a new row by
+    # these ids, whatever the window keeps (`inbox.judgement.SourceState.at_top`).
+    Column("tops", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # An operator's rewind: offsets above the watermark up to this one are applied again, judged
+    # by offset and id rather than by their sources' positions (-1: none).
+    Column("replay_to", BigInteger, nullable=False, server_default=text("-1")),
     PrimaryKeyConstraint("consumer", "topic", "partition"),
 )
 

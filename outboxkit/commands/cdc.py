@@ -126,6 +126,7 @@ def _add_partitions(
     from sqlalchemy import select
 
     from cdc import partitions
+    from cdc.config import source_identity_of
     from inbox import moves
     from inbox.tables import watermarks
 
@@ -148,12 +149,15 @@ def _add_partitions(
             lowest[p] = min(marks.get(c, -1) for c in args.consumer)
         return lowest
 
-    # The source the paused connector publishes as: only its floors are raised.
-    source = (client.get_config(connector) or {}).get("topic.prefix", "")
+    # The source the paused connector publishes as (its name, and its database's identity,
+    # which a renamed source's positions stay keyed by): only its floors are raised.
+    config = client.get_config(connector) or {}
+    source = config.get("topic.prefix", "")
+    paused = [source, *filter(None, [source_identity_of(config)])]
 
     def drained() -> None:
         for consumer in args.consumer:
-            floor = moves.raise_floors(engine, consumer, topic, chosen.after, [source])
+            floor = moves.raise_floors(engine, consumer, topic, chosen.after, paused)
             if floor:
                 print(f"{consumer}: every partition's source positions raised to {floor}")
             else:

@@ -78,17 +78,21 @@ def _parked_text(row: Mapping[str, Any]) -> str:
 def _rewind(args: argparse.Namespace, settings: Settings) -> int:
     """Move a partition's watermark back to --offset, once its plan is confirmed."""
     from inbox import operations
+    from outboxkit.commands.errors import CommandError
 
     engine = engine_of(args, settings)
     where = (args.consumer, args.topic, args.partition)
     target = f"{args.consumer} {args.topic}[{args.partition}]"
-    plan = operations.rewind_plan(engine, *where, args.offset)
-    if plan.offset == plan.watermark:
-        print(f"{target} is at watermark {plan.watermark} already: nothing to rewind")
-        return 0
+    try:
+        plan = operations.rewind_plan(engine, *where, args.offset)
+    except operations.Refused as exc:
+        raise CommandError(str(exc)) from exc
     if not confirm.go_ahead(args, "inbox rewind", _rewind_plan(target, engine, plan)):
         return 0
-    previous = operations.rewind(engine, *where, args.offset)
+    try:
+        previous = operations.rewind(engine, *where, args.offset)
+    except operations.Refused as exc:  # the watermark moved since the plan
+        raise CommandError(str(exc)) from exc
     print(f"rewound {target}: {previous} -> {args.offset}")
     print(
         "a consumer job reading it now restarts its query from the inbox's watermarks at its "
@@ -100,22 +104,13 @@ def _rewind(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _rewind_plan(target: str, engine: Any, plan: Any) -> list[str]:
-    """The plan of a rewind (`inbox.operations.RewindPlan`); an --offset that is not below the
-    watermark is a usage error."""
-    from outboxkit.commands.errors import CommandError
-
-    if plan.offset < -1 or plan.offset > plan.watermark:
-        raise CommandError(
-            f"--offset {plan.offset} is not a rewind of {target}: choose from -1 (read it from "
-            f"its start) to its watermark {plan.watermark} (a higher one would pass records "
-            "never applied)"
-        )
+    """The plan of a rewind (`inbox.operations.RewindPlan`)."""
     return [
         f"inbox rewind of {target} on {_database(engine)}",
         f"  watermark {plan.watermark} -> {plan.offset}: {plan.replayed} offset(s), "
         f"{plan.offset + 1} to {plan.watermark}, read and applied again (handlers run again)",
-        f"  forgotten: {plan.forgotten} event id(s) of the window above {plan.offset}, and the "
-        "partition's source positions (judged by offset until its records bring them again)",
+        f"  forgotten: {plan.forgotten} event id(s) of the window above {plan.offset}; the "
+        "sources' positions stay, and those offsets are judged by offset and id",
     ]
 
 
@@ -131,6 +126,7 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
     topic from its start; the sources' positions, where the records carry them, decide what
     was applied), once the plan is confirmed."""
     from inbox import moves
+    from outboxkit.commands.errors import CommandError
 
     current, found = moved_partitions(
         engine, args.consumer, args.topic, kafka, only=args.partition_given
@@ -138,16 +134,46 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
     if not found:
         print(f"{args.consumer} {args.topic}: no partition is stopped or of another topic id")
         return 0
+    how = rebase_of(args)
+    refused = [why for why in (moves.refusal(m, how) for m in found) if why is not None]
+    if refused:
+        raise CommandError("; ".join(refused))
     if not confirm.go_ahead(args, "inbox rebase", _rebase_plan(args, engine, current, found)):
         return 0
-    for move in found:  # the watermark set with the start-over: one transaction, positions kept
-        moves.start_over(engine, move, current, offset=args.offset, by_operator=True)
+    moves.rebase(engine, found, current, how)
     partitions = [m.partition for m in found]
-    print(f"started {args.consumer} {args.topic} {partitions} over at {args.offset}")
+    print(f"{args.consumer} {args.topic} {partitions}: {how.describe(found[0])}")
     print("restart the consumer job: it reads these partitions from the inbox's positions")
-    detail = {"partitions": partitions, "offset": args.offset, "topic": current.describe()}
+    detail = {
+        "partitions": partitions,
+        "offset": args.offset,
+        "topic": current.describe(),
+        "as_resends": how.resends,
+        "new_history": dict(how.histories),
+    }
     _record(engine, "inbox rebase", f"{args.consumer} {args.topic}", detail, len(found))
     return 0
+
+
+def rebase_of(args: argparse.Namespace) -> Any:
+    """The `inbox.moves.Rebase` the options ask for."""
+    from inbox import moves
+    from outboxkit.commands.errors import CommandError
+
+    histories: dict[str, int] = {}
+    for item in args.new_history or ():
+        source, sep, lsn = item.rpartition("=")
+        if not sep or not source:
+            raise CommandError(f"--new-history {item!r}: expected SOURCE=LSN (like db=16/B374D848)")
+        try:
+            histories[source] = moves.parse_lsn(lsn)
+        except ValueError as exc:
+            raise CommandError(f"--new-history {item!r}: {exc}") from exc
+    if histories and args.as_resends:
+        raise CommandError(
+            "--as-resends and --new-history are two readings of one stop: choose one"
+        )
+    return moves.Rebase(args.offset, bool(args.as_resends), histories)
 
 
 def moved_partitions(
@@ -180,6 +206,10 @@ def _rebase_plan(
             if move.positions
             else "by offset only"
         )
+        how = rebase_of(args)
+        if how.resends or how.histories:
+            lines.append(f"  [{move.partition}]: {how.describe(move)} (was: {move.describe()})")
+            continue
         lines.append(
             f"  start [{move.partition}] over: watermark {move.watermark} -> {args.offset} for "
             f"{current.describe()} (was: {move.describe()}); its records judged {judged}"
@@ -320,6 +350,20 @@ def _add_rebase(actions: SubParsers) -> None:
     )
     rebase.add_argument(
         "--offset", type=int, default=-1, help="the new watermark; -1: from the topic's start"
+    )
+    rebase.add_argument(
+        "--as-resends",
+        action="store_true",
+        help="a partition stopped on positions gone back holds re-sends the window forgot: "
+        "each source's top becomes its floor, the watermark stays",
+    )
+    rebase.add_argument(
+        "--new-history",
+        action="append",
+        metavar="SOURCE=LSN",
+        help="a partition stopped on positions gone back: SOURCE's database was restored or "
+        "failed over, its new timeline beginning at LSN; what it wrote up to there is skipped, "
+        "what it wrote after is applied (repeatable)",
     )
     confirm.add_options(rebase)
     add_url(rebase)

@@ -180,7 +180,10 @@ class Operator:
         """Move a partition's watermark back to ``offset`` (from -1 to its watermark)."""
         engine = self.inbox(consumer).engine
         plan = self.rewind_plan(consumer, topic, partition, offset)
-        previous = operations.rewind(engine, consumer, topic, partition, offset)
+        try:
+            previous = operations.rewind(engine, consumer, topic, partition, offset)
+        except operations.Refused as exc:  # the watermark moved since the plan
+            raise ActionRefused(str(exc)) from exc
         detail = {"from": previous, "to": offset, "forgotten_ids": plan.forgotten}
         return Logged(
             "console rewind",
@@ -198,13 +201,8 @@ class Operator:
             plan = operations.rewind_plan(
                 self.inbox(consumer).engine, consumer, topic, partition, offset
             )
-        except ValueError as exc:
+        except operations.Refused as exc:
             raise ActionRefused(str(exc)) from exc
-        if not -1 <= offset < plan.watermark:
-            raise ActionRefused(
-                f"{offset} is not a rewind of {topic}[{partition}]: choose from -1 (from the "
-                f"start) to {plan.watermark - 1} (its watermark is {plan.watermark})"
-            )
         return plan
 
     def rebase_plan(self, consumer: str, topic: str) -> tuple[Any, list[Any]]:
@@ -227,8 +225,10 @@ class Operator:
         if not found:
             raise ActionRefused(f"no partition of {topic} is stopped or of another topic id")
         engine = self.inbox(consumer).engine
-        for move in found:
-            moves.start_over(engine, move, current, offset=-1, by_operator=True)
+        try:
+            moves.rebase(engine, found, current, moves.Rebase(offset=-1))
+        except moves.Refused as exc:
+            raise ActionRefused(str(exc)) from exc
         partitions = [m.partition for m in found]
         return Logged(
             "console rebase",

@@ -170,9 +170,12 @@ def inbox_db(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     done: dict[str, Any] = {"rewinds": [], "actions": []}
     monkeypatch.setattr(inbox_changes, "engine_of", lambda args, settings: FakeEngine())
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
-    monkeypatch.setattr(
-        operations, "rewind_plan", lambda engine, c, t, p, offset: RewindPlan(20, offset, 3)
-    )
+
+    def plan(engine: Any, consumer: str, topic: str, partition: int, offset: int) -> RewindPlan:
+        operations.refuse_rewind(f"{consumer} {topic}", partition, 20, offset)  # the one rule
+        return RewindPlan(20, offset, 3)
+
+    monkeypatch.setattr(operations, "rewind_plan", plan)
 
     def rewind(engine: Any, *where: Any) -> int:
         done["rewinds"].append(where)
@@ -224,12 +227,13 @@ def test_rewind_with_yes_rewinds_and_records(
     )
 
 
-@pytest.mark.parametrize("offset", ["21", "-2"])
-def test_rewind_refuses_to_move_a_watermark_forward(
+@pytest.mark.parametrize("offset", ["21", "-2", "20"])
+def test_rewind_refuses_to_move_a_watermark_forward_or_nowhere(
     inbox_db: dict[str, Any], offset: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main([*REWIND, "--offset", offset, "--yes"]) == USAGE
-    assert "is not a rewind of payments orders[2]" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "is not a rewind of payments orders[2]" in err or "nothing to rewind" in err
     assert inbox_db["rewinds"] == []
 
 

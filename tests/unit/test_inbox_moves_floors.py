@@ -6,14 +6,22 @@ skip them in silence."""
 
 from __future__ import annotations
 
-from inbox.moves import floors
+from inbox.judgement import SourceState, raised
+from inbox.moves import paused
 
 
-def test_only_the_paused_source_gets_a_floor() -> None:
+def test_only_the_paused_source_gets_a_floor_with_the_ids_at_its_top() -> None:
     rows = [
-        {"shop": (10, 10), "billing": (50, 50)},  # partition 0
-        {"shop": (30, 30), "billing": (20, 20)},  # partition 1: billing's 21..50 may be here
+        {"shop": SourceState((30, 30), frozenset({"a"})), "billing": SourceState((50, 50))},
+        {"shop": SourceState((30, 30), frozenset({"b"})), "billing": SourceState((20, 20))},
     ]
-    assert floors(rows, ["shop"]) == {"shop": (30, 30)}
-    assert floors(rows, ["shop", "billing"]) == {"shop": (30, 30), "billing": (50, 50)}
-    assert floors(rows, ["gone"]) == {}
+    assert raised(rows, ["shop"]) == {"shop": SourceState((30, 30), frozenset("ab"), (30, 30))}
+    assert set(raised(rows, ["shop", "billing"])) == {"shop", "billing"}
+    assert raised(rows, ["gone"]) == {}
+
+
+def test_a_renamed_source_is_paused_by_its_name_or_its_database_identity() -> None:
+    identities = {"shop": "sys/app", "shop@other/app": "other/app"}
+    assert paused("shop", identities, ["shop"]) and paused("shop@other/app", identities, ["shop"])
+    assert paused("shop", identities, ["shop2", "sys/app"])
+    assert not paused("shop@other/app", identities, ["shop2", "sys/app"])
