@@ -231,12 +231,14 @@ class Inbox:
                     if d.record.offset > mark or d.source in locked.sources
                 ),
             )
+            replay_ids = still_replayed(locked, decoded)
             moved_on = done.applied or done.parked or done.result.watermark != mark
             # A slice of replays only writes nothing: a write would make every attempt still
             # waiting on the lock under repeatable read or serializable fail once more.
             adopt = identity is not None and identity != locked.identity
             learnt = identities != locked.identities
-            if moved_on or adopt or learnt or sources != locked.sources:
+            replay_moved = replay_ids != locked.replay_ids
+            if moved_on or adopt or learnt or replay_moved or sources != locked.sources:
                 recorder.park(session, done.parked, identity.topic_id if identity else None)
                 recorder.append_ledger(session, topic, partition, done.applied)
                 recorder.advance(
@@ -251,6 +253,7 @@ class Inbox:
                     sources=sources,
                     identity=identity,
                     identities=identities if learnt else None,
+                    replay_ids=replay_ids if replay_moved else None,
                 )
         result = done.result
         if replays:
@@ -334,6 +337,13 @@ def keyed(
     return [
         d if k == d.source else d._replace(source=k) for d, k in zip(decoded, keys, strict=True)
     ], learnt
+
+
+def still_replayed(locked: Locked, decoded: Sequence[Decoded]) -> frozenset[str]:
+    """The events a rewind still applies again once ``decoded`` was decided."""
+    if not locked.replay_ids:
+        return locked.replay_ids
+    return locked.replay_ids - {d.event_id for d in decoded if d.record.offset > locked.offset}
 
 
 def _judged(item: Decoded) -> Incoming:

@@ -44,9 +44,9 @@ class PartitionView:
     # Decided event ids among those asked (`asks_window`) that the window does not hold: parked
     # here, or skipped by an operator.
     parked_ids: frozenset[str] = frozenset()
-    # Offsets above the watermark up to this one were rewound by an operator: applied again,
-    # judged by offset and id, not by their sources' positions (-1: none).
-    replay_to: int = -1
+    # An operator's rewind: these events, read above the watermark, are applied once more
+    # (`inbox.operations.rewind`); others are judged as usual.
+    replay_ids: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -82,13 +82,13 @@ class Decider:
         self._held = view.held
         self._by_position = view.by_position
         self._ids_kept = view.ids_kept
-        self._replay_to = view.replay_to
+        self._replay_ids = set(view.replay_ids)
 
     def decide(self, record: Incoming) -> Decision:
         """The action for the next record; offsets must be given in increasing order."""
         source, position = record.source, record.position
         state = self._sources.get(source) if source is not None else None
-        rewound = self._mark < record.offset <= self._replay_to
+        rewound = record.offset > self._mark and record.event_id in self._replay_ids
         if state is not None and position is not None and not rewound:
             assert source is not None
             verdict = judge(
@@ -118,6 +118,8 @@ class Decider:
                 if state is None
                 else state.taken(position, record.event_id)
             )
+        if rewound:  # applied again once, its re-sends in the rewound offsets skipped
+            self._replay_ids.discard(str(record.event_id))
         decision = self._decide_new(record)
         if decision.action is Action.APPLY and record.event_id is not None:
             self._seen.add(record.event_id)

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from inbox import judgement
-from inbox.position import TopicIdentity, from_json
+from inbox.position import TopicIdentity, from_json, identity_of, key_for
 from inbox.recorder import Recorder, states_from_row, states_to_json
 from inbox.tables import ERROR_CHARS, recent_ids, watermarks
 from outboxkit.kernel.wire.position import Position
@@ -122,7 +122,6 @@ def start_over(
                 stopped=None,
                 by_position=bool(locked.sources) and not by_operator,
                 floors=floors,
-                replay_to=-1,
                 epoch=watermarks.c.epoch + 1,
                 updated_at=func.now(),
             )
@@ -283,51 +282,79 @@ def stop(session: Session, consumer: str, topic: str, partition: int, reason: st
     )
 
 
+Row = tuple[Mapping[str, judgement.SourceState], Mapping[str, str]]  # states, identities
+
+
+def raised_rows(rows: Sequence[Row], sources: Collection[str], added: int) -> list[Row]:
+    """Every partition's states and source identities once the sources named in ``sources``
+    (names or database identities) are raised before ``added`` partitions are added (the last
+    ``added`` rows of the result are theirs). Each database is raised by its own positions in
+    every partition, whatever key a partition keeps it under (a key names one database in one
+    partition and maybe another in the next: two databases under one name, seen in another
+    order); a partition that never saw it gets the key `source_keys` would give it, with its
+    identity."""
+    groups: list[dict[str, judgement.SourceState]] = []
+    names: dict[str, str] = {}
+    for states, identities in rows:
+        grouped = {}
+        for key, state in states.items():
+            name, identity = key.split("@", 1)[0], identity_of(key, identities)
+            if name in sources or identity in sources:
+                group = identity if identity is not None else f"@{key}"
+                grouped[group], names[group] = state, name
+        groups.append(grouped)
+    best = judgement.raised(groups, names)
+    out: list[Row] = []
+    for states, identities in [*rows, *[({}, {})] * added]:
+        states, identities = dict(states), dict(identities)
+        for group, state in best.items():
+            if group.startswith("@"):  # a source known by its name only
+                key = group[1:]
+            else:
+                known = [k for k in {*states, *identities} if identity_of(k, identities) == group]
+                key = known[0] if known else key_for(names[group], group, identities)
+                identities[key] = group
+            states[key] = state
+        out.append((states, identities))
+    return out
+
+
 def raise_floors(
     engine: Engine, consumer: str, topic: str, partitions: int, sources: Collection[str]
 ) -> dict[str, Position]:
     """Before ``topic`` gets ``partitions`` partitions, with the connectors publishing as
-    ``sources`` (names, or their databases' identities) paused and ``consumer`` caught up: in
-    every partition, each source key of those (the name, ``name@identity`` for another
-    database under it, the key a renamed source kept) gets the
-    state `inbox.judgement.raised` gives (the highest top any partition decided, the ids decided
-    at it, that top as its floor), and the new partitions' rows are made with them and with the
-    partitions' source identities (offsets from -1, the topic's identity). Everything those
-    sources wrote before was decided, and everything they write after has a higher position,
-    so a re-send landing in a partition that never saw its original is known for one. Each
-    database's keys are raised by its own positions only. The other sources stay as they are:
-    their connectors kept publishing, and a partition may still hold their events below
-    another partition's top. Returns the floor per source key raised."""
+    ``sources`` (names, or their databases' identities) paused and ``consumer`` caught up:
+    every partition's state of each of those databases raised as `raised_rows` says (the
+    highest top any partition decided, the ids decided at it, that top as its floor), and the
+    new partitions' rows made with them (offsets from -1, the topic's identity). Everything
+    those sources wrote before was decided, and everything they write after has a higher
+    position, so a re-send landing in a partition that never saw its original is known for
+    one. The other sources stay as they are: their connectors kept publishing, and a partition
+    may still hold their events below another partition's top. Returns the floor per source
+    key raised (in the existing partitions)."""
     keys = (watermarks.c.consumer == consumer, watermarks.c.topic == topic)
-    names = set(sources)
     with Session(engine) as session, session.begin():
         rows = session.execute(
             select(watermarks).where(*keys).order_by(watermarks.c.partition).with_for_update()
         ).all()
-        states = [states_from_row(row) for row in rows]
-        identities: dict[str, str] = {}
-        for row in rows:
-            identities.update(row.source_identities or {})
-        chosen = {key for row in states for key in row if paused(key, identities, names)}
-        best = judgement.raised(states, chosen)
-        if not rows or not best:
-            return {key: state.top for key, state in best.items()}
-        for row, known in zip(rows, states, strict=True):
-            tops, ids, floors = states_to_json({**known, **best})
+        present = [int(row.partition) for row in rows]
+        missing = [p for p in range(partitions) if p not in present]
+        before = [(states_from_row(row), dict(row.source_identities or {})) for row in rows]
+        after = raised_rows(before, sources, len(missing))
+        floors = {
+            key: state.top
+            for (old, _), (new, _) in zip(before, after, strict=False)
+            for key, state in new.items()
+            if old.get(key) != state
+        }
+        for row, (states, identities) in zip(rows, after, strict=False):
+            tops, ids, floored = states_to_json(states)
             session.execute(
                 update(watermarks)
                 .where(*keys, watermarks.c.partition == row.partition)
-                .values(
-                    sources=tops,
-                    tops=ids,
-                    floors=floors,
-                    source_identities={**identities, **(row.source_identities or {})},
-                )
+                .values(sources=tops, tops=ids, floors=floored, source_identities=identities)
             )
-        present = {int(row.partition) for row in rows}
-        missing = [p for p in range(partitions) if p not in present]
-        if missing:
-            tops, ids, floors = states_to_json(best)
+        if rows and missing:
             session.execute(
                 pg_insert(watermarks)
                 .values(
@@ -339,17 +366,21 @@ def raise_floors(
                             "offset": -1,
                             "cluster_id": rows[0].cluster_id,
                             "topic_id": rows[0].topic_id,
-                            "sources": tops,
-                            "tops": ids,
-                            "floors": floors,
+                            **dict(
+                                zip(
+                                    ("sources", "tops", "floors"),
+                                    states_to_json(states),
+                                    strict=True,
+                                )
+                            ),
                             "source_identities": identities,
                         }
-                        for p in missing
+                        for p, (states, identities) in zip(missing, after[len(rows) :], strict=True)
                     ]
                 )
                 .on_conflict_do_nothing()
             )
-    return {key: state.top for key, state in best.items()}
+    return floors
 
 
 def paused(key: str, identities: Mapping[str, str], sources: Collection[str]) -> bool:

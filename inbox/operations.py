@@ -192,15 +192,16 @@ def refuse_rewind(topic: str, partition: int, watermark: int, offset: int) -> No
 
 
 def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: int) -> int:
-    """Move a watermark back to ``offset`` explicitly (events above it will be applied again).
+    """Move a watermark back to ``offset`` explicitly: the events applied above it are applied
+    again, as far as the window of recent ids holds them.
 
-    The window's ids above ``offset`` are forgotten too, or the replay would be skipped as
-    re-sends: slices above it are deleted, a slice straddling it keeps its ids up to
-    ``offset``. The sources' states stay (a failover after the rewind still knows what was
-    decided), and the offsets from ``offset`` + 1 up to the previous watermark are judged by
-    offset and id instead of by their positions (`Locked.replay_to`) until the watermark
-    passes them again. The partition's start-over count goes up, so a consumer query reading it
-    from a checkpoint is refused its next slice and starts again from the inbox's watermarks
+    Those ids move from the window to the partition's ``replay_ids``: read again above the
+    watermark (also after a start-over), each is applied once more, and everything else is
+    judged as usual (a re-send that was skipped stays skipped; a record the window no longer
+    covers is judged by its source's position, or, without one, by offset). The sources'
+    states stay, so a failover after the rewind still knows what was decided. The partition's
+    start-over count goes up, so a consumer query reading it from a checkpoint is refused its
+    next slice and starts again from the inbox's watermarks
     (`spark_consumers.identity.prepare_start`): the records above ``offset`` are read again, not
     only below a checkpoint's offsets. Returns the previous watermark.
 
@@ -210,7 +211,7 @@ def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: in
     recorder = Recorder(consumer)
     with Session(engine) as session, session.begin():
         row = session.execute(
-            select(watermarks.c.offset, watermarks.c.replay_to)
+            select(watermarks.c.offset, watermarks.c.replay_ids)
             .where(*recorder.match(watermarks, topic, partition))
             .with_for_update()
         ).one_or_none()
@@ -218,19 +219,33 @@ def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: in
             raise Refused(f"no watermark for {consumer} {topic}[{partition}]")
         previous = int(row.offset)
         refuse_rewind(topic, partition, previous, offset)
+        scope = recorder.match(recent_ids, topic, partition)
+        again = set(row.replay_ids or ()) | applied_above(session, scope, offset)
         session.execute(
             update(watermarks)
             .where(*recorder.match(watermarks, topic, partition))
             .values(
                 offset=offset,
                 by_position=False,
-                replay_to=max(previous, int(row.replay_to)),
+                replay_ids=sorted(again),
                 epoch=watermarks.c.epoch + 1,
                 updated_at=func.now(),
             )
         )
-        _forget_above(session, recorder.match(recent_ids, topic, partition), offset)
+        _forget_above(session, scope, offset)
     return previous
+
+
+def applied_above(session: Session, scope: Sequence[ColumnElement[bool]], offset: int) -> set[str]:
+    """The ids the window holds at offsets above ``offset`` (one partition's, under its lock)."""
+    rows = session.execute(
+        select(recent_ids.c.event_ids, recent_ids.c.offsets).where(
+            *scope, recent_ids.c.last_offset > offset
+        )
+    ).all()
+    return {
+        str(e) for ids, offsets in rows for e, o in zip(ids, offsets, strict=True) if o > offset
+    }
 
 
 def _forget_above(session: Session, scope: Sequence[ColumnElement[bool]], offset: int) -> None:

@@ -55,6 +55,20 @@ def source_keys(
     return keys, out
 
 
+def identity_of(key: str, identities: Mapping[str, str]) -> str | None:
+    """The database identity the source ``key`` stands for in a partition (None: not known)."""
+    found = identities.get(key)
+    if found is None and "@" in key:
+        found = key.split("@", 1)[1]
+    return found
+
+
+def key_for(name: str, identity: str, identities: Mapping[str, str]) -> str:
+    """The key a partition with ``identities`` gives a database it has not seen, as
+    `source_keys` would."""
+    return name if name not in identities else f"{name}@{identity}"
+
+
 def to_json(positions: Mapping[str, Position]) -> dict[str, list[int]]:
     return {source: [commit, change] for source, (commit, change) in positions.items()}
 

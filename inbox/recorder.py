@@ -35,7 +35,7 @@ class Locked:
     by_position: bool = False  # started over: only records with a known source's position
     epoch: int = 0  # start-overs so far
     identities: Mapping[str, str] = field(default_factory=dict)  # per name, its first database
-    replay_to: int = -1  # an operator's rewind reaches up to this offset
+    replay_ids: frozenset[str] = frozenset()  # what an operator's rewind applies again
 
     @property
     def positions(self) -> dict[str, Position]:
@@ -113,7 +113,7 @@ class Recorder(ParkedRows):
             bool(row.by_position),
             int(row.epoch),
             dict(row.source_identities or {}),
-            int(row.replay_to),
+            frozenset(str(i) for i in row.replay_ids or ()),
         )
 
     def advance(
@@ -127,6 +127,7 @@ class Recorder(ParkedRows):
         sources: Mapping[str, SourceState] | None = None,
         identity: TopicIdentity | None = None,
         identities: Mapping[str, str] | None = None,
+        replay_ids: frozenset[str] | None = None,
     ) -> None:
         """Set the (locked) watermark, with the sources' states (``sources``: their tops and the
         ids at them; their floors are the operators' to move), their databases'
@@ -143,6 +144,7 @@ class Recorder(ParkedRows):
             "p_sources": None if sources is None else states_to_json(sources)[0],
             "p_tops": None if sources is None else states_to_json(sources)[1],
             "p_identities": None if identities is None else dict(identities),
+            "p_replay_ids": None if replay_ids is None else sorted(replay_ids),
             "p_cluster_id": None if identity is None else identity.cluster_id,
             "p_topic_id": None if identity is None else identity.topic_id,
         }
@@ -224,7 +226,7 @@ class Recorder(ParkedRows):
             parked_ids=self.decided_ids(
                 session, topic, partition, (asked if locked.any_parked else []) + below
             ),
-            replay_to=locked.replay_to,
+            replay_ids=locked.replay_ids,
         )
 
     def decided_ids(

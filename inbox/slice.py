@@ -287,8 +287,8 @@ def all_new(view: PartitionView, decoded: Sequence[Decoded], batch: BatchHandler
                 continue
             if item.position is None or item.position <= state.top:
                 return False
-    if decoded[0].record.offset <= view.replay_to:
-        return False  # rewound: judged by offset and id
+    if view.replay_ids and not view.replay_ids.isdisjoint(item.event_id for item in decoded):
+        return False  # applied again by a rewind: the decider says so
     ids = [item.event_id for item in decoded]
     if None in ids or len(set(ids)) != len(ids) or not view.recent_ids.isdisjoint(ids):
         return False

@@ -65,7 +65,7 @@ LOCK = (
         watermarks.c.floors,
         watermarks.c.source_identities,
         watermarks.c.tops,
-        watermarks.c.replay_to,
+        watermarks.c.replay_ids,
     )
     .where(*this_partition(watermarks))
     .with_for_update()
@@ -112,6 +112,9 @@ MARK = (
         updated_at=func.now(),
         sources=func.coalesce(bindparam("p_sources", type_=KEPT_WHEN_NONE), watermarks.c.sources),
         tops=func.coalesce(bindparam("p_tops", type_=KEPT_WHEN_NONE), watermarks.c.tops),
+        replay_ids=func.coalesce(
+            bindparam("p_replay_ids", type_=KEPT_WHEN_NONE), watermarks.c.replay_ids
+        ),
         source_identities=func.coalesce(
             bindparam("p_identities", type_=KEPT_WHEN_NONE), watermarks.c.source_identities
         ),

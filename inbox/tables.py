@@ -67,9 +67,10 @@ watermarks = Table(
     # multi-row write share a position, and a re-send of one of them is told from a new row by
     # these ids, whatever the window keeps (`inbox.judgement.SourceState.at_top`).
     Column("tops", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
-    # An operator's rewind: offsets above the watermark up to this one are applied again, judged
-    # by offset and id rather than by their sources' positions (-1: none).
-    Column("replay_to", BigInteger, nullable=False, server_default=text("-1")),
+    # An operator's rewind: the events applied at offsets above its target, as far as the window
+    # held them, each applied once more the next time it is read above the watermark (also after
+    # a start-over); every other record is judged as usual.
+    Column("replay_ids", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     PrimaryKeyConstraint("consumer", "topic", "partition"),
 )
 

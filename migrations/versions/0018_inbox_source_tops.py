@@ -3,9 +3,10 @@
 told from a new row by these ids whatever the window of recent ids still holds. Existing rows
 start with none; their top events are then judged by the window, as before.
 
-It also keeps how far an operator's rewind reaches (``replay_to``): offsets above the watermark
-up to it are applied again by offset and id, while the sources' positions stay (a rewind no
-longer forgets them, so a failover after it does not take retained records for new ones).
+It also keeps what an operator's rewind applies again (``replay_ids``: the events applied
+above its target, as far as the window held them, each once more), while the sources'
+positions stay (a rewind no longer forgets them, so a failover after it does not take
+retained records for new ones, nor a re-send in the rewound offsets for a new event).
 
 Revision ID: 0018_inbox_source_tops
 Revises: 0017_inbox_console
@@ -31,10 +32,12 @@ def upgrade() -> None:
     )
     op.add_column(
         "inbox_watermark",
-        sa.Column("replay_to", sa.BigInteger(), nullable=False, server_default=sa.text("-1")),
+        sa.Column(
+            "replay_ids", postgresql.JSONB(), nullable=False, server_default=sa.text("'[]'::jsonb")
+        ),
     )
 
 
 def downgrade() -> None:
-    op.drop_column("inbox_watermark", "replay_to")
+    op.drop_column("inbox_watermark", "replay_ids")
     op.drop_column("inbox_watermark", "tops")

@@ -109,8 +109,8 @@ def _rewind_plan(target: str, engine: Any, plan: Any) -> list[str]:
         f"inbox rewind of {target} on {_database(engine)}",
         f"  watermark {plan.watermark} -> {plan.offset}: {plan.replayed} offset(s), "
         f"{plan.offset + 1} to {plan.watermark}, read and applied again (handlers run again)",
-        f"  forgotten: {plan.forgotten} event id(s) of the window above {plan.offset}; the "
-        "sources' positions stay, and those offsets are judged by offset and id",
+        f"  applied again: the {plan.forgotten} event(s) the window holds above {plan.offset}; "
+        "other records there are judged as usual (re-sends stay skipped)",
     ]
 
 

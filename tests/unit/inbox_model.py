@@ -55,7 +55,7 @@ class Row:
     identity: TopicIdentity | None = None
     by_position: bool = False
     epoch: int = 0
-    replay_to: int = -1
+    replay_ids: frozenset[str] = frozenset()
     stopped: str | None = None
     stopped_on: str | None = None  # the event the partition stopped on
     window: dict[int, str] = field(default_factory=dict)  # offset -> id (shifted below 0 too)
@@ -193,22 +193,18 @@ class World:
         self.drain()
         if any(row.stopped for row in self.rows.values()):
             return
-        states = [row.sources for row in self.rows.values()]
         paused = {db.name for db in self.databases} | {db.identity for db in self.databases}
-        identities: dict[str, str] = {}
-        for row in self.rows.values():
-            identities.update(row.identities)
-        chosen = {k for row in states for k in row if moves.paused(k, identities, paused)}
-        best = judgement.raised(states, chosen)
-        for row in self.rows.values():
-            row.sources = {**row.sources, **best}
-            row.identities = {**identities, **row.identities}
+        rows = [(row.sources, row.identities) for row in self.rows.values()]
+        after = moves.raised_rows(rows, paused, 1)
+        for row, (states, identities) in zip(self.rows.values(), after, strict=False):
+            row.sources, row.identities = dict(states), dict(identities)
         new = self.partitions
         self.partitions += 1
         self.logs[new] = []
         self.cursors[new] = 0
+        states, identities = after[-1]
         self.rows[new] = Row(
-            sources=dict(best), identities=dict(identities), identity=self.identity()
+            sources=dict(states), identities=dict(identities), identity=self.identity()
         )
 
     # -- the reader and the inbox --------------------------------------------------------------
@@ -279,7 +275,7 @@ class World:
             by_position=row.by_position,
             ids_kept=self.window > 0,
             parked_ids=frozenset(decided),
-            replay_to=row.replay_to,
+            replay_ids=row.replay_ids,
         )
         decider = Decider(view)
         verdicts = []
@@ -309,6 +305,7 @@ class World:
                 if r.offset > mark or r.source in row.sources
             ),
         )
+        row.replay_ids = row.replay_ids - {r.event_id for r in keyed if r.offset > mark}
         row.identities = row_identities
         row.identity = self.identity()
         floor = prune_floor(row.watermark, self.window) if self.window else None
@@ -328,7 +325,6 @@ class World:
         row.stopped = None
         row.by_position = bool(row.sources) and not by_operator
         row.sources = judgement.started_over(row.sources)
-        row.replay_to = -1
         row.epoch += 1
         if row.window:  # `moves.keep_ids_below_offsets`
             low, high = min(row.window), max(row.window)
@@ -336,18 +332,16 @@ class World:
             row.window = {o - shift: e for o, e in row.window.items()}
 
     def rewind(self, p: int, back: int) -> None:
-        """`outboxkit inbox rewind`: the records above the new watermark are applied again on
-        purpose (the oracle forgets that they were)."""
+        """`outboxkit inbox rewind`: the events the window holds above the new watermark are
+        applied again on purpose (the oracle forgets that they were)."""
         row = self.rows[p]
         if row.stopped or row.watermark < 0 or row.identity != self.identity():
             return  # a live partition's own offsets
         offset = max(-1, row.watermark - back)
-        again = {r.event_id for r in self.logs[p] if offset < r.offset <= row.watermark}
-        again -= {r.event_id for r in row.parked} | self.skipped
+        again = {e for o, e in row.window.items() if o > offset}  # `operations.applied_above`
         for event_id in again:  # applied again on purpose
-            if self.applied[event_id]:
-                self.applied[event_id] -= 1
-        row.replay_to = max(row.replay_to, row.watermark)
+            self.applied[event_id] -= 1
+        row.replay_ids = row.replay_ids | again
         row.watermark = offset
         row.by_position = False
         row.epoch += 1
