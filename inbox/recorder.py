@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import Session
 
@@ -18,7 +18,7 @@ from inbox.decision import PartitionView, asks_window, prune_floor
 from inbox.judgement import SourceState
 from inbox.parked_rows import Executor, ParkedRows
 from inbox.position import TopicIdentity, from_json, to_json
-from inbox.tables import ledger, parked, skipped, watermarks
+from inbox.tables import ledger, parked, recent_ids, skipped, watermarks
 from outboxkit.kernel.wire.position import Position
 from outboxkit.kernel.wire.record import CANONICAL_UUID, Decoded
 
@@ -277,6 +277,24 @@ class Recorder(ParkedRows):
             return
         params = {**self._named(topic, partition), **self._slice(topic, partition, applied)}
         session.execute(statements.REMEMBER, params)
+
+    def remember_redriven(
+        self, session: Session, topic: str, partition: int, event_id: str, offset: int
+    ) -> None:
+        """`remember` one redriven record. A record parked before the partition was started
+        over has an offset of the topic's former incarnation, which a window row of the new
+        one may start at already: it is then remembered below every offset the window holds
+        (as a start-over keeps its ids), not at its own."""
+        if not self.window:
+            return
+        scope = self.match(recent_ids, topic, partition)
+        taken = session.execute(
+            select(recent_ids.c.first_offset).where(*scope, recent_ids.c.first_offset == offset)
+        ).first()
+        if taken is not None:
+            lowest = session.execute(select(func.min(recent_ids.c.first_offset)).where(*scope))
+            offset = min(int(lowest.scalar_one()), 0) - 1
+        self.remember(session, topic, partition, [(event_id, offset)])
 
     @staticmethod
     def _slice(topic: str, partition: int, applied: Sequence[tuple[str, int]]) -> dict[str, Any]:

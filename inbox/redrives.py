@@ -179,7 +179,9 @@ class _Pass:
         recorder.unpark(session, row.id)
         if row.event_id:
             applied_now = [(row.event_id, row.offset)]
-            recorder.remember(session, self.topic, self.partition, applied_now)
+            recorder.remember_redriven(
+                session, self.topic, self.partition, row.event_id, row.offset
+            )
             recorder.append_ledger(session, self.topic, self.partition, applied_now)
         self.published.extend(outcome.published)
 
