@@ -18,7 +18,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from inbox import moves
-from inbox.decision import Action, Decider, Incoming, PartitionView
+from inbox.decision import Action, Decider, PartitionView
 from inbox.handlers import BatchHandler, Handlers, as_batch
 from inbox.judgement import advanced
 from inbox.position import (
@@ -30,7 +30,14 @@ from inbox.position import (
 )
 from inbox.recorder import Locked, Recorder
 from inbox.retries import RetryPolicy
-from inbox.slice import BatchResult, HandlerFailed, SliceApplier, SliceOutcome, stopped
+from inbox.slice import (
+    BatchResult,
+    HandlerFailed,
+    SliceApplier,
+    SliceOutcome,
+    incoming,
+    stopped,
+)
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
 from outboxkit.kernel.errors import is_transient
@@ -298,7 +305,7 @@ class Inbox:
             decider = Decider(self._view(session, locked, fresh)) if fresh else None
             for item in fresh:
                 assert decider is not None
-                decision = decider.decide(_judged(item))
+                decision = decider.decide(incoming(item, self.batch))
                 stopped((decision,))
                 if decision.action in (Action.SKIP_REPLAY, Action.SKIP_DUPLICATE):
                     done.count(item, decision.action, decision.reason)
@@ -344,21 +351,6 @@ def still_replayed(locked: Locked, decoded: Sequence[Decoded]) -> frozenset[str]
     if not locked.replay_ids:
         return locked.replay_ids
     return locked.replay_ids - {d.event_id for d in decoded if d.record.offset > locked.offset}
-
-
-def _judged(item: Decoded) -> Incoming:
-    """What the judgement needs of a record parked by the last resort (its handler never runs)."""
-    record = item.record
-    return Incoming(
-        record.offset,
-        item.key,
-        item.event_id,
-        item.event_type,
-        item.problem,
-        None,
-        item.source,
-        item.position,
-    )
 
 
 def check(locked: Locked, identity: TopicIdentity | None, epoch: int | None) -> None:

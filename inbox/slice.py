@@ -152,7 +152,7 @@ class SliceApplier:
             decisions = [(item, _APPLY) for item in decoded]
         else:
             decider = Decider(view, known_types=self.batch.event_types)
-            decisions = [(item, decider.decide(_incoming(item, self.batch))) for item in decoded]
+            decisions = [(item, decider.decide(incoming(item, self.batch))) for item in decoded]
             stopped(d for _, d in decisions)
         events = [item.envelope for item, d in decisions if d.action is Action.APPLY]
         spans = RecordSpans(self.consumer, [item for item, _ in decisions])
@@ -194,8 +194,8 @@ class SliceApplier:
         decider = Decider(view, known_types=self.batch.event_types)
         spans = RecordSpans(self.consumer)
         for item in decoded:
-            incoming = _incoming(item, self.batch)
-            decision = decider.decide(incoming)
+            record = incoming(item, self.batch)
+            decision = decider.decide(record)
             stopped((decision,))
             action, reason, attempts, took = decision.action, decision.reason, 1, None
             retry_in = None
@@ -211,7 +211,7 @@ class SliceApplier:
                     action, reason = Action.PARK, str(outcome.error)
                     if outcome.passing:  # waits for a delayed retry
                         retry_in = self.retry.next_delay(0, outcome.after)
-                    decider.parked(incoming)  # later records of this key wait behind it
+                    decider.parked(record)  # later records of this key wait behind it
             done.count(item, action, reason, attempts, retry_in)
             ended(traced, action, reason, handler_seconds=took, attempts=attempts)
         return done
@@ -310,7 +310,8 @@ def stopped(decisions: Iterable[Decision]) -> None:
             raise OffsetsMoved(decision.reason, rebased=False)
 
 
-def _incoming(item: Decoded, batch: BatchHandler) -> Incoming:
+def incoming(item: Decoded, batch: BatchHandler) -> Incoming:
+    """What the decision needs of one decoded record (its payload checked by ``batch``)."""
     invalid = None if item.envelope is None else batch.invalid(item.envelope)
     record = item.record
     return Incoming(

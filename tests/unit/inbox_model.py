@@ -168,14 +168,18 @@ class World:
         for db in self.databases:
             db.published = []
 
+    def settled(self) -> bool:
+        """Every partition drained and its stops resolved (what an operator does before moving
+        a topic); False when one stays stopped."""
+        self.drain()
+        if not all(self.resolve(p) for p in self.rows):
+            return False
+        self.drain()
+        return not any(row.stopped for row in self.rows.values())
+
     def recreate(self) -> None:
         """The topic deleted (drained first, its stops resolved) and created again, empty."""
-        self.drain()
-        for p in self.rows:
-            if not self.resolve(p):
-                return
-        self.drain()
-        if any(row.stopped for row in self.rows.values()):
+        if not self.settled():
             return
         self.incarnation += 1
         self.logs = {p: [] for p in range(self.partitions)}
@@ -185,13 +189,8 @@ class World:
 
     def add_partition(self) -> None:
         """`outboxkit cdc add-partitions`: connectors paused, the consumer caught up, every
-        partition's sources raised (`inbox.judgement.raised`), then one partition more."""
-        self.drain()
-        for p in self.rows:
-            if not self.resolve(p):
-                return
-        self.drain()
-        if any(row.stopped for row in self.rows.values()):
+        partition's sources raised (`inbox.moves.raised_rows`), then one partition more."""
+        if not self.settled():
             return
         paused = {db.name for db in self.databases} | {db.identity for db in self.databases}
         rows = [(row.sources, row.identities) for row in self.rows.values()]

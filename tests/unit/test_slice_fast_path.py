@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from inbox.decision import Action, Decider, PartitionView
 from inbox.handlers import BatchHandler
-from inbox.slice import _incoming, all_new
+from inbox.slice import all_new, incoming
 from outboxkit.kernel.envelope import Envelope
 from outboxkit.kernel.wire.record import Decoded, KafkaRecord
 
@@ -51,7 +51,7 @@ def test_all_new_agrees_with_the_decider(
 ) -> None:
     view, items, batch = case
     decider = Decider(view, known_types=batch.event_types)
-    decided = [decider.decide(_incoming(item, batch)).action for item in items]
+    decided = [decider.decide(incoming(item, batch)).action for item in items]
     assert all_new(view, items, batch) == all(a is Action.APPLY for a in decided)
 
 
