@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from inbox import moves
 from inbox.decision import Action, Decider, PartitionView
 from inbox.handlers import BatchHandler, Handlers, as_batch
-from inbox.judgement import advanced
+from inbox.judgement import advanced, claimed_below, unclaimed
 from inbox.position import (
     OffsetsMoved,
     Superseded,
@@ -41,6 +41,7 @@ from inbox.slice import (
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
 from outboxkit.kernel.errors import is_transient
+from outboxkit.kernel.wire.position import Position
 from outboxkit.kernel.wire.record import Decoded, KafkaRecord, read
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_WINDOW", "EXACTLY_ONCE_WINDOW", "Inbox"]
@@ -220,6 +221,7 @@ class Inbox:
             judged = self.window or locked.sources  # replays that can prove otherwise
             decoded = [read(r) for r in (records if judged else records[len(records) - fresh :])]
             decoded, identities = keyed(decoded, locked.identities)
+            check_claims(locked, identities, decoded)
             replays = len(records) - len(decoded)
             if not decoded:
                 return BatchResult(topic, partition, mark, {Action.SKIP_REPLAY: replays})
@@ -299,6 +301,7 @@ class Inbox:
             fresh, identities = keyed(
                 [read(r) for r in records if r.offset > mark], locked.identities
             )
+            check_claims(locked, identities, fresh)
             done = SliceOutcome(BatchResult(topic, partition, mark))
             # Judged first, so a re-send or a re-read in the slice is skipped, not parked (its
             # redrive would apply it again): only what the judgement takes for new is parked.
@@ -344,6 +347,20 @@ def keyed(
     return [
         d if k == d.source else d._replace(source=k) for d, k in zip(decoded, keys, strict=True)
     ], learnt
+
+
+def check_claims(locked: Locked, identities: Mapping[str, str], decoded: Sequence[Decoded]) -> None:
+    """Raise `OffsetsMoved` when a database claims a source's positions stored without identity
+    with a record at or below them (`inbox.judgement.claimed_below`)."""
+    if identities == locked.identities:
+        return
+    first_seen: dict[str, Position | None] = {}
+    for d in decoded:
+        if d.source is not None:
+            first_seen.setdefault(d.source, d.position)
+    key = claimed_below(locked.sources, locked.identities, identities, first_seen)
+    if key is not None:
+        raise OffsetsMoved(unclaimed(key, identities[key]), rebased=False)
 
 
 def still_replayed(locked: Locked, decoded: Sequence[Decoded]) -> frozenset[str]:

@@ -139,11 +139,47 @@ def went_back(source: str, position: Position, top: Position, event_id: str | No
 
 
 def stopped_source(reason: str) -> str | None:
-    """The source whose positions went back, from a stop reason `went_back` wrote."""
+    """The source a stop reason names (`went_back`, `unclaimed`); None for other stops."""
+    if UNCLAIMED in reason and reason.startswith("source "):
+        return reason[len("source ") :].split("'s positions", 1)[0]
     if GONE_BACK not in reason:
         return None
     head, sep, _ = reason.partition(" has source ")
     return reason[len(head) + len(sep) :].split(" position ", 1)[0] if sep else None
+
+
+def claimed_below(
+    states: Mapping[str, SourceState],
+    before: Mapping[str, str],
+    after: Mapping[str, str],
+    first_seen: Mapping[str, Position | None],
+) -> str | None:
+    """The source whose positions, stored before its records carried a database identity, a
+    database now claims with a record at or below them (``before``/``after``: the identities
+    per key before and after the slice; ``first_seen``: per key, the first position the slice
+    brings of it); None when every claim, if any, is by a record above them. Such a record may
+    be another database's under the same name, or a re-read: nothing tells which database wrote
+    the stored positions, so the partition stops (`unclaimed`) for an operator to say."""
+    for key in after:
+        if key in before or key not in states:
+            continue
+        position = first_seen.get(key)
+        if position is None or position <= states[key].top:
+            return key
+    return None
+
+
+def unclaimed(source: str, identity: str) -> str:
+    """Why a partition stops on `claimed_below`'s source."""
+    return (
+        f"source {source}'s positions were stored before its records carried a database "
+        f"identity, and database {identity} claims them with a record at or below them: which "
+        "database wrote them is not known here; see the runbook 'When positions go back' "
+        f"(outboxkit inbox rebase --source-identity {source}=IDENTITY){UNCLAIMED}"
+    )
+
+
+UNCLAIMED = " [positions without identity]"
 
 
 # The tail of a stop reason for positions gone back: what `inbox.transitions.rebase` looks for

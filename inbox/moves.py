@@ -11,7 +11,7 @@ since a slice read from the middle of the new topic would pass the records befor
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -129,120 +129,6 @@ def start_over(
         keep_ids_below_offsets(session, recorder.match(recent_ids, move.topic, move.partition))
 
 
-class Refused(ValueError):
-    """An operator action that would lose or double events, or has no target: nothing changed."""
-
-
-@dataclass(frozen=True)
-class Rebase:
-    """How an operator resumes stopped partitions (`rebase`).
-
-    Attributes:
-        offset: Start over: the new watermark (-1: read the topic from its start), the sources'
-            positions kept as floors.
-        resends: The partitions stopped on positions gone back hold re-sends the window no
-            longer knows: each source's top becomes its floor, the watermark stays.
-        histories: Per source key, the LSN at which its database's restored or failed-over
-            history left the decided one (its timeline's switch point): what it wrote up to
-            there is a re-read, what it wrote after is new (`inbox.judgement.new_history`); the
-            watermark stays.
-    """
-
-    offset: int = -1
-    resends: bool = False
-    histories: Mapping[str, int] = field(default_factory=dict)
-
-    def describe(self, move: Move) -> str:
-        if self.histories:
-            forks = ", ".join(f"{k} from LSN {lsn}" for k, lsn in self.histories.items())
-            return f"resume at watermark {move.watermark}, new history of {forks}"
-        if self.resends:
-            return f"resume at watermark {move.watermark}, each source's top its floor (re-sends)"
-        return f"start over: watermark {move.watermark} -> {self.offset}"
-
-
-def refusal(move: Move, how: Rebase) -> str | None:
-    """Why ``how`` must not resume ``move``'s partition (None: it may). A plain start-over of a
-    partition stopped on positions gone back would floor a restored database's new events;
-    resuming as re-sends or a new history fits only that stop; a new history needs a known
-    source."""
-    gone_back = move.stopped is not None and judgement.GONE_BACK in move.stopped
-    if how.histories or how.resends:
-        if not gone_back:
-            return (
-                f"[{move.partition}] is not stopped on positions gone back: "
-                "--as-resends and --new-history resume only such a stop"
-            )
-        named = judgement.stopped_source(move.stopped or "")
-        unknown = [k for k in how.histories if k not in move.positions and k != named]
-        if unknown:
-            known = ", ".join(move.positions)
-            return f"[{move.partition}] knows no source {', '.join(unknown)} (known: {known})"
-        return None
-    if gone_back:
-        return (
-            f"[{move.partition}] stopped because a source's positions went back: a start-over "
-            "would take its database's new events for re-reads and skip them. If its database "
-            "was restored or failed over, resume with --new-history SOURCE=LSN (the LSN where "
-            "its new timeline began: its .history file); if the records are re-sends the "
-            "window forgot, with --as-resends"
-        )
-    return None
-
-
-def rebase(engine: Engine, found: Sequence[Move], current: TopicIdentity, how: Rebase) -> None:
-    """Resume ``found`` partitions as ``how`` says, each in one transaction, after every one
-    was checked (`refusal`: nothing changes when one is refused). The CLI and the console both
-    call this.
-
-    Raises:
-        Refused: ``how`` would lose or double events on one of them.
-    """
-    refused = [why for why in (refusal(m, how) for m in found) if why is not None]
-    if refused:
-        raise Refused("; ".join(refused))
-    for move in found:
-        if how.resends or how.histories:
-            resume(engine, move, how)
-        else:
-            start_over(engine, move, current, offset=how.offset, by_operator=True)
-
-
-def resume(engine: Engine, move: Move, how: Rebase) -> None:
-    """Resume a partition stopped on positions gone back at its watermark, its sources' states
-    moved as ``how`` says; its reader starts again from the watermark (the epoch goes up)."""
-    recorder = Recorder(move.consumer)
-    with Session(engine) as session, session.begin():
-        locked = recorder.locked(session, move.topic, move.partition)
-        states = dict(locked.sources)
-        if how.resends:
-            states = judgement.started_over(states)
-        for key, fork in how.histories.items():
-            states[key] = judgement.new_history(fork)
-        tops, ids, floors = states_to_json(states)
-        session.execute(
-            update(watermarks)
-            .where(*recorder.match(watermarks, move.topic, move.partition))
-            .values(
-                sources=tops,
-                tops=ids,
-                floors=floors,
-                stopped=None,
-                epoch=watermarks.c.epoch + 1,
-                updated_at=func.now(),
-            )
-        )
-
-
-def parse_lsn(text: str) -> int:
-    """An LSN as Postgres writes it (``16/B374D848``) or as a number."""
-    high, sep, low = text.strip().partition("/")
-    try:
-        return (int(high, 16) << 32) + int(low, 16) if sep else int(high)
-    except ValueError:
-        raise ValueError(f"{text!r} is not an LSN (like 16/B374D848)") from None
-
-
 def keep_ids_below_offsets(session: Session, scope: Sequence[ColumnElement[bool]]) -> None:
     """Move the window's slices (``scope``: one partition's) below every Kafka offset: their
     ids still say which events were applied (a re-send under another source name, a tie at the
@@ -291,16 +177,24 @@ def raised_rows(rows: Sequence[Row], sources: Collection[str], added: int) -> li
     ``added`` rows of the result are theirs). Each database is raised by its own positions in
     every partition, whatever key a partition keeps it under (a key names one database in one
     partition and maybe another in the next: two databases under one name, seen in another
-    order); a partition that never saw it gets the key `source_keys` would give it, with its
-    identity."""
+    order); a partition that never saw it gets a key of its own for it, with its identity.
+    Positions a partition stored under a name before records carried identities belong to the
+    one database that claimed the name in the other partitions, when one did (else they stay a
+    source of their own, known by the name only)."""
+    claimants: dict[str, set[str]] = {}
+    for _, identities in rows:
+        for key, identity in identities.items():
+            if "@" not in key:
+                claimants.setdefault(key, set()).add(identity)
+    rows = [(states, _claimed(states, identities, claimants)) for states, identities in rows]
     groups: list[dict[str, judgement.SourceState]] = []
     names: dict[str, str] = {}
     for states, identities in rows:
         grouped = {}
         for key, state in states.items():
-            name, identity = key.split("@", 1)[0], identity_of(key, identities)
-            if name in sources or identity in sources:
-                group = identity if identity is not None else f"@{key}"
+            name, known = key.split("@", 1)[0], identity_of(key, identities)
+            if name in sources or known in sources:
+                group = known if known is not None else f"@{key}"
                 grouped[group], names[group] = state, name
         groups.append(grouped)
     best = judgement.raised(groups, names)
@@ -311,11 +205,26 @@ def raised_rows(rows: Sequence[Row], sources: Collection[str], added: int) -> li
             if group.startswith("@"):  # a source known by its name only
                 key = group[1:]
             else:
-                known = [k for k in {*states, *identities} if identity_of(k, identities) == group]
-                key = known[0] if known else key_for(names[group], group, identities)
+                kept = [k for k in {*states, *identities} if identity_of(k, identities) == group]
+                key = kept[0] if kept else key_for(names[group], group, {**states, **identities})
                 identities[key] = group
             states[key] = state
         out.append((states, identities))
+    return out
+
+
+def _claimed(
+    states: Mapping[str, judgement.SourceState],
+    identities: Mapping[str, str],
+    claimants: Mapping[str, set[str]],
+) -> dict[str, str]:
+    """``identities`` with each name whose positions were stored without identity given the
+    one database that claimed the name elsewhere, when exactly one did."""
+    out = dict(identities)
+    for key in states:
+        found = claimants.get(key, set())
+        if "@" not in key and key not in out and len(found) == 1:
+            out[key] = next(iter(found))
     return out
 
 

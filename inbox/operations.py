@@ -23,7 +23,6 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from inbox.moves import Refused as Refused
 from inbox.parked_rows import parked_headers as parked_headers
 from inbox.parked_rows import parked_record
 from inbox.recorder import Recorder
@@ -31,6 +30,7 @@ from inbox.redrives import RedriveResult as RedriveResult
 from inbox.redrives import redrive as redrive
 from inbox.redrives import retry_due as retry_due
 from inbox.tables import operator_actions, parked, recent_ids, skipped, watermarks
+from inbox.transitions import Refused as Refused
 
 
 def status(engine: Engine, consumer: str | None = None) -> list[dict[str, Any]]:

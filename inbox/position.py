@@ -12,7 +12,7 @@ cluster; a re-send repeats its original's position."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from outboxkit.kernel.wire.position import Position
@@ -63,10 +63,10 @@ def identity_of(key: str, identities: Mapping[str, str]) -> str | None:
     return found
 
 
-def key_for(name: str, identity: str, identities: Mapping[str, str]) -> str:
-    """The key a partition with ``identities`` gives a database it has not seen, as
-    `source_keys` would."""
-    return name if name not in identities else f"{name}@{identity}"
+def key_for(name: str, identity: str, taken: Collection[str]) -> str:
+    """The key a partition whose keys are ``taken`` gives a database it has not seen: its name,
+    else ``name@identity``."""
+    return name if name not in taken else f"{name}@{identity}"
 
 
 def to_json(positions: Mapping[str, Position]) -> dict[str, list[int]]:

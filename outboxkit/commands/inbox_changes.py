@@ -125,7 +125,7 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
     another topic identity than the topic's today): watermark at ``--offset`` (-1: read the
     topic from its start; the sources' positions, where the records carry them, decide what
     was applied), once the plan is confirmed."""
-    from inbox import moves
+    from inbox import transitions
     from outboxkit.commands.errors import CommandError
 
     current, found = moved_partitions(
@@ -135,12 +135,12 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
         print(f"{args.consumer} {args.topic}: no partition is stopped or of another topic id")
         return 0
     how = rebase_of(args)
-    refused = [why for why in (moves.refusal(m, how) for m in found) if why is not None]
+    refused = [why for why in (transitions.refusal(m, how) for m in found) if why is not None]
     if refused:
         raise CommandError("; ".join(refused))
     if not confirm.go_ahead(args, "inbox rebase", _rebase_plan(args, engine, current, found)):
         return 0
-    moves.rebase(engine, found, current, how)
+    transitions.rebase(engine, found, current, how)
     partitions = [m.partition for m in found]
     print(f"{args.consumer} {args.topic} {partitions}: {how.describe(found[0])}")
     print("restart the consumer job: it reads these partitions from the inbox's positions")
@@ -150,14 +150,15 @@ def _inbox_rebase(args: argparse.Namespace, engine: Any, kafka: dict[str, str]) 
         "topic": current.describe(),
         "as_resends": how.resends,
         "new_history": dict(how.histories),
+        "source_identity": dict(how.claims),
     }
     _record(engine, "inbox rebase", f"{args.consumer} {args.topic}", detail, len(found))
     return 0
 
 
 def rebase_of(args: argparse.Namespace) -> Any:
-    """The `inbox.moves.Rebase` the options ask for."""
-    from inbox import moves
+    """The `inbox.transitions.Rebase` the options ask for."""
+    from inbox import transitions
     from outboxkit.commands.errors import CommandError
 
     histories: dict[str, int] = {}
@@ -166,14 +167,22 @@ def rebase_of(args: argparse.Namespace) -> Any:
         if not sep or not source:
             raise CommandError(f"--new-history {item!r}: expected SOURCE=LSN (like db=16/B374D848)")
         try:
-            histories[source] = moves.parse_lsn(lsn)
+            histories[source] = transitions.parse_lsn(lsn)
         except ValueError as exc:
             raise CommandError(f"--new-history {item!r}: {exc}") from exc
     if histories and args.as_resends:
         raise CommandError(
             "--as-resends and --new-history are two readings of one stop: choose one"
         )
-    return moves.Rebase(args.offset, bool(args.as_resends), histories)
+    claims: dict[str, str] = {}
+    for item in args.source_identity or ():
+        source, sep, identity = item.partition("=")
+        if not sep or not source or not identity:
+            raise CommandError(
+                f"--source-identity {item!r}: expected SOURCE=IDENTITY (like orders-db=7316/orders)"
+            )
+        claims[source] = identity
+    return transitions.Rebase(args.offset, bool(args.as_resends), histories, claims)
 
 
 def moved_partitions(
@@ -207,7 +216,7 @@ def _rebase_plan(
             else "by offset only"
         )
         how = rebase_of(args)
-        if how.resends or how.histories:
+        if how.resumes:
             lines.append(f"  [{move.partition}]: {how.describe(move)} (was: {move.describe()})")
             continue
         lines.append(
@@ -364,6 +373,13 @@ def _add_rebase(actions: SubParsers) -> None:
         help="a partition stopped on positions gone back: SOURCE's database was restored or "
         "failed over, its new timeline beginning at LSN; what it wrote up to there is skipped, "
         "what it wrote after is applied (repeatable)",
+    )
+    rebase.add_argument(
+        "--source-identity",
+        action="append",
+        metavar="SOURCE=IDENTITY",
+        help="a partition stopped on positions without identity: SOURCE's positions, stored "
+        "before its records carried one, were written by the database IDENTITY (repeatable)",
     )
     confirm.add_options(rebase)
     add_url(rebase)

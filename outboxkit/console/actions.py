@@ -219,15 +219,15 @@ class Operator:
     def rebase(self, consumer: str, topic: str) -> Logged:
         """Start over the partitions of ``topic`` whose offsets moved, from the topic's start
         (judged by their sources' positions where the records carry them)."""
-        from inbox import moves
+        from inbox import transitions
 
         current, found = self.rebase_plan(consumer, topic)
         if not found:
             raise ActionRefused(f"no partition of {topic} is stopped or of another topic id")
         engine = self.inbox(consumer).engine
         try:
-            moves.rebase(engine, found, current, moves.Rebase(offset=-1))
-        except moves.Refused as exc:
+            transitions.rebase(engine, found, current, transitions.Rebase(offset=-1))
+        except transitions.Refused as exc:
             raise ActionRefused(str(exc)) from exc
         partitions = [m.partition for m in found]
         return Logged(

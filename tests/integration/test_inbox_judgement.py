@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from inbox import Inbox, moves, operations
+from inbox import Inbox, moves, operations, transitions
 from inbox.decision import Action
 from inbox.judgement import stopped_source
 from inbox.position import OffsetsMoved, TopicIdentity
@@ -109,9 +109,9 @@ def test_a_restored_database_stops_the_partition_and_only_the_new_history_path_r
         inbox.apply_partition(restored, A)
     assert stopped_source(stopped.value.reason) == "orders-db"
     (move,) = moves.moved(engine, consumer, {topic: A}, [topic])
-    with pytest.raises(moves.Refused, match="--new-history"):
-        moves.rebase(engine, [move], A, moves.Rebase())
-    moves.rebase(engine, [move], A, moves.Rebase(histories={"orders-db": 95}))
+    with pytest.raises(transitions.Refused, match="--new-history"):
+        transitions.rebase(engine, [move], A, transitions.Rebase())
+    transitions.rebase(engine, [move], A, transitions.Rebase(histories={"orders-db": 95}))
     again = inbox.apply_partition(restored, A)
     assert (again.count(Action.APPLY), again.count(Action.SKIP_DUPLICATE)) == (2, 1)
     once(engine, consumer, 13)
@@ -208,6 +208,33 @@ def test_a_renamed_source_s_tail_is_never_applied_twice(engine, consumer, topic)
     with pytest.raises(OffsetsMoved, match="positions went back"):
         inbox.apply_partition(tail, A)
     (move,) = moves.moved(engine, consumer, {topic: A}, [topic])
-    moves.rebase(engine, [move], A, moves.Rebase(resends=True))
+    transitions.rebase(engine, [move], A, transitions.Rebase(resends=True))
     assert inbox.apply_partition(tail, A).count(Action.SKIP_DUPLICATE) == 2
     once(engine, consumer, 8)
+
+
+def test_positions_stored_without_identity_are_claimed_only_by_the_database_named(
+    engine, consumer, topic
+):
+    """Positions stored before records carried identities, then a failover: the re-read's
+    first record is another database's (under the same name, below those positions). It may
+    not claim them: the partition stops naming the source, a plain rebase is refused, and the
+    operator's word (--source-identity) gives them to the database that wrote them; the other
+    database's event is applied, the re-read skipped."""
+    a, b = "7001/orders", "7002/orders"
+    inbox = Inbox(engine, consumer, recorder(consumer), window=4)
+    in_slices(inbox, [event(topic, o, o + 1) for o in range(5)], A, 2)  # no identity yet
+    fail_over(engine, inbox, consumer, topic, MIRROR)
+    mirrored = [event(topic, 0, 100, position=(3, 3), origin=b)]
+    mirrored += [event(topic, o, o, origin=a) for o in range(1, 6)]
+    with pytest.raises(OffsetsMoved, match="stored before its records carried") as stopped:
+        inbox.apply_partition(mirrored, MIRROR)
+    assert stopped_source(stopped.value.reason) == "orders-db"
+    (move,) = moves.moved(engine, consumer, {topic: MIRROR}, [topic])
+    with pytest.raises(transitions.Refused, match="--source-identity"):
+        transitions.rebase(engine, [move], MIRROR, transitions.Rebase())
+    transitions.rebase(engine, [move], MIRROR, transitions.Rebase(claims={"orders-db": a}))
+    again = inbox.apply_partition(mirrored, MIRROR)
+    assert (again.count(Action.APPLY), again.count(Action.SKIP_DUPLICATE)) == (1, 5)
+    once(engine, consumer, 6)
+    assert row(engine, consumer, topic).source_identities == {"orders-db": a, f"orders-db@{b}": b}

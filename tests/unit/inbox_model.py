@@ -4,7 +4,7 @@ databases through their connectors, for the stateful test (`test_inbox_model`).
 The inbox's rows are kept in memory (the watermark row's columns, the window of recent ids,
 parked and skipped records); every decision and every move of the per-source state goes through
 the product's own pure functions (`inbox.position.source_keys`, `inbox.decision.Decider` and
-`asks_window`, `inbox.judgement`, `inbox.moves.refusal`), in the order `inbox.apply.Inbox`
+`asks_window`, `inbox.judgement`, `inbox.transitions.refusal`), in the order `inbox.apply.Inbox`
 calls them. The world around it (databases, connectors, Kafka, Spark's reader, the operator)
 makes every move a user or an operator can make. The oracle knows only which event ids were
 written and which were applied."""
@@ -15,7 +15,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from inbox import judgement, moves
+from inbox import judgement, moves, transitions
 from inbox.decision import Action, Decider, Incoming, PartitionView, asks_window, prune_floor
 from inbox.judgement import SourceState
 from inbox.position import TopicIdentity, judge_identity, source_keys
@@ -43,6 +43,7 @@ class Database:
     position: int = 100
     published: list[Record] = field(default_factory=list)  # what its connector sent, in order
     paused: bool = False
+    headers: bool = True  # its connector writes the sourceIdentity header
 
 
 @dataclass
@@ -83,6 +84,7 @@ class World:
         self.next_event = 0
         self.twice: list[str] = []  # ids applied a second time: the invariant's witness
         self.forks: dict[str, int] = {}  # per database identity restored, where its WAL forked
+        self.legacy: dict[str, str] = {}  # per source name, the database that wrote it unnamed
 
     # -- the writers ---------------------------------------------------------------------------
     def partition_of(self, key: str) -> int:
@@ -112,19 +114,38 @@ class World:
                 self.poisoned.add(event_id)
             key = keys[n % len(keys)]
             pos = (db.position, db.position)
-            self.publish(db, Record(0, key, event_id, db.name, pos, db.identity, bad))
+            origin = db.identity if db.headers else None
+            if origin is None:
+                self.legacy.setdefault(db.name, db.identity)
+            self.publish(db, Record(0, key, event_id, db.name, pos, origin, bad))
 
     def resend(self, db_index: int, back: int) -> None:
         """The connector resumes ``back`` records early (at-least-once): sent again."""
         db = self.databases[db_index % len(self.databases)]
+        origin = db.identity if db.headers else None  # the header is added as it is sent
         for old in db.published[-back:] if back else []:
-            self.publish(db, replace(old, source=db.name))
+            self.publish(db, replace(old, source=db.name, origin=origin))
 
     def rename(self, db_index: int, back: int) -> None:
         """`cdc apply --rename-source`: the same database under a new name, its tail re-sent."""
         db = self.databases[db_index % len(self.databases)]
         db.name = db.name + "'"
         self.resend(db_index, back)
+
+    def identity_headers_on(self) -> None:
+        """The connectors start writing their databases' identities (an upgrade)."""
+        for db in self.databases:
+            db.headers = True
+
+    def headers_on(self) -> bool:
+        """Every connector writes its identity, and every partition learnt the database of the
+        positions it stored without one (the upgrade's end: the runbook's condition for a
+        rename or a second database under a name; before it, only the window knows them)."""
+        return all(db.headers for db in self.databases) and not any(
+            "@" not in key and key not in row.identities
+            for row in self.rows.values()
+            for key in row.sources
+        )
 
     def second_database(self) -> None:
         """Another database left on the first one's name (its own identity and WAL)."""
@@ -252,6 +273,13 @@ class World:
         mark = row.watermark
         seen, row_identities = source_keys(((r.source, r.origin) for r in records), row.identities)
         keyed = [replace(r, source=k) for r, k in zip(records, seen, strict=True)]
+        first_seen: dict[str, tuple[int, int] | None] = {}
+        for r in keyed:
+            first_seen.setdefault(r.source, r.position)
+        claimed = judgement.claimed_below(row.sources, row.identities, row_identities, first_seen)
+        if claimed is not None:  # `inbox.apply.check_claims`
+            row.stopped = judgement.unclaimed(claimed, row_identities[claimed])
+            return False
         asked = {
             r.event_id
             for r in keyed
@@ -365,6 +393,17 @@ class World:
             first = row.parked.pop(0)
             self.skipped.add(first.event_id)
 
+    def claim(self, p: int, move: moves.Move, key: str, writer: str) -> bool:
+        """`outboxkit inbox rebase --source-identity KEY=WRITER` on partition ``p``."""
+        row = self.rows[p]
+        how = transitions.Rebase(claims={key: writer})
+        assert transitions.refusal(move, how) is None
+        row.identities = {**row.identities, **how.claims}
+        row.stopped = None
+        row.epoch += 1
+        self.cursors[p] = row.watermark + 1
+        return True
+
     def _origin_of(self, p: int, event_id: str | None) -> str | None:
         """The database identity of the record the partition stopped on (what the operator
         reads from its headers)."""
@@ -390,7 +429,9 @@ class World:
         )
         stopped_on, row.stopped_on = row.stopped_on, None
         if judgement.GONE_BACK in row.stopped:
-            assert moves.refusal(move, moves.Rebase()) is not None  # a plain rebase is refused
+            assert (
+                transitions.refusal(move, transitions.Rebase()) is not None
+            )  # a plain rebase is refused
             known = stopped_on is not None and self.applied[stopped_on] > 0
             known = known or stopped_on in self.skipped
             key = judgement.stopped_source(row.stopped)
@@ -398,10 +439,13 @@ class World:
             histories = (
                 {key: self.forks[origin]} if key and origin in self.forks and not known else {}
             )
+            writer = self.legacy.get(key or "")
+            if not known and not histories and key not in row.identities and writer:
+                return self.claim(p, move, key, writer)  # two databases, one without identity
             if not known and not histories:
                 return False  # nothing explains the stop: the model found a hole
-            how = moves.Rebase(resends=not histories, histories=histories)
-            assert moves.refusal(move, how) is None
+            how = transitions.Rebase(resends=not histories, histories=histories)
+            assert transitions.refusal(move, how) is None
             if how.resends:
                 row.sources = judgement.started_over(row.sources)
             for name, fork in histories.items():
@@ -410,9 +454,14 @@ class World:
             row.epoch += 1
             self.cursors[p] = row.watermark + 1
             return True
+        if judgement.UNCLAIMED in row.stopped:  # the operator knows who wrote them unnamed
+            assert transitions.refusal(move, transitions.Rebase()) is not None
+            key = judgement.stopped_source(row.stopped)
+            assert key is not None and key in self.legacy, row.stopped
+            return self.claim(p, move, key, self.legacy[key])
         # offsets changed meaning, or a record no known source judges after a start-over: the
         # operator vouches for the offsets above the watermark
-        assert moves.refusal(move, moves.Rebase(offset=row.watermark)) is None
+        assert transitions.refusal(move, transitions.Rebase(offset=row.watermark)) is None
         self.start_over(row, row.watermark, by_operator=True)
         row.identity = self.identity()
         self.cursors[p] = row.watermark + 1

@@ -4,6 +4,8 @@ skipped in silence, when they do not. Every move composed: `test_inbox_model`.""
 
 from __future__ import annotations
 
+import pytest
+
 from inbox.decision import Action, Decider, Incoming, PartitionView
 from inbox.judgement import SourceState, new_history, stopped_source
 from inbox.position import OffsetsMoved, TopicIdentity, judge_identity, source_keys
@@ -93,3 +95,36 @@ def test_a_renamed_source_keeps_its_key_by_its_database_identity():
     assert keys == ["db", "db"] and identities == {"db": "sys/app"}
     keys, identities = source_keys([("db", "other/app")], identities)
     assert keys == ["db@other/app"] and identities["db@other/app"] == "other/app"
+
+
+def _move(stopped, positions=None):
+    from inbox.moves import Move
+
+    return Move("c", "t", 0, 9, A, A, positions or {"db": (5, 5)}, stopped)
+
+
+def test_each_stop_has_its_paths_and_refuses_the_others():
+    from inbox.judgement import unclaimed, went_back
+    from inbox.transitions import Rebase, refusal
+
+    back = _move(went_back("db", (3, 3), (5, 5), "e"))
+    assert "--new-history" in refusal(back, Rebase())
+    assert refusal(back, Rebase(resends=True)) is None
+    assert refusal(back, Rebase(histories={"db": 4})) is None
+    assert "knows no source" in refusal(back, Rebase(histories={"other": 4}))
+    claim = _move(unclaimed("db", "7/x"))
+    assert "--source-identity" in refusal(claim, Rebase())
+    assert refusal(claim, Rebase(claims={"db": "7/x"})) is None
+    assert "resume only such a stop" in refusal(claim, Rebase(resends=True))
+    moved = _move("topic id t1 became t2")
+    assert refusal(moved, Rebase()) is None
+    assert "resume only such a stop" in refusal(moved, Rebase(histories={"db": 4}))
+
+
+def test_an_lsn_is_read_as_postgres_writes_it_or_as_a_number():
+    from inbox.transitions import parse_lsn
+
+    assert parse_lsn("16/B374D848") == (0x16 << 32) + 0xB374D848
+    assert parse_lsn("42") == 42
+    with pytest.raises(ValueError, match="not an LSN"):
+        parse_lsn("x/y")
