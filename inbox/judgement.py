@@ -191,16 +191,32 @@ def advanced(
     states: Mapping[str, SourceState],
     decided: Iterable[tuple[str | None, Position | None, str | None]],
 ) -> dict[str, SourceState]:
-    """``states`` with each decided record (source key, position, event id), in offset order,
-    taken in; a source seen first gets its state (`UNREAD` without a position)."""
-    out = dict(states)
+    """``states`` with each decided record (source key, position, event id) taken in, as
+    `SourceState.taken` one by one would; a source seen first gets its state (`UNREAD` without
+    a position). One pass and one new state per source: a slice's thousand records would
+    otherwise build a thousand states."""
+    tops: dict[str, tuple[Position | None, set[str]]] = {}
     for source, position, event_id in decided:
         if source is None:
             continue
+        top, ids = tops.get(source, (None, set()))
+        if position is not None and (top is None or position > top):
+            tops[source] = (position, set() if event_id is None else {event_id})
+            continue
+        if position is not None and position == top and event_id is not None:
+            ids.add(event_id)
+        tops.setdefault(source, (top, ids))
+    out = dict(states)
+    for source, (top, ids) in tops.items():
         state = out.get(source)
-        out[source] = (
-            first(position, event_id) if state is None else state.taken(position, event_id)
-        )
+        if state is None:
+            out[source] = SourceState(top or UNREAD, frozenset(ids))
+        elif top is None or top < state.top:
+            continue
+        elif top > state.top:
+            out[source] = SourceState(top, frozenset(ids), state.floor)
+        elif not ids <= state.at_top:
+            out[source] = replace(state, at_top=state.at_top | ids)
     return out
 
 

@@ -138,11 +138,12 @@ class Recorder(ParkedRows):
         A slice is forgotten whole once its last offset falls below the floor; one straddling
         the floor stays whole, so the window may keep up to a slice more than ``window``
         offsets (never fewer)."""
+        tops, ids, _ = states_to_json(sources) if sources is not None else ({}, {}, {})
         params: dict[str, Any] = {
             **self._named(topic, partition),
             "p_offset": offset,
-            "p_sources": None if sources is None else states_to_json(sources)[0],
-            "p_tops": None if sources is None else states_to_json(sources)[1],
+            "p_sources": None if sources is None else tops,
+            "p_tops": None if sources is None else ids,
             "p_identities": None if identities is None else dict(identities),
             "p_replay_ids": None if replay_ids is None else sorted(replay_ids),
             "p_cluster_id": None if identity is None else identity.cluster_id,

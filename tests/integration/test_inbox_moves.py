@@ -220,7 +220,7 @@ def test_a_rewind_refuses_the_reader_that_started_before_it(engine, consumer):
     inbox's watermarks) and the replay is applied by the one that starts after it."""
     from inbox import operations
 
-    inbox = Inbox(engine, consumer, recorder(consumer), window=0)
+    inbox = Inbox(engine, consumer, recorder(consumer), window=10)  # what it applies again
     topic = f"rewind-{uuid.uuid4().hex[:6]}"
     assert (
         inbox.apply_partition([event(topic, 0, 1), event(topic, 1, 2)], A, 0).count(Action.APPLY)

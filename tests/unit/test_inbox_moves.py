@@ -5,9 +5,11 @@ skipped in silence, when they do not. Every move composed: `test_inbox_model`.""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inbox.decision import Action, Decider, Incoming, PartitionView
-from inbox.judgement import SourceState, new_history, stopped_source
+from inbox.judgement import SourceState, advanced, first, new_history, stopped_source
 from inbox.position import OffsetsMoved, TopicIdentity, judge_identity, source_keys
 from outboxkit.kernel.wire.position import parse_position, source_position
 
@@ -128,3 +130,26 @@ def test_an_lsn_is_read_as_postgres_writes_it_or_as_a_number():
     assert parse_lsn("42") == 42
     with pytest.raises(ValueError, match="not an LSN"):
         parse_lsn("x/y")
+
+
+_POS = st.tuples(st.integers(0, 5), st.integers(0, 5))
+_IDS = st.sampled_from(["e1", "e2", "e3"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["a", "b"]),
+        st.builds(SourceState, _POS, st.frozensets(_IDS), st.none() | _POS),
+    ),
+    st.lists(st.tuples(st.sampled_from(["a", "b", None]), st.none() | _POS, st.none() | _IDS)),
+)
+def test_a_slice_taken_in_at_once_is_each_record_taken_in_turn(states, records):
+    slow = dict(states)
+    for source, position, event_id in records:
+        if source is not None:
+            known = slow.get(source)
+            slow[source] = (
+                first(position, event_id) if known is None else known.taken(position, event_id)
+            )
+    assert advanced(states, records) == slow
