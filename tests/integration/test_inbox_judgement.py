@@ -238,3 +238,28 @@ def test_positions_stored_without_identity_are_claimed_only_by_the_database_name
     assert (again.count(Action.APPLY), again.count(Action.SKIP_DUPLICATE)) == (1, 5)
     once(engine, consumer, 6)
     assert row(engine, consumer, topic).source_identities == {"orders-db": a, f"orders-db@{b}": b}
+
+
+def test_a_slice_parked_whole_as_a_last_resort_then_redriven_applies_nothing_twice(
+    engine, consumer, topic
+):
+    """After a failover, a slice of the re-read whose transaction keeps failing is parked by
+    the last resort: only what the judgement takes for new (event 7) is parked, the re-reads
+    are skipped, so the redrive applies event 7 and nothing again."""
+
+    class Breaks(Inbox):
+        """Commits that fail whatever the records: what no savepoint can catch."""
+
+        def _transaction(self, records, *args, **kwargs):
+            raise ValueError("something in the data the inbox does not know about")
+
+    inbox = Inbox(engine, consumer, recorder(consumer), window=4)
+    written = [event(topic, o, o + 1) for o in range(6)]
+    in_slices(inbox, written, A, 2)
+    fail_over(engine, inbox, consumer, topic, MIRROR)
+    mirrored = [r._replace(offset=r.offset + 10) for r in written] + [event(topic, 16, 7)]
+    broken = Breaks(engine, consumer, recorder(consumer), window=4)
+    parked_whole = broken.apply_partition(mirrored, MIRROR)
+    assert (parked_whole.count(Action.PARK), parked_whole.count(Action.SKIP_DUPLICATE)) == (1, 6)
+    assert operations.redrive(inbox, topic, 0).applied == 1
+    once(engine, consumer, 7)
