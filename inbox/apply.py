@@ -325,6 +325,7 @@ class Inbox:
                 ),
                 identity=identity,
                 identities=identities,
+                replay_ids=still_replayed(locked, fresh),
             )
         result = done.result
         if len(fresh) < len(records):

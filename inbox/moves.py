@@ -45,9 +45,14 @@ class Move:
 
     @property
     def automatic(self) -> bool:
-        """True when the driver may start it over: the topic's identity changed and the
-        partition's sources have positions to judge its records by."""
-        return self.identity_changed and bool(self.positions)
+        """True when the driver may start it over: the topic's identity changed, the
+        partition's sources have positions to judge its records by, and it is not stopped on
+        something a start-over would hide (positions gone back, positions without identity:
+        `inbox.transitions.refusal`)."""
+        held = self.stopped is not None and (
+            judgement.GONE_BACK in self.stopped or judgement.UNCLAIMED in self.stopped
+        )
+        return self.identity_changed and bool(self.positions) and not held
 
     def describe(self) -> str:
         if self.stopped:
@@ -171,68 +176,61 @@ def stop(session: Session, consumer: str, topic: str, partition: int, reason: st
 Row = tuple[Mapping[str, judgement.SourceState], Mapping[str, str]]  # states, identities
 
 
-def raised_rows(rows: Sequence[Row], sources: Collection[str], added: int) -> list[Row]:
-    """Every partition's states and source identities once the sources named in ``sources``
-    (names or database identities) are raised before ``added`` partitions are added (the last
-    ``added`` rows of the result are theirs). Each database is raised by its own positions in
-    every partition, whatever key a partition keeps it under (a key names one database in one
-    partition and maybe another in the next: two databases under one name, seen in another
-    order); a partition that never saw it gets a key of its own for it, with its identity.
-    Positions a partition stored under a name before records carried identities belong to the
-    one database that claimed the name in the other partitions, when one did (else they stay a
-    source of their own, known by the name only)."""
-    claimants: dict[str, set[str]] = {}
-    for _, identities in rows:
-        for key, identity in identities.items():
-            if "@" not in key:
-                claimants.setdefault(key, set()).add(identity)
-    rows = [(states, _claimed(states, identities, claimants)) for states, identities in rows]
+def raised_rows(
+    rows: Sequence[Row], names: Collection[str], databases: Collection[str], added: int
+) -> list[Row]:
+    """Every partition's states and source identities once the paused sources are raised
+    before ``added`` partitions are added (the last ``added`` rows of the result are theirs):
+    the databases of identity in ``databases``, or, when none is given, every database under
+    a name in ``names`` (a database still publishing under the same name must not be raised: a
+    lagging partition may hold its events below another's top). Each database is raised by its
+    own positions in every partition, whatever key a partition keeps it under (a key names one
+    database in one partition and maybe another in the next: two databases under one name,
+    seen in another order); a partition that never saw it gets a key of its own for it, with its
+    identity. Positions stored without identity under a name in ``names`` are raised apart,
+    under the name, and only where the name is not a database's key (a database claims them
+    later as `source_keys` says; `inbox.judgement.claimed_below` stops a claim at or below
+    them)."""
     groups: list[dict[str, judgement.SourceState]] = []
-    names: dict[str, str] = {}
+    labels: dict[str, str] = {}  # per group, its source name
     for states, identities in rows:
         grouped = {}
         for key, state in states.items():
             name, known = key.split("@", 1)[0], identity_of(key, identities)
-            if name in sources or known in sources:
+            paused = name in names if known is None or not databases else known in databases
+            if paused:
                 group = known if known is not None else f"@{key}"
-                grouped[group], names[group] = state, name
+                grouped[group], labels[group] = state, name
         groups.append(grouped)
-    best = judgement.raised(groups, names)
+    best = judgement.raised(groups, labels)
     out: list[Row] = []
     for states, identities in [*rows, *[({}, {})] * added]:
         states, identities = dict(states), dict(identities)
         for group, state in best.items():
             if group.startswith("@"):  # a source known by its name only
                 key = group[1:]
+                if key in identities:  # here the name is a database's: not the same source
+                    continue
             else:
                 kept = [k for k in {*states, *identities} if identity_of(k, identities) == group]
-                key = kept[0] if kept else key_for(names[group], group, {**states, **identities})
+                key = kept[0] if kept else key_for(labels[group], group, {**states, **identities})
                 identities[key] = group
             states[key] = state
         out.append((states, identities))
     return out
 
 
-def _claimed(
-    states: Mapping[str, judgement.SourceState],
-    identities: Mapping[str, str],
-    claimants: Mapping[str, set[str]],
-) -> dict[str, str]:
-    """``identities`` with each name whose positions were stored without identity given the
-    one database that claimed the name elsewhere, when exactly one did."""
-    out = dict(identities)
-    for key in states:
-        found = claimants.get(key, set())
-        if "@" not in key and key not in out and len(found) == 1:
-            out[key] = next(iter(found))
-    return out
-
-
 def raise_floors(
-    engine: Engine, consumer: str, topic: str, partitions: int, sources: Collection[str]
+    engine: Engine,
+    consumer: str,
+    topic: str,
+    partitions: int,
+    sources: Collection[str],
+    databases: Collection[str] = (),
 ) -> dict[str, Position]:
     """Before ``topic`` gets ``partitions`` partitions, with the connectors publishing as
-    ``sources`` (names, or their databases' identities) paused and ``consumer`` caught up:
+    ``sources`` (names; ``databases``: their databases' identities, when known) paused and
+    ``consumer`` caught up:
     every partition's state of each of those databases raised as `raised_rows` says (the
     highest top any partition decided, the ids decided at it, that top as its floor), and the
     new partitions' rows made with them (offsets from -1, the topic's identity). Everything
@@ -249,7 +247,7 @@ def raise_floors(
         present = [int(row.partition) for row in rows]
         missing = [p for p in range(partitions) if p not in present]
         before = [(states_from_row(row), dict(row.source_identities or {})) for row in rows]
-        after = raised_rows(before, sources, len(missing))
+        after = raised_rows(before, sources, databases, len(missing))
         floors = {
             key: state.top
             for (old, _), (new, _) in zip(before, after, strict=False)
@@ -290,12 +288,6 @@ def raise_floors(
                 .on_conflict_do_nothing()
             )
     return floors
-
-
-def paused(key: str, identities: Mapping[str, str], sources: Collection[str]) -> bool:
-    """True when the source ``key`` is one of ``sources`` (names or database identities): its
-    name, or the identity it stands for (a renamed source keeps its first name as its key)."""
-    return key.split("@", 1)[0] in sources or identities.get(key) in sources
 
 
 def epochs(engine: Engine, consumer: str, topics: Sequence[str]) -> dict[tuple[str, int], int]:

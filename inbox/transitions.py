@@ -59,7 +59,7 @@ class Rebase:
             forks = ", ".join(f"{k} from LSN {lsn}" for k, lsn in self.histories.items())
             return f"resume at watermark {move.watermark}, new history of {forks}"
         if self.resends:
-            return f"resume at watermark {move.watermark}, each source's top its floor (re-sends)"
+            return f"resume at watermark {move.watermark}, the source's top its floor (re-sends)"
         return f"start over: watermark {move.watermark} -> {self.offset}"
 
 
@@ -71,12 +71,20 @@ def refusal(move: Move, how: Rebase) -> str | None:
     stopped = move.stopped or ""
     gone_back, unclaimed = judgement.GONE_BACK in stopped, judgement.UNCLAIMED in stopped
     where = f"[{move.partition}]"
+    if sum((bool(how.claims), bool(how.histories), how.resends)) > 1:
+        return (
+            "--source-identity, --new-history and --as-resends are readings of one stop: choose one"
+        )
+    named = judgement.stopped_source(stopped)
     if how.claims:
         if not (unclaimed or gone_back):
             return (
                 f"{where} is not stopped on positions without identity or gone back: "
                 "--source-identity resumes only such a stop"
             )
+        unknown = [k for k in how.claims if k != named]
+        if unknown:
+            return f"{where} stopped on source {named}, not on {', '.join(unknown)}"
         return None
     if how.histories or how.resends:
         if not gone_back:
@@ -84,7 +92,6 @@ def refusal(move: Move, how: Rebase) -> str | None:
                 f"{where} is not stopped on positions gone back: "
                 "--as-resends and --new-history resume only such a stop"
             )
-        named = judgement.stopped_source(stopped)
         unknown = [k for k in how.histories if k not in move.positions and k != named]
         if unknown:
             known = ", ".join(move.positions)
@@ -132,8 +139,10 @@ def resume(engine: Engine, move: Move, how: Rebase) -> None:
     with Session(engine) as session, session.begin():
         locked = recorder.locked(session, move.topic, move.partition)
         states = dict(locked.sources)
-        if how.resends:
-            states = judgement.started_over(states)
+        if how.resends:  # the stopped source's re-sends: its top becomes its floor
+            named = judgement.stopped_source(move.stopped or "")
+            chosen = {k: s for k, s in states.items() if named is None or k == named}
+            states.update(judgement.started_over(chosen))
         for key, fork in how.histories.items():
             states[key] = judgement.new_history(fork)
         tops, ids, floors = states_to_json(states)

@@ -153,11 +153,11 @@ def _add_partitions(
     # which a renamed source's positions stay keyed by): only its floors are raised.
     config = client.get_config(connector) or {}
     source = config.get("topic.prefix", "")
-    paused = [source, *filter(None, [source_identity_of(config)])]
+    databases = [i for i in [source_identity_of(config)] if i]
 
     def drained() -> None:
         for consumer in args.consumer:
-            floor = moves.raise_floors(engine, consumer, topic, chosen.after, paused)
+            floor = moves.raise_floors(engine, consumer, topic, chosen.after, [source], databases)
             if floor:
                 print(f"{consumer}: every partition's source positions raised to {floor}")
             else:

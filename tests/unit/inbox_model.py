@@ -213,9 +213,9 @@ class World:
         partition's sources raised (`inbox.moves.raised_rows`), then one partition more."""
         if not self.settled():
             return
-        paused = {db.name for db in self.databases} | {db.identity for db in self.databases}
+        names = {db.name for db in self.databases}
         rows = [(row.sources, row.identities) for row in self.rows.values()]
-        after = moves.raised_rows(rows, paused, 1)
+        after = moves.raised_rows(rows, names, {db.identity for db in self.databases}, 1)
         for row, (states, identities) in zip(self.rows.values(), after, strict=False):
             row.sources, row.identities = dict(states), dict(identities)
         new = self.partitions

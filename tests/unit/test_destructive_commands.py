@@ -206,7 +206,7 @@ def test_rewind_prints_its_plan_and_needs_yes_without_a_terminal(
     assert cli.main([*REWIND, "--offset", "5", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "watermark 20 -> 5: 15 offset(s), 6 to 20, read and applied again" in out
-    assert "3 event id(s)" in out and "dry run: nothing changed" in out
+    assert "the 3 event(s) the window holds above 5" in out and "dry run: nothing changed" in out
     assert cli.main([*REWIND, "--offset", "5"]) == USAGE
     assert "add --yes" in capsys.readouterr().err
     assert inbox_db["rewinds"] == [] and inbox_db["actions"] == []

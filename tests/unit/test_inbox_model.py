@@ -187,9 +187,9 @@ def _keyed_by_name(seen, identities):  # type: ignore[no-untyped-def]
     return keys, out
 
 
-def _raised_by_key(rows, sources, added):  # type: ignore[no-untyped-def]
+def _raised_by_key(rows, names, databases, added):  # type: ignore[no-untyped-def]
     states = [dict(s) for s, _ in rows]
-    chosen = {k for row in states for k in row if k.split("@", 1)[0] in sources}
+    chosen = {k for row in states for k in row if k.split("@", 1)[0] in names}
     best = judgement.raised(states, chosen)
     merged: dict[str, str] = {}
     for _, identities in rows:
