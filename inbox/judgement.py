@@ -108,12 +108,12 @@ def judge(
         return None
     where = f"source {source} position {list(position)}"
     if position == top:
+        if replayed:
+            return Verdict(Action.SKIP_REPLAY, f"{where} at a decided offset")
         if decided or (event_id is not None and event_id in state.at_top):
             return Verdict(Action.SKIP_DUPLICATE, f"{where} is its top, event {event_id} decided")
         if decided is None and not state.at_top:  # stored before the top's ids were kept
             return Verdict(Action.SKIP_DUPLICATE, f"{where} is its top (no window, by position)")
-        if replayed:
-            return Verdict(Action.SKIP_REPLAY, f"{where} at a decided offset")
         return None  # another row of the write that gave the top: new
     below = f"{where} < {list(top)}"
     if replayed:

@@ -153,3 +153,10 @@ def test_a_slice_taken_in_at_once_is_each_record_taken_in_turn(states, records):
                 first(position, event_id) if known is None else known.taken(position, event_id)
             )
     assert advanced(states, records) == slow
+
+
+def test_a_replay_of_the_top_event_at_its_offset_counts_as_a_replay():
+    state = SourceState((100, 100), frozenset({"e1"}))
+    decider = Decider(PartitionView(9, frozenset(), frozenset(), {"db": state}, ids_kept=True))
+    assert decider.decide(rec(9, "e1", (100, 100))).action is Action.SKIP_REPLAY
+    assert decider.decide(rec(10, "e1", (100, 100))).action is Action.SKIP_DUPLICATE
