@@ -176,7 +176,15 @@ def _members(obj: dict[Any, Any]) -> tuple[dict[Any, Any], list[Any]]:
         keys = sorted(obj)
         ascii_only = all(map(str.isascii, keys))
     except TypeError:  # a key that is not a str: json.dumps writes it as a string
-        obj = {_key(key): value for key, value in obj.items()}  # a duplicate keeps the last value
+        written: dict[str, Any] = {}
+        for key, value in obj.items():
+            text = _key(key)
+            if text in written:  # jsonb keeps the last value, but parses the one it drops:
+                dropped: list[str] = []  # a NUL in it is refused all the same
+                _write(written[text], dropped.append)
+                check_storable("".join(dropped))
+            written[text] = value
+        obj = written
         keys = sorted(obj)
         ascii_only = all(map(str.isascii, keys))
     # jsonb orders keys by length in bytes, then bytewise; UTF-8 bytes sort as code points do.
