@@ -112,7 +112,8 @@ def renamed(current: Mapping[str, str] | None, new: Capture) -> str | None:
         f"connector {new.name} publishes as source {before!r}; under {new.source!r} it would "
         "publish the events it has not confirmed again under a name the consumers' inboxes "
         f"have not seen. Keep OUTBOXKIT_SERVER_NAME={before}, or pass --rename-source to accept "
-        "that: those events are then caught only by the consumers' id windows"
+        "that: the consumers' inboxes then know them by the database's identity (the "
+        "connector's sourceIdentity header), or, without it, only by their id windows"
     )
 
 
