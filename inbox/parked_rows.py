@@ -44,6 +44,7 @@ from inbox.tables import (
     HEADERS_SHOWN,
     KEY_CHARS,
     parked,
+    skipped,
     watermarks,
 )
 from outboxkit.kernel.wire.record import Decoded, KafkaRecord, key_bytes, key_text, readable
@@ -94,20 +95,24 @@ class ParkedRows:
         )
         return frozenset(key_text(r[0]) or "" for r in rows if r[0] in wanted)
 
-    def parked_ids(
+    def decided_ids(
         self, session: Session, topic: str, partition: int, ids: Iterable[str | None]
     ) -> frozenset[str]:
-        """Which of ``ids`` are event ids of the partition's parked records (a re-send of a
-        parked event is not a new one)."""
+        """Which of ``ids`` are of the partition's parked records or of records an operator
+        skipped: decided here, though the window never held them (one statement)."""
         wanted = sorted({i for i in ids if i})
         if not wanted:
             return frozenset()
-        rows = session.execute(
+        query = (
             select(parked.c.event_id)
-            .distinct()
             .where(*self.match(parked, topic, partition), parked.c.event_id.in_(wanted))
+            .union(
+                select(skipped.c.event_id).where(
+                    *self.match(skipped, topic, partition), skipped.c.event_id.in_(wanted)
+                )
+            )
         )
-        return frozenset(str(r[0]) for r in rows)
+        return frozenset(str(r[0]) for r in session.execute(query))
 
     def park(
         self, session: Session, records: Sequence[Parking], topic_id: str | None = None

@@ -18,7 +18,7 @@ from inbox.decision import PartitionView, asks_window, prune_floor
 from inbox.judgement import SourceState
 from inbox.parked_rows import Executor, ParkedRows
 from inbox.position import TopicIdentity, from_json, to_json
-from inbox.tables import ledger, parked, recent_ids, skipped, watermarks
+from inbox.tables import ledger, recent_ids, watermarks
 from outboxkit.kernel.wire.position import Position
 from outboxkit.kernel.wire.record import CANONICAL_UUID, Decoded
 
@@ -229,25 +229,6 @@ class Recorder(ParkedRows):
             ),
             replay_ids=locked.replay_ids,
         )
-
-    def decided_ids(
-        self, session: Session, topic: str, partition: int, ids: Iterable[str | None]
-    ) -> frozenset[str]:
-        """Which of ``ids`` are of the partition's parked records or of records an operator
-        skipped: decided here, though the window never held them (one statement)."""
-        wanted = sorted({i for i in ids if i})
-        if not wanted:
-            return frozenset()
-        query = (
-            select(parked.c.event_id)
-            .where(*self.match(parked, topic, partition), parked.c.event_id.in_(wanted))
-            .union(
-                select(skipped.c.event_id).where(
-                    *self.match(skipped, topic, partition), skipped.c.event_id.in_(wanted)
-                )
-            )
-        )
-        return frozenset(str(r[0]) for r in session.execute(query))
 
     # -- window of recent event ids ------------------------------------------------------------
     # Callers hold the partition's watermark lock (`lock`): it serialises every reader and
