@@ -204,13 +204,7 @@ class Recorder(ParkedRows):
             for d in decoded
             if asks_window(states, mark, d.record.offset, d.source, d.position)
         ]
-        below = [
-            d.event_id
-            for d in decoded
-            if d.record.offset > mark
-            and d.position is not None
-            and d.position <= states.get(str(d.source), _ABOVE_ALL).top
-        ]
+        below = [d.event_id for d in decoded if below_top(states, mark, d)]
         replayed = [d.record.offset for d in decoded if d.record.offset <= mark]
         return PartitionView(
             watermark=mark,
@@ -319,7 +313,16 @@ class Recorder(ParkedRows):
         )
 
 
-_ABOVE_ALL = SourceState((2**63, 2**63))  # a source the partition does not know
+def below_top(states: Mapping[str, SourceState], mark: int, d: Decoded) -> bool:
+    """True when ``d``, above the watermark, is at or below its known source's top: whether it
+    was decided here (parked, skipped) tells a re-send from positions gone back."""
+    state = states.get(d.source) if d.source is not None else None
+    return (
+        state is not None
+        and d.position is not None
+        and d.record.offset > mark
+        and (d.position <= state.top)
+    )
 
 
 def canonical_uuids(ids: Iterable[str | None]) -> str:
