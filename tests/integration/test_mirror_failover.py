@@ -1,10 +1,13 @@
 """A consumer job moved mid-run from the stack's Kafka cluster to a MirrorMaker 2 replica: the
 mirrored topic keeps its name but has another cluster id, topic id and offsets, so the job starts
 its partitions over on the replica and judges each record by its source position. Every event
-is applied once: none lost, none twice."""
+is applied once: none lost, none twice. On the replica the job re-reads in small micro-batches
+(many slices per partition, at the default window) while new events keep arriving, the shape in
+which a re-read's last tie was once applied again."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,7 +31,8 @@ from tests.integration.test_topic_moves import (
 from tests.kafka import read_records
 from tests.spark_helpers import effect_stats, publish, wait_on_kafka
 
-FIRST, SECOND = 1_500, 1_000
+FIRST, SECOND, DURING = 1_500, 1_000, 600
+REPLICA_BATCH = 150  # records per micro-batch on the replica: the re-read spans ~20
 
 
 @pytest.fixture
@@ -60,6 +64,19 @@ def ids_on(bootstrap: str, topic: str, distinct: int, timeout: float = 180) -> s
         timeout=timeout,
     )
     return {header_map(r.headers)["id"] for r in records}
+
+
+def micro_batches(checkpoint: Path) -> int:
+    """How many micro-batches were planned under ``checkpoint`` (its queries' offset logs,
+    also those moved aside)."""
+    return sum(1 for f in checkpoint.glob("*/offsets/*") if f.name.isdigit())
+
+
+def publish_slowly(engine, aggregate_type: str, start: int, count: int) -> None:
+    """``count`` events in small transactions over a few seconds, from ``start``."""
+    for at in range(start, start + count, 20):
+        publish(engine, aggregate_type, 20, start=at, keys=16, writers=1, per_tx=20)
+        time.sleep(0.1)
 
 
 def test_a_job_moved_to_a_mirrored_cluster_applies_every_event_once(
@@ -98,14 +115,28 @@ def test_a_job_moved_to_a_mirrored_cluster_applies_every_event_once(
         assert len(on_replica) == FIRST + SECOND and aborted not in on_replica
         print(f"mirrored {len(on_replica)} events after {time.monotonic() - started:.0f}s")
 
-        env = {**env, "OUTBOXKIT_TEST_BOOTSTRAP": replica.bootstrap}
+        env = {
+            **env,
+            "OUTBOXKIT_TEST_BOOTSTRAP": replica.bootstrap,
+            "OUTBOXKIT_TEST_MAX_OFFSETS": str(REPLICA_BATCH),
+        }
+        total = FIRST + SECOND + DURING
+        load = threading.Thread(  # under load: events keep coming while the job re-reads
+            target=publish_slowly, args=(engine, aggregate_type, FIRST + SECOND, DURING)
+        )
+        before_batches = micro_batches(checkpoint)
         driver = start_driver(command, env)
+        load.start()
         try:
-            wait_applied(engine, consumer, FIRST + SECOND, driver)
+            wait_applied(engine, consumer, total, driver)
             time.sleep(3)  # a late duplicate would show now
-            assert effect_stats(engine, consumer) == (FIRST + SECOND, FIRST + SECOND)
+            assert effect_stats(engine, consumer) == (total, total)
         finally:
+            load.join()
             stop_driver(driver)
+        batches = micro_batches(checkpoint) - before_batches
+        print(f"the replica's run took {batches} micro-batches")
+        assert batches >= 10
     with engine.connect() as conn:
         after = conn.execute(select(watermarks).where(watermarks.c.consumer == consumer)).all()
     assert after and {r.cluster_id for r in after} == {replica.cluster_id}
@@ -113,7 +144,5 @@ def test_a_job_moved_to_a_mirrored_cluster_applies_every_event_once(
     assert all(r.stopped is None and r.sources for r in after)
     moved_aside = [p.name for p in checkpoint.iterdir() if ".moved-" in p.name]
     assert moved_aside, "the checkpoint of the source cluster's topic was not moved aside"
-    assert_audit_clean(
-        stack, engine, consumer, topic, on_topic=FIRST + SECOND, bootstrap=replica.bootstrap
-    )
+    assert_audit_clean(stack, engine, consumer, topic, on_topic=total, bootstrap=replica.bootstrap)
     print(f"failover test took {time.monotonic() - started:.0f}s")
