@@ -189,6 +189,14 @@ UNCLAIMED = " [positions without identity]"
 GONE_BACK = " [positions went back]"
 
 
+def held(reason: str | None) -> tuple[bool, bool]:
+    """Whether a stop ``reason`` is on positions gone back, and on positions without identity:
+    the stops a plain start-over would hide (`inbox.transitions.refusal`), so neither the
+    driver nor a plain rebase resumes them."""
+    text = reason or ""
+    return GONE_BACK in text, UNCLAIMED in text
+
+
 def advanced(
     states: Mapping[str, SourceState],
     decided: Iterable[tuple[str | None, Position | None, str | None]],

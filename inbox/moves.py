@@ -49,10 +49,9 @@ class Move:
         partition's sources have positions to judge its records by, and it is not stopped on
         something a start-over would hide (positions gone back, positions without identity:
         `inbox.transitions.refusal`)."""
-        held = self.stopped is not None and (
-            judgement.GONE_BACK in self.stopped or judgement.UNCLAIMED in self.stopped
+        return (
+            self.identity_changed and bool(self.positions) and not any(judgement.held(self.stopped))
         )
-        return self.identity_changed and bool(self.positions) and not held
 
     def describe(self) -> str:
         if self.stopped:

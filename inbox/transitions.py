@@ -69,7 +69,7 @@ def refusal(move: Move, how: Rebase) -> str | None:
     of one stopped on positions without identity would let the first database seen claim them;
     each resuming reading fits its own stop only; a new history needs a known source."""
     stopped = move.stopped or ""
-    gone_back, unclaimed = judgement.GONE_BACK in stopped, judgement.UNCLAIMED in stopped
+    gone_back, unclaimed = judgement.held(stopped)
     where = f"[{move.partition}]"
     if sum((bool(how.claims), bool(how.histories), how.resends)) > 1:
         return (
