@@ -216,27 +216,76 @@ class Operator:
         except ValueError as exc:
             raise ActionRefused(str(exc)) from exc
 
-    def rebase(self, consumer: str, topic: str) -> Logged:
-        """Start over the partitions of ``topic`` whose offsets moved, from the topic's start
-        (judged by their sources' positions where the records carry them)."""
-        from inbox import transitions
+    def rebase(
+        self,
+        consumer: str,
+        topic: str,
+        reading: str = "start-over",
+        value: str = "",
+        partition: int | None = None,
+    ) -> Logged:
+        """Resume the partitions of ``topic`` whose offsets moved, as ``reading`` says (the
+        CLI's `inbox rebase` options, `resume_reading`): start them over from the topic's start
+        (judged by their sources' positions where the records carry them), or resume the
+        stopped ``partition`` at its watermark: as re-sends, with a restored database's new
+        history (``value``: the LSN), or with the database that wrote positions stored without
+        identity (``value``: its identity). Refused as the CLI refuses it
+        (`inbox.transitions.refusal`)."""
+        from inbox import judgement, transitions
 
         current, found = self.rebase_plan(consumer, topic)
+        if reading != "start-over":
+            found = [m for m in found if m.partition == partition]
         if not found:
             raise ActionRefused(f"no partition of {topic} is stopped or of another topic id")
+        how = resume_reading(reading, judgement.stopped_source(found[0].stopped or ""), value)
         engine = self.inbox(consumer).engine
         try:
-            transitions.rebase(engine, found, current, transitions.Rebase(offset=-1))
+            transitions.rebase(engine, found, current, how)
         except transitions.Refused as exc:
             raise ActionRefused(str(exc)) from exc
         partitions = [m.partition for m in found]
+        described = how.describe(found[0])
         return Logged(
             "console rebase",
             f"{consumer} {topic}",
-            {"partitions": partitions, "offset": -1, "topic": current.describe()},
+            {
+                "partitions": partitions,
+                "offset": how.offset,
+                "topic": current.describe(),
+                "as_resends": how.resends,
+                "new_history": dict(how.histories),
+                "source_identity": dict(how.claims),
+            },
             len(found),
-            f"started {consumer} {topic} {partitions} over: restart the consumer job",
+            f"{consumer} {topic} {partitions}: {described}; restart the consumer job",
         )
+
+
+def resume_reading(reading: str, source: str | None, value: str) -> Any:
+    """The `inbox.transitions.Rebase` of a console rebase form: ``reading`` is ``start-over``,
+    ``as-resends``, ``new-history`` (``value``: the LSN where ``source``'s new history began)
+    or ``source-identity`` (``value``: the identity of the database that wrote ``source``'s
+    positions); ``source`` is the one the stop names."""
+    from inbox import transitions
+
+    if reading == "start-over":
+        return transitions.Rebase(offset=-1)
+    if reading == "as-resends":
+        return transitions.Rebase(resends=True)
+    if reading not in ("new-history", "source-identity"):
+        raise ActionRefused(f"unknown way to resume: {reading!r}")
+    if source is None:
+        raise ActionRefused("the partition's stop names no source: only a start-over resumes it")
+    value = value.strip()
+    if reading == "source-identity":
+        if not value:
+            raise ActionRefused("name the database that wrote the positions (like 7316/orders)")
+        return transitions.Rebase(claims={source: value})
+    try:
+        return transitions.Rebase(histories={source: transitions.parse_lsn(value)})
+    except ValueError as exc:
+        raise ActionRefused(str(exc)) from exc
 
 
 def _redriven(

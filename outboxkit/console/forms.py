@@ -97,6 +97,18 @@ async def rewind(
 
 
 @router.post("/rebase")
-async def rebase(request: Request, consumer: str = Form(...), topic: str = Form(...)) -> Response:
-    """Start over the partitions of a topic whose offsets moved."""
-    return await act(request, consumer, lambda s, u, t: s.operator.rebase(consumer, topic))
+async def rebase(
+    request: Request,
+    consumer: str = Form(...),
+    topic: str = Form(...),
+    reading: str = Form("start-over"),
+    value: str = Form(""),
+    partition: int | None = Form(None),
+) -> Response:
+    """Start over the partitions of a topic whose offsets moved, or resume a stopped one as
+    its stop's runbook path says (as re-sends, a new history, the positions' database)."""
+    return await act(
+        request,
+        consumer,
+        lambda s, u, t: s.operator.rebase(consumer, topic, reading, value, partition),
+    )

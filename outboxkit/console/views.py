@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from inbox import operations
+from inbox import judgement, operations
 from outboxkit.console import auth, reads
 from outboxkit.console.actions import ActionRefused
 from outboxkit.console.overview import OverviewReader
@@ -126,10 +126,13 @@ async def partition(
                 rebase = site.operator.rebase_plan(consumer, topic)
         except ActionRefused as exc:
             problem = str(exc)
+        stopped = view.stopped if view is not None else None
+        gone_back, unclaimed = judgement.held(stopped)
         return site.page(
             request, user, "partition.html", consumer=consumer, topic=topic,
             partition=partition, view=view, plan=plan, offset=offset, rebase=rebase,
-            problem=problem, request_token=secrets.token_urlsafe(16),
+            problem=problem, request_token=secrets.token_urlsafe(16), gone_back=gone_back,
+            unclaimed=unclaimed, stopped_source=judgement.stopped_source(stopped or ""),
         )  # fmt: skip
 
     return await signed_in(request, build)

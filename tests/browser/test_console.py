@@ -25,6 +25,7 @@ from sqlalchemy import Column, MetaData, String, Table, create_engine, func, sel
 from sqlalchemy.engine import Engine, make_url
 
 from cdc.endpoints import Endpoints
+from inbox import judgement
 from inbox.tables import operator_actions, parked, watermarks
 from outboxkit.console import build_console
 from outboxkit.console.auth import user_line
@@ -353,6 +354,57 @@ def test_a_stopped_partition_shows_its_reason_and_a_rewind_preview(
     finally:
         with served.engine.begin() as conn:
             conn.execute(update(watermarks).where(*where).values(stopped=None))
+
+
+def test_a_partition_whose_positions_went_back_is_resumed_by_its_runbook_path(
+    page: Page, served: Served
+) -> None:
+    """The console offers no start-over of a partition stopped on positions gone back (it
+    would skip a restored database's new events), but the runbook's readings of that stop, as
+    the CLI does: a bad LSN is refused with a message, a new history resumes the partition and
+    the action log records it."""
+    reason = judgement.went_back("orders-db", (90, 90), (120, 120), "e-1")
+    where = (
+        watermarks.c.consumer == CONSUMER,
+        watermarks.c.topic == served.topic,
+        watermarks.c.partition == 0,
+    )
+    with served.engine.begin() as conn:
+        before = conn.execute(select(watermarks).where(*where)).one()
+        conn.execute(update(watermarks).where(*where).values(stopped=reason))
+    try:
+        sign_in(page, served, "olive")
+        page.goto(f"{served.url}/partitions/{CONSUMER}/{served.topic}/0")
+        expect(page.get_by_role("heading", name="Resume")).to_be_visible()
+        expect(page.get_by_role("button", name=re.compile("^Rebase"))).to_have_count(0)
+        assert_accessible(page)
+        page.get_by_label(re.compile("new timeline began")).fill("not-an-lsn")
+        page.get_by_role("button", name="Resume with a new history").click()
+        expect(page.get_by_role("alert")).to_contain_text("is not an LSN")
+        page.goto(f"{served.url}/partitions/{CONSUMER}/{served.topic}/0")
+        page.get_by_label(re.compile("new timeline began")).fill("0/64")
+        page.get_by_role("button", name="Resume with a new history").click()
+        expect(page.get_by_text("new history of orders-db from LSN 100")).to_be_visible()
+        with served.engine.connect() as conn:
+            after = conn.execute(select(watermarks).where(*where)).one()
+            logged = conn.execute(
+                select(operator_actions.c.detail)
+                .where(operator_actions.c.command == "console rebase")
+                .order_by(operator_actions.c.id.desc())
+                .limit(1)
+            ).scalar_one()
+        assert after.stopped is None and after.epoch == before.epoch + 1
+        assert after.offset == before.offset
+        assert logged["new_history"] == {"orders-db": 100}
+    finally:
+        with served.engine.begin() as conn:
+            conn.execute(
+                update(watermarks)
+                .where(*where)
+                .values(
+                    stopped=None, sources=before.sources, floors=before.floors, tops=before.tops
+                )
+            )
 
 
 def test_an_action_without_the_session_token_is_refused(page: Page, served: Served) -> None:
