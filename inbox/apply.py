@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from inbox import moves
 from inbox.decision import Action, Decider, PartitionView
 from inbox.handlers import BatchHandler, Handlers, as_batch
-from inbox.judgement import advanced, claimed_below, unclaimed
+from inbox.judgement import advanced, claimed_below
 from inbox.position import (
     OffsetsMoved,
     Superseded,
@@ -38,6 +38,8 @@ from inbox.slice import (
     incoming,
     stopped,
 )
+from inbox.states import losts_changed
+from inbox.stops import unclaimed
 from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
 from outboxkit.kernel.errors import is_transient
@@ -263,6 +265,7 @@ class Inbox:
                     identity=identity,
                     identities=identities if learnt else None,
                     replay_ids=replay_ids if replay_moved else None,
+                    lost=losts_changed(locked.sources, sources),
                 )
         result = done.result
         if replays:
@@ -315,17 +318,17 @@ class Inbox:
                 else:  # for a person: the data's fault
                     done.count(item, Action.PARK, reason, 0)
             recorder.park(session, done.parked, identity.topic_id if identity else None)
+            sources = advanced(locked.sources, ((d.source, d.position, d.event_id) for d in fresh))
             recorder.advance(
                 session,
                 topic,
                 partition,
                 done.result.watermark,
-                sources=advanced(
-                    locked.sources, ((d.source, d.position, d.event_id) for d in fresh)
-                ),
+                sources=sources,
                 identity=identity,
                 identities=identities,
                 replay_ids=still_replayed(locked, fresh),
+                lost=losts_changed(locked.sources, sources),
             )
         result = done.result
         if len(fresh) < len(records):

@@ -88,6 +88,9 @@ class Decider:
         """The action for the next record; offsets must be given in increasing order."""
         source, position = record.source, record.position
         state = self._sources.get(source) if source is not None else None
+        if state is not None and (state.lost or state.pending) and record.event_id is not None:
+            assert source is not None  # a new history's first record switches to it
+            state = self._sources[source] = state.settled((record.event_id,))
         rewound = record.offset > self._mark and record.event_id in self._replay_ids
         if state is not None and position is not None and not rewound:
             assert source is not None

@@ -9,9 +9,15 @@ name a label: `inbox.position.source_keys`), a `SourceState`:
 - ``at_top``: the ids decided at ``top``, the ties of one multi-row write (one statement's rows
   share a position), so a re-send of the top event is known whatever the window forgot;
 - ``floor``: at or below it, a record is a re-read of what this partition (a start-over) or the
-  topic's other partitions (`outboxkit cdc add-partitions`) decided. A database restored under
-  the same identity while a floor is up has its new events below the floor taken for re-reads:
-  its timeline is not in its identity, so the operator must say (`inbox rebase --new-history`).
+  topic's other partitions (`outboxkit cdc add-partitions`) decided. It lasts until the source's
+  next new event (a position above the top): the re-read it was laid for is then over, and a
+  record at or below it may as well be a restored database's new event. A database restored
+  while a floor is up (the re-read not over) has its new events below the floor taken for
+  re-reads: its timeline is not in its identity (the runbook: let the re-read end first);
+- ``lost``: the history a restored database lost (`Lost`): what it wrote after the fork up to
+  the old top was decided here, and its new history reuses those positions. A re-read from
+  before the new history's first record (a failover to a mirror, a re-created topic) skips the
+  lost history's records by it, until that record is read again.
 
 What each verdict proves:
 
@@ -32,6 +38,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
+from inbox.stops import went_back
 from outboxkit.kernel.wire.position import Position
 
 
@@ -55,25 +62,84 @@ UNREAD: Position = (0, 0)
 
 
 @dataclass(frozen=True)
+class Lost:
+    """The history a source's database lost when it was restored or failed over to a copy
+    whose history left the decided one at ``fork`` (`new_history`): its records in
+    (``fork``, ``top``] were decided here, and the new history writes positions there again.
+    ``marker``: the event id of the new history's first record in this partition (the record
+    the partition stopped on). ``before``: the partition re-reads the topic from before the
+    marker (a start-over on a mirror), so a record in the lost range is the lost history's
+    until the marker comes.
+
+    Known limit: a re-read whose topic no longer holds the marker (retention deleted it, and
+    with it every lost record before it) never comes past it, and takes the new history's
+    records in the lost range for re-reads until a record above the lost top ends it."""
+
+    fork: Position
+    top: Position
+    marker: str
+    before: bool = False
+
+    def holds(self, position: Position, event_id: str | None) -> bool:
+        """True when a record at ``position`` is the lost history's, read again."""
+        return self.before and event_id != self.marker and self.fork < position <= self.top
+
+
+@dataclass(frozen=True)
 class SourceState:
-    """What one partition knows of one source: see the module's docstring."""
+    """What one partition knows of one source: see the module's docstring. ``pending``: new
+    histories an operator named (`new_history`) whose first record here (its marker) was not
+    read yet: the state judges as before until it comes (the old history's unread tail comes
+    first), then switches (`settled`); in order, when the database was restored again before
+    the first one's marker was read."""
 
     top: Position
     at_top: frozenset[str] = frozenset()
     floor: Position | None = None
+    lost: Lost | None = None
+    pending: tuple[tuple[Position, str], ...] = ()
 
     def taken(self, position: Position | None, event_id: str | None) -> SourceState:
         """The state once a record of this source at ``position`` was decided here."""
-        if position is None:
-            return self
         ids = frozenset() if event_id is None else frozenset((event_id,))
-        if position > self.top:
-            # The floor stays: a connector that sends at least once may re-send what it covers
-            # after new events (clearing it then would stop the partition on the re-send).
-            return replace(self, top=position, at_top=ids)
-        if position == self.top and event_id is not None and event_id not in self.at_top:
-            return replace(self, at_top=self.at_top | ids)
-        return self
+        state = self.settled(ids) if self.lost or self.pending else self
+        if position is None:
+            return state
+        if position > state.top:
+            floor = _kept(state.floor, position)
+            return replace(state, top=position, at_top=ids, floor=floor).settled()
+        if position == state.top and event_id is not None and event_id not in state.at_top:
+            return replace(state, at_top=state.at_top | ids)
+        return state
+
+    def settled(self, read: Iterable[str] = ()) -> SourceState:
+        """The state moved on by the ``read`` event ids: a pending new history's marker read,
+        the switch to it (what the old history decided above the fork, and a lost range before
+        it, become the lost range); a re-read past the lost history's marker; the lost range
+        forgotten once the new history's top is above it (a floor then covers it, ties
+        included)."""
+        state = self
+        if state.pending and state.pending[0][1] in read:
+            (fork, marker), rest = state.pending[0], state.pending[1:]
+            top = max(state.top, state.lost.top) if state.lost else state.top
+            lost = Lost(fork, top, marker) if top > fork else None
+            state = SourceState(fork, frozenset(), fork, lost, rest)
+        lost = state.lost
+        if lost is None:
+            return state
+        if state.top > lost.top:
+            return replace(state, lost=None)
+        if lost.before and lost.marker in read:
+            return replace(state, lost=replace(lost, before=False))
+        return state
+
+
+def _kept(floor: Position | None, top: Position) -> Position | None:
+    """A floor once a source's top rose to ``top``: gone above it. A new event above the floor
+    ends the re-read it was laid for (a source's records come in position order but for
+    re-sends), and a record at or below it may from then on as well be a restored database's
+    new event: only its id proves a re-send."""
+    return floor if floor is not None and top <= floor else None
 
 
 def first(position: Position | None, event_id: str | None) -> SourceState:
@@ -104,9 +170,19 @@ def judge(
     parked and skipped records); None: no window keeps ids, and a position below the top is
     taken for a re-send by itself."""
     top = state.top
-    if position > top:
-        return None
     where = f"source {source} position {list(position)}"
+    lost = state.lost
+    if lost is not None and lost.holds(position, event_id):
+        return Verdict(
+            Action.SKIP_DUPLICATE,
+            f"{where} is in the history its database lost ({list(lost.fork)}, {list(lost.top)}]"
+            f", read again before the new history's first event {lost.marker}",
+        )
+    if position > top:
+        if replayed and lost is not None and lost.fork < position <= lost.top:
+            # the lost history's record at an offset decided before the new one began
+            return Verdict(Action.SKIP_REPLAY, f"{where} at a decided offset")
+        return None  # new (also at a decided offset: a re-created topic's, no identity given)
     if position == top:
         if replayed:
             return Verdict(Action.SKIP_REPLAY, f"{where} at a decided offset")
@@ -126,28 +202,6 @@ def judge(
     if decided is None:
         return Verdict(Action.SKIP_DUPLICATE, f"{below}: a re-send (no window, by position)")
     return Verdict(Action.STOP, went_back(source, position, top, event_id))
-
-
-def went_back(source: str, position: Position, top: Position, event_id: str | None) -> str:
-    """Why a partition stops on a record whose source's position went back."""
-    return (
-        f"event {event_id} has source {source} position {list(position)}, below the "
-        f"{list(top)} the partition decided, and nothing says it was applied here: the "
-        "source's positions went back (a database restored or failed over, two databases under "
-        "one source name), or it is a re-send the window no longer holds; see the runbook "
-        "'When positions go back' (outboxkit inbox rebase --new-history or --as-resends)"
-        f"{GONE_BACK}"
-    )
-
-
-def stopped_source(reason: str) -> str | None:
-    """The source a stop reason names (`went_back`, `unclaimed`); None for other stops."""
-    if UNCLAIMED in reason and reason.startswith("source "):
-        return reason[len("source ") :].split("'s positions", 1)[0]
-    if GONE_BACK not in reason:
-        return None
-    head, sep, _ = reason.partition(" has source ")
-    return reason[len(head) + len(sep) :].split(" position ", 1)[0] if sep else None
 
 
 def claimed_below(
@@ -171,40 +225,38 @@ def claimed_below(
     return None
 
 
-def unclaimed(source: str, identity: str) -> str:
-    """Why a partition stops on `claimed_below`'s source."""
-    return (
-        f"source {source}'s positions were stored before its records carried a database "
-        f"identity, and database {identity} claims them with a record at or below them: which "
-        "database wrote them is not known here; see the runbook 'When positions go back' "
-        f"(outboxkit inbox rebase --source-identity {source}=IDENTITY){UNCLAIMED}"
-    )
-
-
-UNCLAIMED = " [positions without identity]"
-
-
-# The tail of a stop reason for positions gone back: what `inbox.transitions.rebase` looks for
-# to refuse a plain rebase (its floors would skip a restored database's new events).
-GONE_BACK = " [positions went back]"
-
-
-def held(reason: str | None) -> tuple[bool, bool]:
-    """Whether a stop ``reason`` is on positions gone back, and on positions without identity:
-    the stops a plain start-over would hide (`inbox.transitions.refusal`), so neither the
-    driver nor a plain rebase resumes them."""
-    text = reason or ""
-    return GONE_BACK in text, UNCLAIMED in text
-
-
 def advanced(
     states: Mapping[str, SourceState],
     decided: Iterable[tuple[str | None, Position | None, str | None]],
 ) -> dict[str, SourceState]:
     """``states`` with each decided record (source key, position, event id) taken in, as
-    `SourceState.taken` one by one would; a source seen first gets its state (`UNREAD` without
-    a position). One pass and one new state per source: a slice's thousand records would
-    otherwise build a thousand states."""
+    `SourceState.taken` one by one would (a record the lost history holds, not: it was
+    skipped by it); a source seen first gets its state (`UNREAD` without a position). One pass
+    and one new state per source: a slice's thousand records would otherwise build a thousand
+    states. A source with a lost history is taken in one by one (its marker splits the slice)."""
+    losing = {k for k, s in states.items() if s.lost is not None or s.pending}
+    if not losing:
+        return _advanced(states, decided)
+    records = list(decided)
+    out = _advanced(states, [r for r in records if r[0] not in losing])
+    for source, position, event_id in records:
+        if source not in losing:
+            continue
+        state = out[source]
+        if event_id is not None:
+            state = state.settled((event_id,))
+        lost = state.lost
+        if lost is not None and position is not None and lost.holds(position, event_id):
+            out[source] = state
+            continue
+        out[source] = state.taken(position, event_id)
+    return out
+
+
+def _advanced(
+    states: Mapping[str, SourceState],
+    decided: Iterable[tuple[str | None, Position | None, str | None]],
+) -> dict[str, SourceState]:
     tops: dict[str, tuple[Position | None, set[str]]] = {}
     for source, position, event_id in decided:
         if source is None:
@@ -224,19 +276,55 @@ def advanced(
         elif top is None or top < state.top:
             continue
         elif top > state.top:
-            out[source] = SourceState(top, frozenset(ids), state.floor)
+            out[source] = SourceState(top, frozenset(ids), _kept(state.floor, top))
         elif not ids <= state.at_top:
             out[source] = replace(state, at_top=state.at_top | ids)
     return out
 
 
-def started_over(states: Mapping[str, SourceState]) -> dict[str, SourceState]:
+def started_over(
+    states: Mapping[str, SourceState], *, recreated: bool = False
+) -> dict[str, SourceState]:
     """The states of a partition started over (its topic re-read from the start of another
     incarnation or a mirror): every decided position becomes the source's floor, so the re-read
-    is skipped whatever the window keeps; ties at the top are judged by ``at_top``."""
+    is skipped whatever the window keeps; ties at the top are judged by ``at_top``. A lost
+    history (`Lost`) is read again before its marker on a mirror; ``recreated``: the topic was
+    deleted and created again on its cluster, so nothing of a lost history (nor a pending new
+    history's marker) comes again: pending switches are made, the lost range forgotten."""
+    out: dict[str, SourceState] = {}
+    for key, state in states.items():
+        if recreated:
+            for _, marker in state.pending:
+                state = state.settled((marker,))
+            state = replace(state, lost=None)
+        elif state.lost is not None:
+            state = replace(state, lost=replace(state.lost, before=True))
+        out[key] = replace(state, floor=max(state.top, state.floor or state.top)).settled()
+    return out
+
+
+def rewound(states: Mapping[str, SourceState], again: Iterable[str]) -> dict[str, SourceState]:
+    """``states`` once an operator's rewind will read again the records whose events ``again``
+    holds (the window's ids above its target): a lost history whose marker is among them is
+    read again from before its marker. Known limit: a rewind below what the window holds, past
+    a marker it forgot, reads the lost history's records above the new history's top as new."""
+    ids = set(again)
     return {
-        key: replace(state, floor=max(state.top, state.floor or state.top))
-        for key, state in states.items()
+        k: replace(s, lost=replace(s.lost, before=True))
+        if s.lost is not None and s.lost.marker in ids
+        else s
+        for k, s in states.items()
+    }
+
+
+def floored(
+    states: Mapping[str, SourceState], top: Position | None = None
+) -> dict[str, SourceState]:
+    """``states`` with each top its floor, or ``top`` where higher (the top a stop names: its
+    slice went above the stored one before the re-send it stopped on): the records at or below
+    it are re-sends the window forgot."""
+    return {
+        k: replace(s, floor=max(s.top, s.floor or s.top, top or s.top)) for k, s in states.items()
     }
 
 
@@ -260,9 +348,20 @@ def raised(
     return best
 
 
-def new_history(fork: int) -> SourceState:
+def new_history(
+    fork: int, before: SourceState | None = None, marker: str | None = None
+) -> SourceState:
     """A source whose database was restored or failed over to a copy whose history left the
     decided one at LSN ``fork``: what it wrote up to the fork was decided (a re-read), what it
-    writes after is new, whatever positions the lost history reached."""
+    writes after is new, whatever positions the lost history reached. ``before``: the source's
+    state until then (None: none was stored, the partition stopped in its first slice of it);
+    ``marker``: the new history's first record here (the one the partition stopped on). With
+    a marker, the old state judges until it is read (the old history's unread tail may come
+    first), and what the old history decided above the fork is then remembered as lost
+    (`Lost`)."""
     end: Position = (fork, 2**63 - 1)
-    return SourceState(end, frozenset(), end)
+    if marker is None:
+        return SourceState(end, frozenset(), end)
+    if before is None:  # stopped in its first slice here: nothing of it was decided yet
+        before = SourceState(UNREAD)
+    return replace(before, pending=(*before.pending, (end, marker)))

@@ -11,16 +11,17 @@ since a slice read from the middle of the new topic would pass the records befor
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import ColumnElement, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from inbox import judgement
+from inbox import judgement, stops
 from inbox.position import TopicIdentity, from_json, identity_of, key_for
-from inbox.recorder import Recorder, states_from_row, states_to_json
+from inbox.recorder import Recorder
+from inbox.states import losts_to_json, states_from_row, states_to_json
 from inbox.tables import ERROR_CHARS, recent_ids, watermarks
 from outboxkit.kernel.wire.position import Position
 from outboxkit.kernel.wire.record import readable
@@ -49,9 +50,7 @@ class Move:
         partition's sources have positions to judge its records by, and it is not stopped on
         something a start-over would hide (positions gone back, positions without identity:
         `inbox.transitions.refusal`)."""
-        return (
-            self.identity_changed and bool(self.positions) and not any(judgement.held(self.stopped))
-        )
+        return self.identity_changed and bool(self.positions) and not any(stops.held(self.stopped))
 
     def describe(self) -> str:
         if self.stopped:
@@ -94,6 +93,18 @@ def moved(
     return found
 
 
+def recreated(recorded: TopicIdentity | None, current: TopicIdentity | None) -> bool:
+    """True when ``current`` is the topic deleted and created again on the cluster of
+    ``recorded`` (another topic id, the same cluster): it holds nothing of the old one, unlike
+    a mirror on another cluster."""
+    return (
+        recorded is not None
+        and current is not None
+        and recorded.cluster_id == current.cluster_id
+        and recorded.topic_id != current.topic_id
+    )
+
+
 def start_over(
     engine: Engine,
     move: Move,
@@ -115,7 +126,9 @@ def start_over(
     chosen = identity or move.current
     with Session(engine) as session, session.begin():
         locked = recorder.locked(session, move.topic, move.partition)
-        _, _, floors = states_to_json(judgement.started_over(locked.sources))
+        again = recreated(locked.identity, chosen)
+        states = judgement.started_over(locked.sources, recreated=again)
+        _, _, floors = states_to_json(states)
         session.execute(
             update(watermarks)
             .where(*where)
@@ -126,6 +139,7 @@ def start_over(
                 stopped=None,
                 by_position=bool(locked.sources) and not by_operator,
                 floors=floors,
+                lost_histories=losts_to_json(states),
                 epoch=watermarks.c.epoch + 1,
                 updated_at=func.now(),
             )
@@ -214,7 +228,8 @@ def raised_rows(
                 kept = [k for k in {*states, *identities} if identity_of(k, identities) == group]
                 key = kept[0] if kept else key_for(labels[group], group, {**states, **identities})
                 identities[key] = group
-            states[key] = state
+            had = states.get(key)  # a lost history stays the partition's own
+            states[key] = replace(state, lost=had.lost if had else None).settled()
         out.append((states, identities))
     return out
 
@@ -258,7 +273,13 @@ def raise_floors(
             session.execute(
                 update(watermarks)
                 .where(*keys, watermarks.c.partition == row.partition)
-                .values(sources=tops, tops=ids, floors=floored, source_identities=identities)
+                .values(
+                    sources=tops,
+                    tops=ids,
+                    floors=floored,
+                    source_identities=identities,
+                    lost_histories=losts_to_json(states),
+                )
             )
         if rows and missing:
             session.execute(

@@ -23,12 +23,14 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
+from inbox import judgement
 from inbox.parked_rows import parked_headers as parked_headers
 from inbox.parked_rows import parked_record
 from inbox.recorder import Recorder
 from inbox.redrives import RedriveResult as RedriveResult
 from inbox.redrives import redrive as redrive
 from inbox.redrives import retry_due as retry_due
+from inbox.states import losts_to_json, states_from_row
 from inbox.tables import operator_actions, parked, recent_ids, skipped, watermarks
 from inbox.transitions import Refused as Refused
 
@@ -211,7 +213,7 @@ def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: in
     recorder = Recorder(consumer)
     with Session(engine) as session, session.begin():
         row = session.execute(
-            select(watermarks.c.offset, watermarks.c.replay_ids)
+            select(watermarks)
             .where(*recorder.match(watermarks, topic, partition))
             .with_for_update()
         ).one_or_none()
@@ -221,6 +223,7 @@ def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: in
         refuse_rewind(topic, partition, previous, offset)
         scope = recorder.match(recent_ids, topic, partition)
         again = set(row.replay_ids or ()) | applied_above(session, scope, offset)
+        states = judgement.rewound(states_from_row(row), again)
         session.execute(
             update(watermarks)
             .where(*recorder.match(watermarks, topic, partition))
@@ -228,6 +231,7 @@ def rewind(engine: Engine, consumer: str, topic: str, partition: int, offset: in
                 offset=offset,
                 by_position=False,
                 replay_ids=sorted(again),
+                lost_histories=losts_to_json(states),
                 epoch=watermarks.c.epoch + 1,
                 updated_at=func.now(),
             )

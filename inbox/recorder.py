@@ -17,7 +17,8 @@ from inbox import statements
 from inbox.decision import PartitionView, asks_window, prune_floor
 from inbox.judgement import SourceState
 from inbox.parked_rows import Executor, ParkedRows
-from inbox.position import TopicIdentity, from_json, to_json
+from inbox.position import TopicIdentity
+from inbox.states import states_from_row, states_to_json
 from inbox.tables import ledger, recent_ids, watermarks
 from outboxkit.kernel.wire.position import Position
 from outboxkit.kernel.wire.record import CANONICAL_UUID, Decoded
@@ -41,29 +42,6 @@ class Locked:
     def positions(self) -> dict[str, Position]:
         """Per source, the highest position decided."""
         return {key: state.top for key, state in self.sources.items()}
-
-
-def states_from_row(row: Any) -> dict[str, SourceState]:
-    """The per-source states a watermark row stores in ``sources`` (tops), ``tops`` (the ids at
-    them) and ``floors``."""
-    tops, floors = from_json(row.sources), from_json(row.floors)
-    ids = row.tops or {}
-    out: dict[str, SourceState] = {}
-    for key in {*tops, *floors}:
-        top = tops.get(key, floors.get(key))
-        assert top is not None
-        out[key] = SourceState(top, frozenset(str(i) for i in ids.get(key, ())), floors.get(key))
-    return out
-
-
-def states_to_json(
-    states: Mapping[str, SourceState],
-) -> tuple[dict[str, list[int]], dict[str, list[str]], dict[str, list[int]]]:
-    """``states`` as a watermark row's ``sources``, ``tops`` and ``floors`` columns."""
-    tops = to_json({key: state.top for key, state in states.items()})
-    ids = {key: sorted(state.at_top) for key, state in states.items() if state.at_top}
-    floors = {key: state.floor for key, state in states.items() if state.floor is not None}
-    return tops, ids, to_json(floors)
 
 
 @dataclass(frozen=True)
@@ -128,9 +106,11 @@ class Recorder(ParkedRows):
         identity: TopicIdentity | None = None,
         identities: Mapping[str, str] | None = None,
         replay_ids: frozenset[str] | None = None,
+        lost: Mapping[str, Any] | None = None,
     ) -> None:
         """Set the (locked) watermark, with the sources' states (``sources``: their tops and the
-        ids at them; their floors are the operators' to move), their databases'
+        ids at them; their floors are the operators' to move; ``lost``: their lost histories as
+        `losts_changed` gives them), their databases'
         ``identities`` and the offsets' ``identity`` when given (kept when None), and, with a
         window, remember the slice's ``applied`` (event id, offset) pairs (`remember`) and
         forget the slices below the new floor: one statement.
@@ -144,6 +124,7 @@ class Recorder(ParkedRows):
             "p_offset": offset,
             "p_sources": None if sources is None else tops,
             "p_tops": None if sources is None else ids,
+            "p_lost": None if lost is None else dict(lost),
             "p_identities": None if identities is None else dict(identities),
             "p_replay_ids": None if replay_ids is None else sorted(replay_ids),
             "p_cluster_id": None if identity is None else identity.cluster_id,

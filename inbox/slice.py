@@ -287,6 +287,8 @@ def all_new(view: PartitionView, decoded: Sequence[Decoded], batch: BatchHandler
                 continue
             if item.position is None or item.position <= state.top:
                 return False
+            if state.lost is not None or state.pending:
+                return False  # a restored database's histories: the decider tells them apart
     if view.replay_ids and not view.replay_ids.isdisjoint(item.event_id for item in decoded):
         return False  # applied again by a rewind: the decider says so
     ids = [item.event_id for item in decoded]

@@ -66,6 +66,7 @@ LOCK = (
         watermarks.c.source_identities,
         watermarks.c.tops,
         watermarks.c.replay_ids,
+        watermarks.c.lost_histories,
     )
     .where(*this_partition(watermarks))
     .with_for_update()
@@ -112,6 +113,9 @@ MARK = (
         updated_at=func.now(),
         sources=func.coalesce(bindparam("p_sources", type_=KEPT_WHEN_NONE), watermarks.c.sources),
         tops=func.coalesce(bindparam("p_tops", type_=KEPT_WHEN_NONE), watermarks.c.tops),
+        lost_histories=func.coalesce(
+            bindparam("p_lost", type_=KEPT_WHEN_NONE), watermarks.c.lost_histories
+        ),
         replay_ids=func.coalesce(
             bindparam("p_replay_ids", type_=KEPT_WHEN_NONE), watermarks.c.replay_ids
         ),

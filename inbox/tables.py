@@ -71,6 +71,10 @@ watermarks = Table(
     # held them, each applied once more the next time it is read above the watermark (also after
     # a start-over); every other record is judged as usual.
     Column("replay_ids", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+    # Per source, the history its database lost in a restore or failover that an operator
+    # resumed with a new history (`inbox.judgement.Lost`): the fork and old top positions, the
+    # new history's first event here, and whether a re-read is still before it.
+    Column("lost_histories", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     PrimaryKeyConstraint("consumer", "topic", "partition"),
 )
 

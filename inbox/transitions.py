@@ -12,10 +12,11 @@ from sqlalchemy import func, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
-from inbox import judgement
+from inbox import judgement, stops
 from inbox.moves import Move, start_over
 from inbox.position import TopicIdentity
-from inbox.recorder import Recorder, states_to_json
+from inbox.recorder import Recorder
+from inbox.states import losts_to_json, states_to_json
 from inbox.tables import watermarks
 
 
@@ -38,7 +39,7 @@ class Rebase:
             watermark stays.
         claims: Per source name whose positions were stored before its records carried a
             database identity, the identity of the database that wrote them (a partition
-            stopped on `inbox.judgement.unclaimed`); the watermark stays.
+            stopped on `inbox.stops.unclaimed`); the watermark stays.
     """
 
     offset: int = -1
@@ -69,13 +70,13 @@ def refusal(move: Move, how: Rebase) -> str | None:
     of one stopped on positions without identity would let the first database seen claim them;
     each resuming reading fits its own stop only; a new history needs a known source."""
     stopped = move.stopped or ""
-    gone_back, unclaimed = judgement.held(stopped)
+    gone_back, unclaimed = stops.held(stopped)
     where = f"[{move.partition}]"
     if sum((bool(how.claims), bool(how.histories), how.resends)) > 1:
         return (
             "--source-identity, --new-history and --as-resends are readings of one stop: choose one"
         )
-    named = judgement.stopped_source(stopped)
+    named = stops.stopped_source(stopped)
     if how.claims:
         if not (unclaimed or gone_back):
             return (
@@ -132,19 +133,33 @@ def rebase(engine: Engine, found: Sequence[Move], current: TopicIdentity, how: R
             start_over(engine, move, current, offset=how.offset, by_operator=True)
 
 
+def resumed(
+    states: Mapping[str, judgement.SourceState], stopped: str | None, how: Rebase
+) -> dict[str, judgement.SourceState]:
+    """The sources' states of a partition stopped on ``stopped`` once ``how`` resumes it: as
+    re-sends, the stopped source's top becomes its floor; with a new history, each named
+    source's decided positions end at its fork, and what it decided above the fork is a lost
+    history whose end here is the record the partition stopped on (`inbox.judgement.Lost`)."""
+    out = dict(states)
+    reason = stopped or ""
+    if how.resends:
+        named = stops.stopped_source(reason)
+        chosen = {k: s for k, s in out.items() if named is None or k == named}
+        out.update(judgement.floored(chosen, stops.stopped_top(reason)))
+    marker = stops.stopped_event(reason)
+    for key, fork in how.histories.items():
+        out[key] = judgement.new_history(fork, out.get(key), marker)
+    return out
+
+
 def resume(engine: Engine, move: Move, how: Rebase) -> None:
     """Resume a partition stopped on positions gone back at its watermark, its sources' states
-    moved as ``how`` says; its reader starts again from the watermark (the epoch goes up)."""
+    moved as ``how`` says (`resumed`); its reader starts again from the watermark (the epoch
+    goes up)."""
     recorder = Recorder(move.consumer)
     with Session(engine) as session, session.begin():
         locked = recorder.locked(session, move.topic, move.partition)
-        states = dict(locked.sources)
-        if how.resends:  # the stopped source's re-sends: its top becomes its floor
-            named = judgement.stopped_source(move.stopped or "")
-            chosen = {k: s for k, s in states.items() if named is None or k == named}
-            states.update(judgement.started_over(chosen))
-        for key, fork in how.histories.items():
-            states[key] = judgement.new_history(fork)
+        states = resumed(locked.sources, locked.stopped, how)
         tops, ids, floors = states_to_json(states)
         identities = {**locked.identities, **how.claims}
         session.execute(
@@ -154,6 +169,7 @@ def resume(engine: Engine, move: Move, how: Rebase) -> None:
                 sources=tops,
                 tops=ids,
                 floors=floors,
+                lost_histories=losts_to_json(states),
                 source_identities=identities,
                 stopped=None,
                 epoch=watermarks.c.epoch + 1,

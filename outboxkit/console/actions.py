@@ -231,14 +231,14 @@ class Operator:
         history (``value``: the LSN), or with the database that wrote positions stored without
         identity (``value``: its identity). Refused as the CLI refuses it
         (`inbox.transitions.refusal`)."""
-        from inbox import judgement, transitions
+        from inbox import stops, transitions
 
         current, found = self.rebase_plan(consumer, topic)
         if reading != "start-over":
             found = [m for m in found if m.partition == partition]
         if not found:
             raise ActionRefused(f"no partition of {topic} is stopped or of another topic id")
-        how = resume_reading(reading, judgement.stopped_source(found[0].stopped or ""), value)
+        how = resume_reading(reading, stops.stopped_source(found[0].stopped or ""), value)
         engine = self.inbox(consumer).engine
         try:
             transitions.rebase(engine, found, current, how)

@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 
-from inbox import judgement, operations
+from inbox import operations, stops
 from outboxkit.console import auth, reads
 from outboxkit.console.actions import ActionRefused
 from outboxkit.console.overview import OverviewReader
@@ -127,12 +127,12 @@ async def partition(
         except ActionRefused as exc:
             problem = str(exc)
         stopped = view.stopped if view is not None else None
-        gone_back, unclaimed = judgement.held(stopped)
+        gone_back, unclaimed = stops.held(stopped)
         return site.page(
             request, user, "partition.html", consumer=consumer, topic=topic,
             partition=partition, view=view, plan=plan, offset=offset, rebase=rebase,
             problem=problem, request_token=secrets.token_urlsafe(16), gone_back=gone_back,
-            unclaimed=unclaimed, stopped_source=judgement.stopped_source(stopped or ""),
+            unclaimed=unclaimed, stopped_source=stops.stopped_source(stopped or ""),
         )  # fmt: skip
 
     return await signed_in(request, build)

@@ -1,7 +1,8 @@
 """The inbox's judgement on the real Postgres, through the public `Inbox` API and the operator
 functions the CLI and the console call, for each sequence that once applied an event twice or
 lost one in silence: a failover re-read spanning many micro-batches, a source's top event
-re-sent once the window forgot it, a restored database and the runbook's path, partitions
+re-sent once the window forgot it, a restored database and the runbook's path (also followed
+by a failover that re-reads the history it lost), partitions
 added with two databases under one name, a rewind then a failover, a skipped event re-sent, a
 record parked before a start-over redriven after it, and a renamed source's tail. Every event
 is applied once; every stop names its source and has a path that ends with that."""
@@ -14,8 +15,8 @@ import pytest
 
 from inbox import Inbox, moves, operations, transitions
 from inbox.decision import Action
-from inbox.judgement import stopped_source
 from inbox.position import OffsetsMoved, TopicIdentity
+from inbox.stops import stopped_source
 from tests.integration.test_inbox_apply import effect_counts, effects_md, recorder
 from tests.integration.test_inbox_positions import event, row
 
@@ -115,6 +116,35 @@ def test_a_restored_database_stops_the_partition_and_only_the_new_history_path_r
     again = inbox.apply_partition(restored, A)
     assert (again.count(Action.APPLY), again.count(Action.SKIP_DUPLICATE)) == (2, 1)
     once(engine, consumer, 13)
+
+
+def test_a_restored_database_then_a_failover_re_reads_its_lost_history_without_applying_it(
+    engine, consumer, topic
+):
+    """The database restored to LSN 95 had reached 100: once the partition resumed with the new
+    history, a failover to a mirror re-reads both histories in small slices. The lost history's
+    records above the new history's top (98-100) are skipped until the new history's first
+    record comes again; the new history's next event, at a position the lost one used, is
+    applied. A restart after the failover keeps that state (it is stored with the watermark)."""
+    inbox = Inbox(engine, consumer, recorder(consumer), window=4)
+    old = [event(topic, o, n) for o, n in enumerate(range(90, 101))]
+    inbox.apply_partition(old, A)
+    restored = [event(topic, 11, 200, position=(96, 96)), event(topic, 12, 201, position=(97, 97))]
+    with pytest.raises(OffsetsMoved, match="positions went back"):
+        inbox.apply_partition(restored, A)
+    (move,) = moves.moved(engine, consumer, {topic: A}, [topic])
+    transitions.rebase(engine, [move], A, transitions.Rebase(histories={"orders-db": 95}))
+    inbox.apply_partition(restored, A)
+    once(engine, consumer, 13)
+    fail_over(engine, inbox, consumer, topic, MIRROR)
+    mirrored = [r._replace(offset=r.offset + 100) for r in [*old, *restored]]
+    in_slices(inbox, mirrored[:7], MIRROR, 2)
+    inbox = Inbox(engine, consumer, recorder(consumer), window=4)  # a restarted consumer
+    in_slices(inbox, mirrored[7:], MIRROR, 2)
+    once(engine, consumer, 13)
+    inbox.apply_partition([event(topic, 113, 202, position=(98, 98))], MIRROR)
+    once(engine, consumer, 14)
+    assert row(engine, consumer, topic).stopped is None
 
 
 def test_partitions_added_with_two_databases_under_one_name_raise_each_by_its_own(

@@ -15,7 +15,7 @@ import zlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
-from inbox import judgement, moves, transitions
+from inbox import judgement, moves, stops, transitions
 from inbox.decision import Action, Decider, Incoming, PartitionView, asks_window, prune_floor
 from inbox.judgement import SourceState
 from inbox.position import TopicIdentity, judge_identity, source_keys
@@ -73,6 +73,7 @@ class World:
         self.window = window
         self.partitions = partitions
         self.incarnation = 0
+        self.cluster = 0  # a mirror is another cluster; a re-created topic keeps its cluster
         self.logs: dict[int, list[Record]] = {p: [] for p in range(partitions)}
         self.cursors: dict[int, int] = {p: 0 for p in range(partitions)}
         self.rows: dict[int, Row] = {p: Row() for p in range(partitions)}
@@ -83,7 +84,13 @@ class World:
         self.poisoned: set[str] = set()
         self.next_event = 0
         self.twice: list[str] = []  # ids applied a second time: the invariant's witness
+        # Stops on a re-read of what the partition decided before the topic moved (its
+        # automatic start-over must skip those by itself), and per partition how many of the
+        # moved log's first records it had decided
+        self.needless: list[str] = []
+        self.decided_prefix: dict[int, int] = {}
         self.forks: dict[str, int] = {}  # per database identity restored, where its WAL forked
+        self.old_tops: dict[str, int] = {}  # per database restored, the top its lost WAL reached
         self.legacy: dict[str, str] = {}  # per source name, the database that wrote it unnamed
 
     # -- the writers ---------------------------------------------------------------------------
@@ -120,8 +127,12 @@ class World:
             self.publish(db, Record(0, key, event_id, db.name, pos, origin, bad))
 
     def resend(self, db_index: int, back: int) -> None:
-        """The connector resumes ``back`` records early (at-least-once): sent again."""
+        """The connector resumes ``back`` records early (at-least-once): sent again. Known
+        limit: not by a restored database until its new history passed the old top (a stop on
+        such a re-send resumed with --as-resends floors the new history's next events)."""
         db = self.databases[db_index % len(self.databases)]
+        if not self.histories_passed():
+            return
         origin = db.identity if db.headers else None  # the header is added as it is sent
         for old in db.published[-back:] if back else []:
             self.publish(db, replace(old, source=db.name, origin=origin))
@@ -161,29 +172,47 @@ class World:
         unread tail and the new one interleave under one source, and the partition stops
         again after each)."""
         db = self.databases[db_index % len(self.databases)]
-        self.drain()  # what the connector published before the restore is read first
+        if not self.settled():
+            return  # known limit: a stop resolved after it (--as-resends) floors its new events
+        if not self.histories_passed():
+            return  # one restore at a time: the next once every partition read past the last
         if any(
-            state.floor is not None and row.identities.get(key) == db.identity
+            (state.floor is not None or row.identity != self.identity())
+            and row.identities.get(key) == db.identity
             for row in self.rows.values()
             for key, state in row.sources.items()
         ):
-            return  # known limit: a restore while a partition still re-reads the database
+            return  # known limit: a restore while a partition re-reads (or is to) the database
+        tops = [
+            state.top[0]
+            for row in self.rows.values()
+            for key, state in row.sources.items()
+            if row.identities.get(key) == db.identity
+        ]
+        self.old_tops[db.identity] = max([*tops, db.position])
         db.position = max(db.position - back, 0)
         self.forks[db.identity] = db.position
+        db.published = [r for r in db.published if r.position[0] <= db.position]
         # Its first new event is read before the topic moves (known limit: a floor laid by a
         # start-over between a restore and its new events would take them for re-reads)
         self.write(db_index, 1, ["a"], tie=False, poison=False)
         self.drain()
-        db.published = [r for r in db.published if r.position[0] <= db.position]
 
     # -- Kafka --------------------------------------------------------------------------------
     def identity(self) -> TopicIdentity:
-        return TopicIdentity("c", f"t{self.incarnation}")
+        return TopicIdentity(f"c{self.cluster}", f"t{self.incarnation}")
 
     def mirror(self, shift: int) -> None:
-        """A failover to a mirror: every retained record at other offsets."""
+        """A failover to a mirror on another cluster: every retained record at other offsets."""
+        if not self.histories_passed():
+            return
+        before = self.identity()
         self.incarnation += 1
+        self.cluster += 1
         for p, log in self.logs.items():
+            row = self.rows[p]
+            current = row.identity is None or row.identity == before
+            self.decided_prefix[p] = sum(1 for r in log if r.offset <= row.watermark and current)
             self.logs[p] = [replace(r, offset=n + shift) for n, r in enumerate(log)]
             self.cursors[p] = 0
         for db in self.databases:
@@ -198,20 +227,49 @@ class World:
         self.drain()
         return not any(row.stopped for row in self.rows.values())
 
+    def histories_passed(self) -> bool:
+        """True when every partition that holds a restored database's lost history above its
+        fork has read the new one past it (resumed with --new-history, or above the old top).
+        Known limits before that: a topic
+        move (a failover to a mirror, a re-created topic, added partitions) lays floors at the
+        old top where a partition holds it, and takes the new history's events below it for
+        re-reads; a rewind past a lost history's marker the window forgot; a re-send of the
+        restored database's records resumed with --as-resends floors the new history's next
+        events below the old top."""
+        return all(
+            state.top[0] <= self.forks[identity]
+            or state.top[0] > self.old_tops[identity]
+            or state.lost is not None
+            for row in self.rows.values()
+            for key, state in row.sources.items()
+            for identity in [row.identities.get(key)]
+            if identity in self.old_tops
+        )
+
     def recreate(self) -> None:
         """The topic deleted (drained first, its stops resolved) and created again, empty."""
-        if not self.settled():
+        if not self.histories_passed() or not self.settled():
             return
         self.incarnation += 1
         self.logs = {p: [] for p in range(self.partitions)}
         self.cursors = {p: 0 for p in range(self.partitions)}
         for db in self.databases:
             db.published = []
+        self.restarted_on_new_topic()
+
+    def restarted_on_new_topic(self) -> None:
+        """The consumer driver, its query refused on the moved topic, restarts and starts over
+        the partitions whose sources' positions can judge the new topic's records
+        (`inbox.moves.Move.automatic`), before it reads any."""
+        for row in self.rows.values():
+            moved = judge_identity(row.identity, self.identity(), row.positions_view())
+            if moved is not None and moved.rebased and not row.stopped:
+                self.start_over(row, -1, by_operator=False)
 
     def add_partition(self) -> None:
         """`outboxkit cdc add-partitions`: connectors paused, the consumer caught up, every
         partition's sources raised (`inbox.moves.raised_rows`), then one partition more."""
-        if not self.settled():
+        if not self.histories_passed() or not self.settled():
             return
         names = {db.name for db in self.databases}
         rows = [(row.sources, row.identities) for row in self.rows.values()]
@@ -243,19 +301,30 @@ class World:
         """Spark reads a batch again (a retried task, a restart from an older checkpoint)."""
         self.cursors[p] = max(0, self.cursors[p] - back)
 
+    def resumed_at(self, p: int) -> int:
+        """Where the reader of a resumed partition reads from: its watermark's next offset, or
+        the start of a topic that moved meanwhile (the driver starts it over there)."""
+        row = self.rows[p]
+        moved = row.identity is not None and row.identity != self.identity()
+        return 0 if moved else row.watermark + 1
+
     def restart(self) -> None:
         """The consumer lost its checkpoint: it starts from the inbox's watermarks."""
-        for p, row in self.rows.items():  # a moved topic is read from its start
-            moved = row.identity is not None and row.identity != self.identity()
-            self.cursors[p] = 0 if moved else row.watermark + 1
+        for p in self.rows:  # a moved topic is read from its start
+            self.cursors[p] = self.resumed_at(p)
 
     def drain(self) -> None:
         for _ in range(500):
-            before = dict(self.cursors)
+            before = self._progress()
             for p in self.rows:
                 self.read(p, 7)
-            if before == self.cursors:
+            if before == self._progress():
                 return
+
+    def _progress(self) -> tuple[object, ...]:
+        """What a read moves: the cursors, and the rows' start-overs (a start-over reads no
+        record, its cursor may stay at 0)."""
+        return (dict(self.cursors), [row.epoch for row in self.rows.values()])
 
     def transaction(self, p: int, records: list[Record]) -> bool:
         """`Inbox._transaction` over the model's rows: True when the slice was taken."""
@@ -273,12 +342,13 @@ class World:
         mark = row.watermark
         seen, row_identities = source_keys(((r.source, r.origin) for r in records), row.identities)
         keyed = [replace(r, source=k) for r, k in zip(records, seen, strict=True)]
+        r_of = {id(k): r for k, r in zip(keyed, records, strict=True)}
         first_seen: dict[str, tuple[int, int] | None] = {}
         for r in keyed:
             first_seen.setdefault(r.source, r.position)
         claimed = judgement.claimed_below(row.sources, row.identities, row_identities, first_seen)
         if claimed is not None:  # `inbox.apply.check_claims`
-            row.stopped = judgement.unclaimed(claimed, row_identities[claimed])
+            row.stopped = stops.unclaimed(claimed, row_identities[claimed])
             return False
         asked = {
             r.event_id
@@ -315,6 +385,8 @@ class World:
             verdicts.append((r, decision))
             if decision.action is Action.STOP:
                 row.stopped, row.stopped_on = decision.reason, r.event_id
+                if self.logs[p].index(r_of[id(r)]) < self.decided_prefix.get(p, 0):
+                    self.needless.append(r.event_id)  # a re-read the start-over should skip
                 return False
         for r, decision in verdicts:
             if decision.action is Action.APPLY:
@@ -347,11 +419,12 @@ class World:
     # -- the operator --------------------------------------------------------------------------
     def start_over(self, row: Row, offset: int, *, by_operator: bool) -> None:
         """`inbox.moves.start_over` on the model's row."""
+        recreated = moves.recreated(row.identity, self.identity())
         row.watermark = offset
         row.identity = self.identity()
         row.stopped = None
         row.by_position = bool(row.sources) and not by_operator
-        row.sources = judgement.started_over(row.sources)
+        row.sources = judgement.started_over(row.sources, recreated=recreated)
         row.epoch += 1
         if row.window:  # `moves.keep_ids_below_offsets`
             low, high = min(row.window), max(row.window)
@@ -364,11 +437,14 @@ class World:
         row = self.rows[p]
         if row.stopped or row.watermark < 0 or row.identity != self.identity():
             return  # a live partition's own offsets
+        if not self.histories_passed():
+            return  # known limit: a rewind past a lost history's marker the window forgot
         offset = max(-1, row.watermark - back)
         again = {e for o, e in row.window.items() if o > offset}  # `operations.applied_above`
         for event_id in again:  # applied again on purpose
             self.applied[event_id] -= 1
         row.replay_ids = row.replay_ids | again
+        row.sources = judgement.rewound(row.sources, row.replay_ids)
         row.watermark = offset
         row.by_position = False
         row.epoch += 1
@@ -401,7 +477,7 @@ class World:
         row.identities = {**row.identities, **how.claims}
         row.stopped = None
         row.epoch += 1
-        self.cursors[p] = row.watermark + 1
+        self.cursors[p] = self.resumed_at(p)
         return True
 
     def _origin_of(self, p: int, event_id: str | None) -> str | None:
@@ -428,13 +504,14 @@ class World:
             row.stopped,
         )
         stopped_on, row.stopped_on = row.stopped_on, None
-        if judgement.GONE_BACK in row.stopped:
+        if stops.GONE_BACK in row.stopped:
             assert (
                 transitions.refusal(move, transitions.Rebase()) is not None
             )  # a plain rebase is refused
+            parked = {r.event_id for other in self.rows.values() for r in other.parked}
             known = stopped_on is not None and self.applied[stopped_on] > 0
-            known = known or stopped_on in self.skipped
-            key = judgement.stopped_source(row.stopped)
+            known = known or stopped_on in self.skipped or stopped_on in parked
+            key = stops.stopped_source(row.stopped)
             origin = row.identities.get(key or "") or self._origin_of(p, stopped_on)
             histories = (
                 {key: self.forks[origin]} if key and origin in self.forks and not known else {}
@@ -446,17 +523,14 @@ class World:
                 return False  # nothing explains the stop: the model found a hole
             how = transitions.Rebase(resends=not histories, histories=histories)
             assert transitions.refusal(move, how) is None
-            if how.resends:
-                row.sources = judgement.started_over(row.sources)
-            for name, fork in histories.items():
-                row.sources[name] = judgement.new_history(fork)
+            row.sources = transitions.resumed(row.sources, row.stopped, how)
             row.stopped = None
             row.epoch += 1
-            self.cursors[p] = row.watermark + 1
+            self.cursors[p] = self.resumed_at(p)
             return True
-        if judgement.UNCLAIMED in row.stopped:  # the operator knows who wrote them unnamed
+        if stops.UNCLAIMED in row.stopped:  # the operator knows who wrote them unnamed
             assert transitions.refusal(move, transitions.Rebase()) is not None
-            key = judgement.stopped_source(row.stopped)
+            key = stops.stopped_source(row.stopped)
             assert key is not None and key in self.legacy, row.stopped
             return self.claim(p, move, key, self.legacy[key])
         # offsets changed meaning, or a record no known source judges after a start-over: the

@@ -4,15 +4,21 @@ and databases, with a window small enough to evict; the oracle knows only which 
 written and which applied. Never applied twice; at the end, once the runbook's path for every
 stop is taken and the parked records redriven, every event applied once (skipped ones never).
 
+Besides never twice: a failover needs no operator (`World.needless`: the automatic start-over
+never stops on a re-read of what the partition had decided).
+
 Not among the moves: connectors upgraded to write their databases' identities (positions
 stored without one, then claimed; the model still finds sequences with renames and a second
 database that apply an event twice: `World.identity_headers_on` stays for that work, and
 `tests/integration/test_inbox_judgement.py` tests the claim's stop and its path), and a
-database restored under the same identity. Its new history reuses the
-positions of the lost one, and once a failover re-reads the topic, nothing in a record tells
-the two apart (the model finds an event applied twice after `--new-history` and a mirror):
-that needs the database's timeline in its identity, so that a restored database is a source
-of its own. `World.restore` stays for that work.
+database restored under the same identity (`World.restore`). Its new history reuses the
+positions of the lost one; `--new-history` remembers the lost range and the record that began
+the new history, so a failover that re-reads both skips the lost one (tested on Postgres), but
+with restores as moves the model still finds sequences that lose or double an event: two
+restores before the consumer reads past the first, a restore combined with a rewind past the
+new history's first record or with parked records, and floors laid over the new history
+(the runbook lists the moves to avoid). Telling the histories apart for good needs the
+database's timeline in its identity.
 
 A short run is part of the default suite; ``OUTBOXKIT_MODEL_EXAMPLES=20000 ./dev.sh test
 tests/unit/test_inbox_model.py`` is the long one (docs/testing.md). Each mutant below weakens
@@ -79,6 +85,12 @@ class InboxMachine(RuleBasedStateMachine):
     def mirror(self, shift: int) -> None:
         self.world.mirror(shift)
 
+    @rule(shift=st.integers(0, 5))
+    def mirror_once_caught_up(self, shift: int) -> None:
+        """The usual failover: the consumer read everything on the old cluster first."""
+        self.world.drain()
+        self.world.mirror(shift)
+
     @rule()
     def recreate(self) -> None:
         self.world.recreate()
@@ -120,6 +132,10 @@ class InboxMachine(RuleBasedStateMachine):
     def never_twice(self) -> None:
         assert not self.world.twice, f"applied twice: {self.world.twice}"
 
+    @invariant()
+    def a_failover_needs_no_operator(self) -> None:
+        assert not self.world.needless, f"stopped on a re-read: {self.world.needless}"
+
     def teardown(self) -> None:
         world = self.world
         for _ in range(20):
@@ -141,7 +157,7 @@ class InboxMachine(RuleBasedStateMachine):
         assert not [e for e in world.skipped if world.applied[e]], "a skipped event applied"
 
 
-def run_model(examples: int, *, shrink: bool = True) -> None:
+def run_model(examples: int, *, shrink: bool = True, derandomize: bool = False) -> None:
     phases = list(Phase) if shrink else [Phase.generate]
     run_state_machine_as_test(
         InboxMachine,
@@ -152,6 +168,7 @@ def run_model(examples: int, *, shrink: bool = True) -> None:
             deadline=None,
             suppress_health_check=list(HealthCheck),
             database=None,
+            derandomize=derandomize,
         ),
     )
 
@@ -203,7 +220,7 @@ def _advanced_without_ties(states, decided):  # type: ignore[no-untyped-def]
     return {k: replace(s, at_top=frozenset()) for k, s in out.items()}
 
 
-def _no_floors(states):  # type: ignore[no-untyped-def]
+def _no_floors(states, **_):  # type: ignore[no-untyped-def]
     return dict(states)
 
 
@@ -239,6 +256,8 @@ MUTANTS: dict[str, Callable[[pytest.MonkeyPatch], None]] = {
 def test_a_weakened_rule_fails_the_model(mutant: str, monkeypatch: pytest.MonkeyPatch) -> None:
     MUTANTS[mutant](monkeypatch)
     with pytest.raises((AssertionError, BaseExceptionGroup)) as failed:
-        run_model(600, shrink=False)  # found is enough: shrinking it takes a minute
+        # found is enough (shrinking it takes a minute); the same draws every run, so whether
+        # it is found does not depend on the seed
+        run_model(3000, shrink=False, derandomize=True)
     if isinstance(failed.value, BaseExceptionGroup):  # hypothesis found several failures
         assert failed.value.subgroup(AssertionError) is not None

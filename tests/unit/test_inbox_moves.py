@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from inbox.decision import Action, Decider, Incoming, PartitionView
-from inbox.judgement import SourceState, advanced, first, new_history, stopped_source
+from inbox.judgement import SourceState, advanced, first, new_history
 from inbox.position import OffsetsMoved, TopicIdentity, judge_identity, source_keys
+from inbox.stops import stopped_source
 from outboxkit.kernel.wire.position import parse_position, source_position
 
 A = TopicIdentity("cluster-1", "topic-a")
@@ -84,12 +85,16 @@ def test_below_the_top_nothing_proving_it_decided_stops_with_the_source_named():
 
 
 def test_a_new_history_skips_up_to_its_fork_and_applies_after_it():
+    """Up to the fork, re-reads; above it, new. Once a new event is taken, a record below the
+    fork is no longer proved a re-read by the fork alone (a later restore may write there): it
+    stops the partition unless its id is known."""
     decider = Decider(
         PartitionView(9, frozenset(), frozenset(), {"db": new_history(95)}, ids_kept=True)
     )
     assert decider.decide(rec(10, "old", (95, 97))).action is Action.SKIP_DUPLICATE
     assert decider.decide(rec(11, "new", (96, 96))).action is Action.APPLY
-    assert decider.decide(rec(12, "late", (94, 94))).action is Action.SKIP_DUPLICATE
+    assert decider.decide(rec(12, "new", (96, 96))).action is Action.SKIP_DUPLICATE
+    assert decider.decide(rec(13, "late", (94, 94))).action is Action.STOP
 
 
 def test_a_renamed_source_keeps_its_key_by_its_database_identity():
@@ -106,7 +111,7 @@ def _move(stopped, positions=None):
 
 
 def test_each_stop_has_its_paths_and_refuses_the_others():
-    from inbox.judgement import unclaimed, went_back
+    from inbox.stops import unclaimed, went_back
     from inbox.transitions import Rebase, refusal
 
     back = _move(went_back("db", (3, 3), (5, 5), "e"))
