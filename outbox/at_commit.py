@@ -10,21 +10,36 @@ it, in one simple-protocol message ("SELECT outbox_write_deleted(...); COMMIT"):
 are literals escaped by libpq (``PQescapeLiteral``, which knows the connection's encoding), no
 parameter adaptation, no round trip.
 
-The calls (built at publish: an encoding error is the publish's) wait in the pooled
-connection's ``info``, tied to the SQLAlchemy transaction they were published in (weakly), and
-SQLAlchemy's connection events, listened to on each engine given to `attach`, move them:
+The calls (built at publish: an encoding error is the publish's; built again at commit if the
+transaction changed its client encoding since) wait in the pooled connection's ``info``, tied to
+the SQLAlchemy transaction they were published in (weakly), and SQLAlchemy's connection events,
+listened to on each engine given to `attach`, move them:
 - at the transaction's commit they are sent ahead of COMMIT; before PREPARE TRANSACTION, or
   before a two-phase transaction's plain COMMIT, they are written at once;
 - at a savepoint's start they are written at once, so that a savepoint rolled back takes with it
   exactly what was published inside it: at its rollback the rows waiting are dropped;
 - at the transaction's rollback they are dropped;
 - any other write of the outbox in the transaction (another mode, the driver not psycopg 3)
-  writes them first (`flush`), so that events keep their order in the WAL.
+  writes them first (`flush`), so that events keep their order in the WAL;
+- a statement run through SQLAlchemy that ends or splits the transaction as SQL text
+  (``SAVEPOINT``, ``COMMIT``, ``PREPARE TRANSACTION``; ``ROLLBACK [TO SAVEPOINT]``) is treated as
+  the event it names: the rows are written before it, or dropped;
+- inside a savepoint psycopg's own ``transaction()`` opened (which SQLAlchemy does not see),
+  events are written at publish: that savepoint's rollback takes them with it. Events already
+  waiting when it opened would then follow them in the WAL: such a publish is refused.
+Rows written before the transaction's first statement (a publish, then a savepoint) go with a
+BEGIN, psycopg's own: they are never a transaction of their own.
 When the server refuses the message (the function missing before the migrations ran, a
 deferred constraint), the commit raises the error and the transaction is rolled back: its
-business rows are not kept either. A transaction committed behind SQLAlchemy's back (the DBAPI
-connection's own ``commit()``, or a pool whose ``reset_on_return`` commits) would not write them:
-its rows are dropped with an error in the log when the connection is next used for publishing.
+business rows are not kept either. When the connection is lost on the way (the server ended an
+idle transaction, a network failure) or the commit is interrupted (a cancelled task, a request
+timeout), the connection is invalidated, never given back to the pool in a transaction: the
+commit's outcome is unknown, as any lost commit's (a lost connection raises an error
+`outboxkit.kernel.errors.is_transient` calls an outage). A transaction committed behind
+SQLAlchemy's back (the DBAPI connection's own ``commit()``, or a pool whose ``reset_on_return``
+commits) would not write them: its rows are dropped with an error in the log when the
+connection is next used for publishing. A statement that opens or ends a savepoint in the middle
+of a multi-statement text is not seen either: open it in a statement of its own.
 
 Only the engines given to `attach` get the listeners (the framework attaches the engines it
 publishes through); another engine of the process is left as it was. A session on an engine
@@ -45,22 +60,24 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 import psycopg
-from psycopg import generators, pq
+from psycopg import pq
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.engine.base import OptionEngine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import Session
 from sqlalchemy.util import await_only
 
-from outbox.statements import WRITE_DELETED_ONE, Row, as_sqlalchemy_errors
+from outbox import wire
+from outbox.statements import Row
+from outbox.wire import calls_of
+from outboxkit.kernel.errors import OutboxError
 
 log = logging.getLogger(__name__)
 
 AnyEngine = TypeVar("AnyEngine", Engine, AsyncEngine)
 
 _PENDING = "outboxkit.outbox_at_commit"  # the key of the waiting calls in the pool's info
-_CALL = b"SELECT outbox_write_deleted(%s::uuid, %s, %s, %s, %s::jsonb, %s, %s::jsonb, %s, %s)"
-_DONE = (pq.ExecStatus.COMMAND_OK, pq.ExecStatus.TUPLES_OK)
 
 _ATTACHED: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines whose events write the rows
 _WARNED: weakref.WeakSet[Engine] = weakref.WeakSet()  # engines not attached, already logged
@@ -75,7 +92,8 @@ class _Pending:
     # without close must not keep its connection from the garbage collector, and a dead
     # reference never matches a later transaction.
     transaction: weakref.ref[Any]
-    first: Row  # the first row, named in an error
+    encoding: str  # the client encoding the calls were built in
+    rows: list[Row] = field(default_factory=list)
     calls: list[bytes] = field(default_factory=list)
 
 
@@ -91,18 +109,40 @@ def defer(session: Session, rows: Sequence[Row]) -> bool:
     driver = pooled.driver_connection
     if not isinstance(driver, psycopg.Connection | psycopg.AsyncConnection) or driver.autocommit:
         return False
+    if driver._num_transactions:  # inside psycopg's transaction(): a savepoint we cannot see
+        _refuse_behind(pooled.info.get(_PENDING), conn.get_transaction())
+        return False
     engine = _root(conn.engine)
     if engine not in _ATTACHED:
         _not_attached(engine)
         return False
-    calls = _calls(driver, rows)
+    encoding = driver.info.encoding
+    calls = calls_of(driver, rows, encoding)
     root = conn.get_transaction()
     pending: _Pending | None = pooled.info.get(_PENDING)
-    if pending is None or pending.transaction() is not root:
-        _drop_stale(pending)
-        pending = pooled.info[_PENDING] = _Pending(weakref.ref(root), rows[0])
+    if pending is None or pending.transaction() is not root or pending.encoding != encoding:
+        if pending is not None and pending.transaction() is root:  # the encoding changed
+            calls = calls_of(driver, [*pending.rows, *rows], encoding)
+            rows = [*pending.rows, *rows]
+        else:
+            _drop_stale(pending)
+        pending = pooled.info[_PENDING] = _Pending(weakref.ref(root), encoding)
+    pending.rows.extend(rows)
     pending.calls.extend(calls)
     return True
+
+
+def _refuse_behind(pending: _Pending | None, root: Any) -> None:
+    """Refuse an event published inside psycopg's own savepoint after events of the same
+    transaction began waiting for the commit: written now it would go ahead of them in the
+    WAL, and they cannot be written before a savepoint already open."""
+    if pending is not None and pending.calls and pending.transaction() is root:
+        raise OutboxError(
+            "an event published inside a savepoint of psycopg's transaction() would be written "
+            "ahead of the events its transaction published before that savepoint (they wait "
+            "for the commit): open the savepoint with SQLAlchemy (session.begin_nested()), or "
+            "publish with Outbox(at_commit=False)"
+        )
 
 
 def attach(engine: AnyEngine) -> AnyEngine:
@@ -183,111 +223,60 @@ def _drop_stale(pending: _Pending | None) -> None:
 
 def _write_waiting(conn: Connection, *, commit: bool) -> None:
     """Write the rows waiting for ``conn``'s transaction, then COMMIT in the same message when
-    ``commit`` (the driver's own commit then finds the transaction ended and does nothing)."""
+    ``commit`` (the driver's own commit then finds the transaction ended and does nothing).
+    A connection lost on the way, or a write interrupted (a cancelled task), is invalidated:
+    it never goes back to the pool inside a transaction."""
     if conn.invalidated or conn.closed:
         return  # SQLAlchemy raises its own error for the commit or savepoint
     pending = _take(conn)
     if pending is None:
         return
-    driver = conn.connection.driver_connection
-    if isinstance(driver, psycopg.AsyncConnection):
-        # An AsyncSession's events fire in SQLAlchemy's greenlet: await the driver from here.
-        await_only(run_async(driver, pending.calls, pending.first, commit=commit))
-    else:
-        run(cast(psycopg.Connection[Any], driver), pending.calls, pending.first, commit=commit)
+    driver: Any = conn.connection.driver_connection
+    try:
+        calls = _current_calls(driver, pending, commit=commit)
+        if isinstance(driver, psycopg.AsyncConnection):
+            # An AsyncSession's events fire in SQLAlchemy's greenlet: await the driver here.
+            await_only(wire.run_async(driver, calls, pending.rows[0], commit=commit))
+        else:
+            wire.run(cast(psycopg.Connection[Any], driver), calls, pending.rows[0], commit=commit)
+    except DBAPIError as exc:
+        if driver.closed or driver.pgconn.status == pq.ConnStatus.BAD:
+            exc.connection_invalidated = True  # an outage: the caller answers 503, retries
+            conn.invalidate(exc)
+        raise
+    except Exception:
+        raise
+    except BaseException:  # cancelled, interrupted: the transaction's state is unknown
+        conn.invalidate()
+        raise
 
 
-def run(
-    driver: psycopg.Connection[Any], calls: Sequence[bytes], first: Row, *, commit: bool
-) -> None:
-    """Send ``calls`` (and COMMIT after them when ``commit``) in one simple-protocol message on
-    ``driver``; a failure is raised as SQLAlchemy's error of it (an unreachable database as
-    OperationalError, as through ``session.execute``). When the message fails with ``commit``,
-    the transaction is rolled back before the error is raised: SQLAlchemy takes a failed commit
-    for an ended transaction and never rolls it back, and its connection would go back to the
-    pool inside a failed transaction."""
-    pgconn = driver.pgconn
-    message, commit = _message(pgconn, calls, commit=commit)
-    with as_sqlalchemy_errors((WRITE_DELETED_ONE, tuple(first))), driver.lock:
-        pgconn.send_query(message)
-        error = _failure(driver, driver.wait(generators.execute(pgconn)))
-        if error is None:
-            return
-        if commit and pgconn.transaction_status != pq.TransactionStatus.IDLE:
-            with contextlib.suppress(psycopg.Error):  # a lost connection is invalidated later
-                pgconn.send_query(b"ROLLBACK")
-                driver.wait(generators.execute(pgconn))
-        raise error
-
-
-async def run_async(
-    driver: psycopg.AsyncConnection[Any], calls: Sequence[bytes], first: Row, *, commit: bool
-) -> None:
-    """`run` on psycopg's asynchronous connection (an AsyncSession's): the same message, the
-    same errors, the same rollback of a failed commit."""
-    pgconn = driver.pgconn
-    message, commit = _message(pgconn, calls, commit=commit)
-    with as_sqlalchemy_errors((WRITE_DELETED_ONE, tuple(first))):
-        async with driver.lock:
-            pgconn.send_query(message)
-            error = _failure(driver, await driver.wait(generators.execute(pgconn)))
-            if error is None:
-                return
-            if commit and pgconn.transaction_status != pq.TransactionStatus.IDLE:
-                with contextlib.suppress(psycopg.Error):
-                    pgconn.send_query(b"ROLLBACK")
-                    await driver.wait(generators.execute(pgconn))
-        raise error
-
-
-def _message(pgconn: Any, calls: Sequence[bytes], *, commit: bool) -> tuple[bytes, bool]:
-    """The message of ``calls`` (with COMMIT after them when ``commit``) and whether it
-    commits."""
-    if commit and pgconn.transaction_status == pq.TransactionStatus.IDLE:
-        # Nothing but the events was sent (psycopg's BEGIN goes with the first statement): the
-        # message alone is one implicit transaction, and a COMMIT would only draw a warning.
-        commit = False
-    return b"; ".join([*calls, b"COMMIT"] if commit else calls), commit
-
-
-def _failure(driver: Any, results: Sequence[Any]) -> psycopg.Error | None:
-    """The error of the first result that failed, or None."""
-    failed = next((r for r in results if r.status not in _DONE), None)
-    if failed is None:
-        return None
-    return psycopg.errors.error_from_result(failed, encoding=driver.info.encoding)
-
-
-def _calls(
-    driver: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], rows: Sequence[Row]
-) -> list[bytes]:
-    """Each row's ``SELECT outbox_write_deleted(...)`` with its values as literals: the id and
-    the time are ASCII this module wrote (no escaping needed), the text is escaped by libpq
-    for the connection. Validation already refused NUL characters and lone surrogates, which no
-    literal could carry. A SQL_ASCII database gets UTF-8, as psycopg sends it text."""
-    escape = pq.Escaping(driver.pgconn).escape_literal
+def _current_calls(driver: Any, pending: _Pending, *, commit: bool) -> list[bytes]:
+    """The waiting calls, built again when the transaction changed its client encoding after
+    they were published (``SET LOCAL client_encoding``); an event the new encoding cannot carry
+    fails the write (and, at commit, the transaction)."""
     encoding = driver.info.encoding
-    if encoding == "ascii":
-        encoding = "utf-8"
+    if encoding == pending.encoding:
+        return pending.calls
+    try:
+        return calls_of(driver, pending.rows, encoding)
+    except UnicodeEncodeError as exc:
+        named = driver.info.parameter_status("client_encoding") or encoding
+        if commit:
+            _rollback(driver)
+        raise OutboxError(
+            f"event {pending.rows[0].id} cannot be written in the client encoding {named} its "
+            f"transaction set after publishing it ({exc.reason}): publish after setting it"
+        ) from None
 
-    def literal(value: str | None) -> bytes:
-        return b"NULL" if value is None else bytes(escape(value.encode(encoding)))
 
-    return [
-        _CALL
-        % (
-            b"'%s'" % str(row.id).encode("ascii"),
-            literal(row.aggregatetype),
-            literal(row.aggregateid),
-            literal(row.type),
-            literal(row.payload),
-            literal(row.traceparent),
-            literal(row.headers),
-            b"%d" % row.schema_version,
-            b"'%s'::timestamptz" % row.created_at.isoformat().encode("ascii"),
-        )
-        for row in rows
-    ]
+def _rollback(driver: Any) -> None:
+    """Roll back the driver's transaction (a failed commit: SQLAlchemy will not)."""
+    with contextlib.suppress(psycopg.Error):
+        if isinstance(driver, psycopg.AsyncConnection):
+            await_only(driver.rollback())
+        else:
+            driver.rollback()
 
 
 # SQLAlchemy's connection events, on each engine given to `attach`: where the waiting rows go.
@@ -320,7 +309,27 @@ def _on_rollback_twophase(conn: Connection, xid: Any, is_prepared: bool) -> None
     _drop(conn)
 
 
+_WRITE_BEFORE = ("SAVEPOINT", "COMMIT", "END", "PREPARE TRANSACTION")
+_DROP_AT = ("ROLLBACK", "ABORT")  # the transaction's rollback, or back to a savepoint
+
+
+def _on_statement(
+    conn: Connection, cursor: Any, statement: str, parameters: Any, context: Any, many: bool
+) -> None:
+    """A statement about to run: SQL text that opens a savepoint or ends the transaction moves
+    the waiting rows as SQLAlchemy's own savepoint or commit would (every savepoint writes them,
+    so those still waiting came after the last one: a rollback to any savepoint drops them)."""
+    if _PENDING not in conn.info:
+        return
+    head = statement.lstrip()[:20].upper()
+    if head.startswith(_WRITE_BEFORE):
+        _write_waiting(conn, commit=False)
+    elif head.startswith(_DROP_AT):
+        _drop(conn)
+
+
 _LISTENERS: tuple[tuple[str, Any], ...] = (
+    ("before_cursor_execute", _on_statement),
     ("commit", _on_commit),
     ("prepare_twophase", _on_prepare),
     ("commit_twophase", _on_commit_twophase),

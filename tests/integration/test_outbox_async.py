@@ -7,6 +7,7 @@ work; validation and its errors are the synchronous ones."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import tempfile
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -207,3 +208,61 @@ def test_validation_and_its_errors_are_the_synchronous_ones(url: str) -> None:
             AsyncUnitOfWork(Session())  # type: ignore[arg-type]
 
     run(url, work)
+
+
+def test_a_publish_first_then_a_savepoint_stays_in_its_transaction(url: str) -> None:
+    """The transaction's first step is a publish, then a savepoint: refused afterwards, the
+    transaction keeps nothing (the waiting row went with a BEGIN, not on its own)."""
+    sync_engine = create_engine(url)
+
+    async def work(engine: AsyncEngine) -> None:
+        with pytest.raises(RuntimeError):
+            async with AsyncSession(engine) as session, session.begin():
+                unit = AsyncUnitOfWork(session, Outbox("delete"))
+                await unit.publish(
+                    aggregate_type="order", aggregate_id="first", event_type="Placed", payload={}
+                )
+                async with session.begin_nested():
+                    await session.execute(text("INSERT INTO business VALUES ('first')"))
+                raise RuntimeError("the route refuses the request (422)")
+        async with AsyncSession(engine) as session, session.begin():
+            await place(session, "kept")
+
+    run(url, work)
+    assert seen(sync_engine) == ["kept"] and business(sync_engine) == ["kept"]
+    sync_engine.dispose()
+
+
+SLOW = """
+CREATE FUNCTION outbox_slow() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.aggregateid = 'slow' THEN PERFORM pg_sleep(2); END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER outbox_slow BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION outbox_slow();
+"""
+
+
+def test_a_commit_cancelled_while_the_outbox_call_runs_leaves_the_pool_sound(url: str) -> None:
+    """A request timeout cancels the commit while the outbox's call waits (a slow trigger): the
+    connection is not given back inside a transaction (the pool's one connection serves the
+    next transaction), and the cancelled one is all or nothing."""
+    sync_engine = create_engine(url)
+    with sync_engine.begin() as conn:
+        conn.exec_driver_sql(SLOW)
+
+    async def work(engine: AsyncEngine) -> None:
+        session = AsyncSession(engine)
+        await session.begin()
+        await place(session, "slow")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(session.commit(), 0.3)
+        with contextlib.suppress(Exception):
+            await session.close()
+        async with AsyncSession(engine) as session, session.begin():
+            await place(session, "after-cancel")
+
+    run(url, work, pool_timeout=5)
+    assert "after-cancel" in business(sync_engine) and "after-cancel" in seen(sync_engine)
+    assert ("slow" in business(sync_engine)) == ("slow" in seen(sync_engine))
+    sync_engine.dispose()

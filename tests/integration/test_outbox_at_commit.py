@@ -9,13 +9,14 @@ import gc
 import json
 import logging
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 from psycopg import pq
 from sqlalchemy import Engine, create_engine, event, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
@@ -277,3 +278,111 @@ def test_an_engine_not_attached_writes_at_publish_and_keeps_no_listener(db, capl
     warnings = [r.getMessage() for r in caplog.records if r.name == at_commit.__name__]
     assert len(warnings) == 1 and "attach_at_commit(engine)" in warnings[0], warnings
     users.dispose()
+
+
+def xids(engine: Engine) -> tuple[set[str], set[str]]:
+    """The (top-level) transactions that wrote the business rows and the outbox's rows, for
+    rows written since `track_xids`."""
+    return (
+        set(observed(engine, "SELECT tx::text FROM business WHERE tx IS NOT NULL")),
+        set(observed(engine, "SELECT tx::text FROM outbox_seen WHERE tx IS NOT NULL")),
+    )
+
+
+def track_xids(engine: Engine) -> None:
+    with engine.begin() as conn:
+        for table in ("business", "outbox_seen"):
+            conn.exec_driver_sql(f"ALTER TABLE {table} ADD tx bigint DEFAULT txid_current()")
+
+
+def test_a_publish_first_then_a_savepoint_or_another_mode_stays_in_its_transaction(db):
+    """The first thing a transaction does is publish (nothing sent yet: psycopg sends BEGIN
+    with the first statement); then a savepoint opens, or an event of another mode is written.
+    The waiting row goes with a BEGIN: refused afterwards, the transaction keeps nothing;
+    committed, its event and its rows are one transaction."""
+    for then in ("savepoint", "retain", "message"):
+        with pytest.raises(RuntimeError), Session(db) as session, session.begin():
+            publish(session, f"{then}-refused")
+            if then == "savepoint":
+                session.begin_nested().commit()
+            else:
+                publish(session, f"{then}-other", mode=then)
+            raise RuntimeError("the route refuses the request (422)")
+        assert seen(db) == [] and business(db) == [], then
+    track_xids(db)
+    with Session(db) as session, session.begin():
+        publish(session, "kept")
+        with session.begin_nested():
+            session.execute(text("INSERT INTO business VALUES ('kept')"))
+    assert seen(db) == ["kept"] and business(db) == ["kept"]
+    rows, events = xids(db)
+    assert rows == events and len(rows) == 1
+
+
+def test_savepoints_taken_as_sql_text_take_exactly_what_they_published(db):
+    """SAVEPOINT and ROLLBACK TO SAVEPOINT as text, COMMIT and ROLLBACK as text, and psycopg's
+    own transaction() inside a session: what a rolled-back savepoint or transaction published
+    is not kept, what was published before it is."""
+    with Session(db) as session, session.begin():
+        publish(session, "t1")  # before the savepoint: kept
+        session.execute(text("SAVEPOINT s1"))
+        session.execute(text("INSERT INTO business VALUES ('rolled-back')"))
+        publish(session, "t2")  # inside it: rolled back with it
+        session.connection().exec_driver_sql("rollback to savepoint s1")
+        publish(session, "t3")
+        session.execute(text("SAVEPOINT s2"))
+        publish(session, "t4")  # inside a released savepoint: kept
+        session.execute(text("RELEASE SAVEPOINT s2"))
+    assert seen(db) == ["t1", "t3", "t4"] and business(db) == []
+    with Session(db) as session, session.begin():
+        session.execute(text("INSERT INTO business VALUES ('b-psycopg')"))
+        driver = session.connection().connection.driver_connection
+        with pytest.raises(RuntimeError), driver.transaction():
+            publish(session, "p1")  # inside psycopg's savepoint: written there, rolled back
+            raise RuntimeError("handler failed")
+        publish(session, "p2")  # waits for the commit
+        with driver.transaction(), pytest.raises(OutboxError, match="begin_nested"):
+            publish(session, "p3")  # would go ahead of p2: refused
+        publish(session, "p4")
+    assert seen(db)[3:] == ["p2", "p4"] and business(db) == ["b-psycopg"]
+    with Session(db) as session, session.begin():
+        session.execute(text("INSERT INTO business VALUES ('b-text-commit')"))
+        publish(session, "c1")
+        session.execute(text("COMMIT"))  # the row goes before it
+        publish(session, "c2")
+        session.execute(text("ROLLBACK"))  # the waiting row goes with it
+    assert seen(db)[5:] == ["c1"] and "b-text-commit" in business(db)
+
+
+def test_an_idle_transaction_ended_by_the_server_is_an_outage_at_commit(db):
+    """The server ends a transaction left idle too long; the commit's message finds it gone:
+    an outage (503, retried), the connection invalidated, nothing kept, the pool's next
+    transaction fine."""
+    with pytest.raises(DBAPIError) as raised, Session(db) as session, session.begin():
+        session.execute(text("SET LOCAL idle_in_transaction_session_timeout = '100ms'"))
+        session.execute(text("INSERT INTO business VALUES ('idle')"))
+        publish(session, "idle")
+        time.sleep(0.5)
+    assert raised.value.connection_invalidated and is_transient(raised.value)
+    assert business(db) == [] and seen(db) == []
+    with Session(db) as session, session.begin():
+        publish(session, "after-idle")
+    assert seen(db) == ["after-idle"]
+
+
+def test_a_client_encoding_set_after_publishing_is_the_one_written_in(db):
+    """The calls are built again in the encoding the transaction set after publishing; an event
+    that encoding cannot carry fails the commit, and the transaction keeps nothing."""
+    with Session(db) as session, session.begin():
+        publish(session, "Grüße")
+        session.execute(text("SET LOCAL client_encoding TO 'LATIN1'"))
+    assert seen(db) == ["Grüße"]
+    failing = pytest.raises(OutboxError, match="client encoding LATIN1")
+    with failing, Session(db) as session, session.begin():
+        session.execute(text("INSERT INTO business VALUES ('rocket')"))
+        publish(session, "🚀")
+        session.execute(text("SET LOCAL client_encoding TO 'LATIN1'"))
+    assert seen(db) == ["Grüße"] and business(db) == []
+    with Session(db) as session, session.begin():
+        publish(session, "after-encoding")
+    assert seen(db) == ["Grüße", "after-encoding"]
