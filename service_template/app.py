@@ -27,7 +27,7 @@ from service_template.limits import BodyLimit
 from service_template.measure import TraceAndMeasure
 from service_template.metrics import Metrics
 from service_template.settings import ServiceSettings
-from service_template.uow import UnitOfWorkRoute
+from service_template.uow import Admission, UnitOfWorkRoute
 
 log = logging.getLogger("service")
 
@@ -56,6 +56,7 @@ class ServiceApp:
         migrations: The service's own Alembic chains, checked at head by /ready besides the
             framework's.
         outbox: How the routes' events are written: the one the settings describe.
+        admission: How many requests of synchronous routes may be in a transaction at once.
     """
 
     settings: ServiceSettings
@@ -64,9 +65,11 @@ class ServiceApp:
     metrics: Metrics
     migrations: Sequence[Migrations] = field(default_factory=tuple)
     outbox: Outbox = field(init=False)
+    admission: Admission = field(init=False)
 
     def __post_init__(self) -> None:
         self.outbox = self.settings.outbox.build()
+        self.admission = Admission(self.engine)
 
     def readiness(self) -> list[str]:
         """Problems that make the service not ready (empty when ready)."""

@@ -6,16 +6,23 @@ request's span as trace context, the events published so far."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import functools
 import inspect
-from collections.abc import Callable
+import weakref
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from anyio import to_thread
 from fastapi import Request
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
+from sqlalchemy import Engine
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import QueuePool
 from starlette.concurrency import run_in_threadpool
 
 from outbox.unit import UnitOfWork
@@ -76,6 +83,10 @@ class UnitOfWorkRoute(APIRoute):
 
         async def handler(request: Request) -> Response:
             service = request.app.state.service
+            async with service.admission.admitted():
+                return await serve(request, service)
+
+        async def serve(request: Request, service: Any) -> Response:
             session = Session(service.engine)
             uow = UnitOfWork(session, service.outbox, current_trace.get())
             request.state.uow = uow
@@ -125,3 +136,50 @@ def _finish(session: Session, commit: bool) -> None:
             session.rollback()
     finally:
         session.close()
+
+
+class Admission:
+    """How many requests of synchronous unit-of-work routes may be in their transaction at once:
+    as many as the engine's pool has connections, and one fewer than the thread pool has
+    threads. A synchronous route waits for a connection in a thread, and its transaction is
+    finished in a thread; with more requests let in than connections, the threads could all be
+    taken by requests waiting for a connection while those holding one wait for a thread to
+    give it back (every request then a 503 after the pool's timeout). Requests beyond the limit
+    wait on the event loop instead, for at most the pool's timeout (then an outage: 503).
+
+    Args:
+        engine: The engine the routes' sessions use.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        # One semaphore per event loop (an app may be served by several loops in turn: tests).
+        self._gates: weakref.WeakKeyDictionary[Any, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+    def limit(self) -> int:
+        """The number of requests let in at once."""
+        threads = int(to_thread.current_default_thread_limiter().total_tokens) - 1
+        pool = self.engine.pool
+        if isinstance(pool, QueuePool) and pool._max_overflow >= 0:
+            return max(1, min(threads, pool.size() + pool._max_overflow))
+        return max(1, threads)
+
+    @contextlib.asynccontextmanager
+    async def admitted(self) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        gate = self._gates.get(loop)
+        if gate is None:
+            gate = self._gates[loop] = asyncio.Semaphore(self.limit())
+        pool = self.engine.pool
+        wait = pool.timeout() if isinstance(pool, QueuePool) else None
+        try:
+            await asyncio.wait_for(gate.acquire(), wait)
+        except TimeoutError:
+            raise PoolTimeout(
+                f"a request waited {wait:g} s for one of the {self.limit()} transactions its "
+                "routes may run at once (the database's pool)"
+            ) from None
+        try:
+            yield
+        finally:
+            gate.release()
