@@ -111,11 +111,14 @@ def create_app(
     """
     logs.configure(settings.name, settings.log_level, settings.log_json)
     tracing.configure(settings.name)  # when OTEL_* ask for it (OTEL_SERVICE_NAME wins)
-    engine = engine or engine_for(settings.engine_url(), "service", pool_size=settings.pool_size)
+    pools = {
+        "pool_size": settings.pool_size,
+        "max_overflow": settings.pool_overflow,
+        "pool_pre_ping": settings.pool_ping,
+    }
+    engine = engine or engine_for(settings.engine_url(), "service", **pools)
     at_commit.attach(engine)  # its routes publish through it
-    async_engine = async_engine or async_engine_for(
-        settings.engine_url(), "service", pool_size=settings.pool_size
-    )
+    async_engine = async_engine or async_engine_for(settings.engine_url(), "service", **pools)
     at_commit.attach(async_engine)
     metrics = Metrics(
         engine,

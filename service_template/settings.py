@@ -56,6 +56,17 @@ class ServiceSettings(BaseSettings):
         "(e.g. ORDERS_MAX_REQUEST_BYTES)",
     )
     pool_size: int = Field(default=10, description="connections in the database engine's pool")
+    pool_overflow: int = Field(
+        default=0,
+        ge=0,
+        description="connections opened beyond pool_size under a burst, closed when given back "
+        "while pool_size are idle (each a new login: 0 keeps the pool at pool_size)",
+    )
+    pool_ping: bool = Field(
+        default=True,
+        description="ping a connection when it is taken from the pool (one round trip per "
+        "request; false: a connection a database restart killed fails its request with 503)",
+    )
     log_level: str = Field(default="INFO", description="the logging level (DEBUG, INFO, ...)")
     log_json: bool = Field(
         default=True, description="logs as one JSON object a line (false: plain text)"

@@ -3,6 +3,9 @@
 - ``service``: a service process serving requests. ``pool_size`` connections (the service's
   setting, 10 by default), pinged at checkout: requests run concurrently, one transaction each,
   and the ping finds connections a database restart killed, so an outage is a 503, never a 500.
+  No overflow by default: a connection opened beyond the pool under a burst is closed when
+  given back while ``pool_size`` are idle, so requests above the pool each paid a login (the
+  service's ``pool_overflow`` setting allows some, for routes that hold two connections).
 - ``consumer``: a Spark executor process applying inbox slices. 2 connections, pinged: one task
   per core holds one at a time, and they are reused across micro-batches.
 - ``metrics``: a consumer driver's metrics scrape. 1 connection, pinged: scrapes are serialised.
@@ -54,7 +57,7 @@ POSTGRES_DRIVER = "psycopg"
 DATABASE_URL_FORM = "postgresql+psycopg://user@host:5432/database (no password in it)"
 
 _POOLS: dict[str, dict[str, Any]] = {
-    "service": {"pool_size": 10, "pool_pre_ping": True},
+    "service": {"pool_size": 10, "max_overflow": 0, "pool_pre_ping": True},
     "consumer": {"pool_size": 2, "pool_pre_ping": True},
     "metrics": {"pool_size": 1, "pool_pre_ping": True},
     "once": {"poolclass": pool.NullPool},

@@ -25,8 +25,26 @@ def test_each_role_gets_its_pool() -> None:
     assert engine_for(URL, "metrics").pool.size() == 1  # type: ignore[attr-defined]
     service = engine_for(URL, "service", pool_size=7)
     assert service.pool.size() == 7 and service.pool._pre_ping  # type: ignore[attr-defined]
+    assert service.pool._max_overflow == 0  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="engine role 'batch'"):
         engine_for(URL, "batch")  # type: ignore[arg-type]
+
+
+def test_a_services_pools_follow_its_settings() -> None:
+    """Both engines of a service app: pool_size connections, no overflow unless the settings
+    allow some (each overflow connection is a login per request under load), pinged unless
+    they say not to."""
+    from service_template import ServiceSettings, create_app
+
+    for given, overflow, ping in (
+        ({}, 0, True),
+        ({"pool_overflow": 5, "pool_ping": False}, 5, False),
+    ):
+        settings = ServiceSettings(name="orders", database_url=URL, pool_size=3, **given)
+        service = create_app(settings).state.service
+        for made in (service.engine.pool, service.async_engine.sync_engine.pool):
+            assert made.size() == 3 and made._max_overflow == overflow
+            assert made._pre_ping is ping
 
 
 def test_engines_are_made_in_one_place() -> None:
