@@ -34,6 +34,13 @@ def cleanup(engine: Engine, *, older_than: timedelta, batch_size: int = 10_000) 
             return total
 
 
+def older_than(connection: Connection, age: timedelta) -> int:
+    """Number of rows in the outbox table older than ``age`` (what `cleanup` would delete)."""
+    cutoff = datetime.now(UTC) - age
+    query = select(func.count()).select_from(outbox_table).where(outbox_table.c.created_at < cutoff)
+    return int(connection.execute(query).scalar_one())
+
+
 def count(connection: Connection) -> int:
     """Number of rows currently in the outbox table."""
     return int(connection.execute(select(func.count()).select_from(outbox_table)).scalar_one())

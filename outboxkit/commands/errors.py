@@ -159,11 +159,57 @@ def translate(exc: BaseException, settings: Mapping[str, Any]) -> tuple[str, int
     ``settings`` gives the endpoints named in a message when the error does not carry them."""
     if isinstance(exc, CommandError):
         return str(exc), exc.code
-    found_in = (_database, _connect, _endpoint, _bad_value)
+    found_in = (_missing_extra, _database, _connect, _endpoint, _bad_value)
     for found in (*(f(exc) for f in found_in), _kafka(exc, settings)):
         if found is not None:
             return found
     return None
+
+
+# Extras for working on the repository, never the answer to a command's missing module.
+_TOOLING_EXTRAS = ("dev", "docs")
+
+
+def _missing_extra(exc: BaseException) -> tuple[str, int] | None:
+    """A module one of the framework's extras installs, missing: which extra to install. Looks
+    through the causes: a library may raise its own ImportError from the missing module's."""
+    seen: BaseException | None = exc
+    while seen is not None and not (isinstance(seen, ModuleNotFoundError) and seen.name):
+        seen = seen.__cause__ or seen.__context__
+    if not isinstance(seen, ModuleNotFoundError) or not seen.name:
+        return None
+    module = seen.name.partition(".")[0]
+    extras = extras_installing(module)
+    if not extras:
+        return None
+    which = " or ".join(f'"{e}"' for e in extras)
+    needs = (
+        f"outboxkit's {which} extra" if len(extras) == 1 else f"one of outboxkit's {which} extras"
+    )
+    installs = " or ".join(f'pip install "outboxkit[{e}]"' for e in extras)
+    return f"this command needs {needs} ({module} is not installed): {installs}", USAGE
+
+
+def extras_installing(module: str) -> list[str]:
+    """The framework's extras (its tooling's apart) whose requirements install ``module``, by
+    the installed distribution's metadata; none when it is not installed as a distribution."""
+    from importlib import metadata
+
+    try:
+        requirements = metadata.requires("outboxkit") or []
+    except metadata.PackageNotFoundError:
+        return []
+    wanted = module.lower().replace("-", "_")
+    found: list[str] = []
+    for requirement in requirements:
+        named = re.match(r"\s*([A-Za-z0-9_.-]+)", requirement)
+        extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", requirement)
+        if named is None or extra is None or extra.group(1) in _TOOLING_EXTRAS:
+            continue
+        distribution = named.group(1).lower().replace("-", "_").replace(".", "_")
+        if wanted in (distribution, distribution.removeprefix("python_")):
+            found.append(extra.group(1))
+    return list(dict.fromkeys(found))
 
 
 def first_line(text: str) -> str:

@@ -8,6 +8,7 @@ import argparse
 import json
 from typing import TYPE_CHECKING
 
+from outboxkit.commands import confirm
 from outboxkit.kernel.wire import DEFAULT_MESSAGE_PREFIX
 from outboxkit.parsers import SubParsers, add_url, command, group
 
@@ -18,17 +19,48 @@ if TYPE_CHECKING:
 def _cleanup(args: argparse.Namespace, settings: Settings) -> int:
     from datetime import timedelta
 
+    from inbox import operations
     from outbox import cleanup
     from outboxkit.endpoints import resolve
 
     engine = resolve(settings).engine(args.url)
-    deleted = cleanup.cleanup(engine, older_than=timedelta(hours=args.older_than_hours))
+    older_than = timedelta(hours=args.older_than_hours)
+    target = engine.url.render_as_string(hide_password=True)
+    with engine.connect() as conn:
+        due, total = cleanup.older_than(conn, older_than), cleanup.count(conn)
+    plan = [
+        f"outbox cleanup of {target}: {due} of the outbox's {total} rows are older than "
+        f"{args.older_than_hours:g}h and would be deleted (in batches; Kafka keeps their events)"
+    ]
+    if not confirm.go_ahead(args, "outbox cleanup", plan):
+        return 0
+    deleted = cleanup.cleanup(engine, older_than=older_than)
     with engine.connect() as conn:
         left = cleanup.count(conn)
+    operations.record_action(
+        engine,
+        who=confirm.operator(),
+        command="outbox cleanup",
+        target=target,
+        detail={"older_than_hours": args.older_than_hours},
+        count=deleted,
+    )
     print(
-        f"outbox cleanup: deleted {deleted} rows older than {args.older_than_hours}h, {left} left"
+        f"outbox cleanup: deleted {deleted} rows older than {args.older_than_hours:g}h from "
+        f"{target}, {left} left"
     )
     return 0
+
+
+def _hours(text: str) -> float:
+    """A non-negative number of hours (argparse's type of --older-than-hours)."""
+    try:
+        hours = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of hours") from None
+    if not hours >= 0 or hours == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of hours, 0 or more")
+    return hours
 
 
 def _scheduled(args: argparse.Namespace, settings: Settings) -> int:
@@ -97,9 +129,10 @@ def add_parser(sub: SubParsers) -> None:
         actions, "cleanup", _cleanup, help="delete the published rows older than an age"
     )
     cleanup.add_argument(
-        "--older-than-hours", type=float, default=24.0, help="age of the rows to delete, in hours"
+        "--older-than-hours", type=_hours, default=24.0, help="age of the rows to delete, in hours"
     )
     add_url(cleanup)
+    confirm.add_options(cleanup)
     waiting = command(
         actions, "scheduled", _scheduled, help="how many scheduled messages wait, and how late"
     )

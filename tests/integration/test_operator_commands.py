@@ -45,7 +45,7 @@ def production_like(stack, tmp_path, monkeypatch):
 def test_operator_commands_take_every_endpoint_from_the_settings(production_like, capsys):
     assert cli.main(["db", "current"]) == 0
     assert "database at revision" in capsys.readouterr().out
-    assert cli.main(["outbox", "cleanup", "--older-than-hours", "10000"]) == 0
+    assert cli.main(["outbox", "cleanup", "--older-than-hours", "10000", "--yes"]) == 0
     assert "outbox cleanup: deleted 0 rows" in capsys.readouterr().out
     assert cli.main(["cdc", "preflight", "--expect-slot"]) == 0
     preflight = capsys.readouterr().out
@@ -144,3 +144,49 @@ def test_downgrade_names_its_revision_and_database_and_asks(
     assert cli.main(["db", "downgrade", "base", "--yes"]) == 2
     assert "pass --url or set OUTBOXKIT_DATABASE_URL" in capsys.readouterr().err
     assert runner.current(empty_database) == "0013_outbox_scheduled"
+
+
+def test_outbox_cleanup_names_its_target_tells_the_truth_dry_and_is_recorded(
+    empty_database, monkeypatch, capsys
+):
+    """Retained rows, two old and one new: the dry run counts the two and deletes nothing; the
+    run deletes them, says from which database, and the action log records it; a negative age
+    is refused naming the option."""
+    from datetime import UTC, datetime, timedelta
+
+    from inbox import operations
+    from outbox.table import outbox_table
+
+    runner.upgrade(empty_database)
+    engine = create_engine(empty_database)
+    now = datetime.now(UTC)
+    with engine.begin() as conn:
+        for hours in (48, 30, 1):
+            conn.execute(
+                insert(outbox_table).values(
+                    id=uuid.uuid4(), aggregatetype="order", aggregateid=f"o-{hours}",
+                    type="Placed", payload={}, created_at=now - timedelta(hours=hours),
+                )
+            )  # fmt: skip
+    monkeypatch.setenv("OUTBOXKIT_OPERATOR", "olive")
+    base = ["outbox", "cleanup", "--url", empty_database, "--older-than-hours", "24"]
+    assert cli.main([*base, "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    database = empty_database.rpartition("/")[2]
+    assert "2 of the outbox's 3 rows" in dry and database in dry and "nothing changed" in dry
+    with engine.connect() as conn:
+        assert len(conn.execute(select(outbox_table.c.id)).all()) == 3
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    assert cli.main(base) == 2  # not a terminal, no --yes: refused, nothing changed
+    assert "add --yes" in capsys.readouterr().err
+    assert cli.main([*base, "--yes"]) == 0
+    assert "deleted 2 rows" in capsys.readouterr().out
+    with engine.connect() as conn:
+        left = conn.execute(select(outbox_table.c.aggregateid)).scalars().all()
+    assert left == ["o-1"]
+    logged = operations.list_actions(engine, command="outbox cleanup")
+    assert [(a["who"], a["count"]) for a in logged] == [("olive", 2)]
+    with pytest.raises(SystemExit) as refused:
+        cli.main(["outbox", "cleanup", "--url", empty_database, "--older-than-hours", "-5"])
+    assert refused.value.code == 2 and "--older-than-hours" in capsys.readouterr().err
+    engine.dispose()

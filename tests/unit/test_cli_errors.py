@@ -149,3 +149,29 @@ def test_consume_without_java_says_so_before_spark_starts(tmp_path: Path) -> Non
         timeout=60,
     )
     assert one_line(done, USAGE).startswith("outboxkit: error: Spark needs Java 17"), done
+
+
+@pytest.mark.parametrize(
+    ("command", "module", "extra"),
+    [("consume", "pyspark", "spark"), ("console", "jinja2", "console")],
+)
+def test_a_missing_extra_names_the_extra_to_install(
+    tmp_path: Path, free_port: int, command: str, module: str, extra: str
+) -> None:
+    """A base install runs `consume` without pyspark and `console` without jinja2 (here a
+    package that raises as a missing one does, first on the path): one line names the extra."""
+    missing = tmp_path / "without" / module
+    missing.mkdir(parents=True)
+    (missing / "__init__.py").write_text(
+        f"raise ModuleNotFoundError(\"No module named '{module}'\", name={module!r})\n"
+    )
+    done = outboxkit(
+        tmp_path,
+        command,
+        "outboxkit_workshop.saga.jobs:orders",
+        PYTHONPATH=os.pathsep.join([str(missing.parent), *sys.path]),
+        ORDERS_DATABASE_URL=f"postgresql+psycopg://app@127.0.0.1:{free_port}/app",
+        ORDERS_KAFKA_BOOTSTRAP_SERVERS=f"127.0.0.1:{free_port}",
+    )
+    line = one_line(done, USAGE)
+    assert f'pip install "outboxkit[{extra}]"' in line and f"{module} is not installed" in line
