@@ -161,7 +161,8 @@ class Endpoints:
         """A confluent-kafka client's bootstrap servers and security."""
         if self.bootstrap_servers is None:
             raise EndpointError(
-                "no Kafka: set OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS, or start the local stack"
+                "no Kafka: set OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS (in outboxkit's repository: or "
+                "start the local stack)"
             )
         return {
             "bootstrap.servers": self.bootstrap_servers,
@@ -172,7 +173,8 @@ class Endpoints:
         """A client for the Connect cluster's REST API."""
         if self.connect_url is None:
             raise EndpointError(
-                "no Kafka Connect: set OUTBOXKIT_CONNECT_URL, or start the local stack"
+                "no Kafka Connect: set OUTBOXKIT_CONNECT_URL (in outboxkit's repository: or start "
+                "the local stack)"
             )
         return ConnectClient(self.connect_url, timeout=timeout, auth=self.connect_auth)
 

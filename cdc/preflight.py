@@ -112,7 +112,7 @@ def run_checks(
         _check(
             "publication",
             bool(has_pub) or not expect_slot,
-            f"publication {publication_name!r} {'exists' if has_pub else 'is missing'}",
+            f"publication {publication_name!r} " + ("exists" if has_pub else _absent(expect_slot)),
             "the connector creates it when publication.autocreate.mode=filtered; otherwise run "
             f"CREATE PUBLICATION {publication_name} FOR TABLE public.outbox, "
             "public.outbox_heartbeat",
@@ -123,7 +123,7 @@ def run_checks(
             _check(
                 "slot",
                 not expect_slot,
-                f"slot {slot_name!r} is missing (created when the connector first starts)",
+                f"slot {slot_name!r} {_absent(expect_slot)}",
                 "is the connector registered and RUNNING?",
             )
         )
@@ -174,3 +174,13 @@ def drop_slot(connection: Connection, slot_name: str) -> bool:
         connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": row[0]})
     connection.execute(text("SELECT pg_drop_replication_slot(:s)"), {"s": slot_name})
     return True
+
+
+def _absent(expected: bool) -> str:
+    """How a publication or slot the connector creates on its first start reads when absent:
+    missing where it should exist by now, else not created yet."""
+    return (
+        "is missing"
+        if expected
+        else "not created yet (the connector creates it on its first start)"
+    )

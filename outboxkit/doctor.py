@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 
 from cdc.connect import ConnectClient
 from cdc.endpoints import Endpoints
+from outboxkit.commands.errors import FRAMEWORK
 from outboxkit.settings import Settings
 
 
@@ -84,7 +85,7 @@ def _migrations(exam: Examination) -> Iterator[Finding]:
     yield Finding(
         "migrations",
         current == head,
-        f"at revision {current} (head {head})",
+        f"at revision {current} (head {head})" if current else f"none applied (head {head})",
         "" if current == head else "run `outboxkit db upgrade`",
     )
 
@@ -311,8 +312,15 @@ def examine(exam: Examination) -> list[Finding]:
 
 
 def _reason(exc: Exception) -> str:
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    return f"{type(exc).__name__}: {first[:200]}"
+    """The error's first line; a library's error named by its class (the framework's own
+    errors, and plain ValueErrors, say what they are in their text)."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    ours = type(exc).__module__.partition(".")[0] in FRAMEWORK
+    return (
+        first
+        if ours or type(exc) in (ValueError, RuntimeError)
+        else f"{type(exc).__name__}: {first}"
+    )
 
 
 def _fix_for(check: str) -> str:

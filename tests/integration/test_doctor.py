@@ -96,6 +96,10 @@ def test_each_broken_piece_is_one_failing_line_with_its_fix(
         assert check in failed(found), (changes, found)
         (bad,) = [f for f in found[check] if f.ok is False]
         assert fix in bad.line(), (changes, bad)
+        # every line is true to its mark, and no error's class name stands for its message
+        for line in (f.line() for fs in found.values() for f in fs):
+            assert not (line.startswith("[ok]") and "missing" in line), line
+            assert "None" not in line and "EndpointError" not in line, line
     # a secret file that cannot be read is a finding of the checks that need it
     found = findings(team_settings(stack, database_password_file=Path("/nonexistent/pw")))
     assert "database" in failed(found) and "OUTBOXKIT_DATABASE_PASSWORD_FILE" in str(found)
