@@ -5,12 +5,14 @@ action an operator (`forms`); an unreachable database is a 503 page saying so, n
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 
 from fastapi import FastAPI, Form, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, OperationalError
 
 from outboxkit.console import auth, forms, views
 from outboxkit.console.actions import ActionRefused, Operator
@@ -18,6 +20,8 @@ from outboxkit.console.overview import OverviewReader
 from outboxkit.console.site import COOKIE, HEADERS, HERE, ConsoleConfig, Site, safe_next, site_of
 
 __all__ = ["ConsoleConfig", "create_console"]
+
+log = logging.getLogger(__name__)
 
 
 def create_console(config: ConsoleConfig, reader: OverviewReader, operator: Operator) -> FastAPI:
@@ -39,8 +43,22 @@ def create_console(config: ConsoleConfig, reader: OverviewReader, operator: Oper
             response = site.problem(request, None, 503, _outage(exc))
         except ActionRefused as exc:  # a page of something the console does not watch
             response = site.problem(request, None, 404, str(exc))
+        except DataError as exc:  # a value the database cannot take (past a bigint, a NUL)
+            cause = str(exc.orig or exc).strip().splitlines()[0]
+            response = site.problem(request, None, 400, f"a value of the request: {cause}")
+        except Exception:  # a bug: logged, and a page with the usual headers
+            log.exception("console: unhandled error on %s %s", request.method, request.url.path)
+            response = site.problem(request, None, 500, "the console failed; see its log")
         response.headers.update(HEADERS)
         return response
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        said = [
+            f"{'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'request'}: {e.get('msg', '')}"
+            for e in exc.errors()[:3]
+        ]
+        return site.problem(request, None, 400, "; ".join(said))
 
     app.add_api_route("/healthz", _healthz, methods=["GET"], include_in_schema=False)
     app.add_api_route("/login", _login_form, methods=["GET"], response_class=HTMLResponse)

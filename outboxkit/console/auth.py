@@ -128,7 +128,8 @@ def read_session(secret: bytes, cookie: str | None, *, now: float | None = None)
     if not cookie or "." not in cookie:
         return None
     payload, signature = cookie.rsplit(".", 1)
-    if not hmac.compare_digest(signature, _sign(secret, payload)):
+    # bytes: compare_digest refuses text with non-ASCII characters (a tampered cookie)
+    if not hmac.compare_digest(signature.encode(), _sign(secret, payload).encode()):
         return None
     try:
         body = json.loads(_unb64(payload))
@@ -141,7 +142,7 @@ def read_session(secret: bytes, cookie: str | None, *, now: float | None = None)
 
 def csrf_ok(user: User, token: str | None) -> bool:
     """Whether a form's token is the session's own (a page of another site cannot know it)."""
-    return bool(token) and hmac.compare_digest(user.csrf, token or "")
+    return bool(token) and hmac.compare_digest(user.csrf.encode(), (token or "").encode())
 
 
 def _sign(secret: bytes, payload: str) -> str:

@@ -22,6 +22,7 @@ from outboxkit.console.site import Site, signed_in
 
 router = APIRouter()
 FILTERS = ("consumer", "topic", "key", "event_type", "hours", "event_id")
+MAX_HOURS = 24 * 366 * 10  # ten years: further back than any parked record
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -176,13 +177,19 @@ def filters_of(source: Any) -> tuple[reads.Filters, str | None]:
     hours = str(source.get("hours", "") or "").strip()
     if hours:
         try:
-            since = datetime.now(UTC) - timedelta(hours=float(hours))
+            within = float(hours)
+            if not 0 < within <= MAX_HOURS:
+                raise ValueError(hours)
+            since = datetime.now(UTC) - timedelta(hours=within)
         except ValueError:
-            problem = f"hours: {hours!r} is not a number of hours"
+            problem = f"hours: {hours!r} is not a number of hours (above 0, at most {MAX_HOURS})"
     event_id = str(source.get("event_id", "") or "").strip()
     if event_id and not reads.valid_uuid(event_id):
         problem, event_id = f"{event_id!r} is not an event id (a UUID)", ""
     text = {k: str(source.get(k, "") or "").strip() for k in ("topic", "key", "event_type")}
+    for name, value in list(text.items()):
+        if "\x00" in value:  # Postgres text cannot hold it: no record can match
+            problem, text[name] = f"{name}: a NUL character cannot be in a {name}", ""
     return reads.Filters(**text, since=since, event_id=event_id), problem
 
 

@@ -128,3 +128,39 @@ def test_an_unreachable_database_is_a_503_that_says_so(tmp_path: Path) -> None:
         assert "frame-ancestors 'none'" in overview.headers["content-security-policy"]
     reader.close()
     dead.dispose()
+
+
+def test_bad_input_is_a_4xx_page_with_the_security_headers(engine: Engine) -> None:
+    """Ages past what a date can hold, a NUL in a filter, ids past a bigint, a path parameter
+    that is not a number, a tampered session cookie with non-ASCII characters: a page that
+    says what was wrong (or the sign-in page), never a bare 500, always with the headers."""
+    from outboxkit.console.site import COOKIE
+
+    consumer = f"bad-input-{uuid.uuid4().hex[:6]}"
+    watched = Watched("payments", consumer, ("t",), engine, {"bootstrap.servers": "127.0.0.1:1"})
+    reader = OverviewReader([watched], {"payments": engine}, None)
+    config = ConsoleConfig({"olive": ("operator", auth.hash_password("pw"))})
+    app = create_console(config, reader, Operator({}, {}))
+    with TestClient(app, base_url="http://console.test") as client:
+        cookie = f"{COOKIE}=e30.sïgnature".encode("latin-1")  # as a browser may send it
+        tampered = client.get("/failures", headers={"cookie": cookie}, follow_redirects=False)
+        assert tampered.status_code in (303, 307) and "login" in tampered.headers["location"]
+        signed = client.post(
+            "/login", data={"name": "olive", "password": "pw"}, follow_redirects=False
+        )
+        assert signed.status_code == 303
+        pages = {
+            "/failures?hours=1e9": (200, "is not a number of hours"),
+            "/failures?hours=inf": (200, "is not a number of hours"),
+            "/failures?hours=-1e9": (200, "is not a number of hours"),
+            "/failures?hours=nan": (200, "is not a number of hours"),
+            "/failures?key=a%00b": (200, "NUL"),
+            f"/records/{consumer}/99999999999999999999": (400, "out of range"),
+            f"/partitions/{consumer}/t/zero": (400, "partition"),
+        }
+        for path, (status, said) in pages.items():
+            answer = client.get(path)
+            assert answer.status_code == status, (path, answer.status_code, answer.text[:300])
+            assert said in answer.text, (path, answer.text[:2000])
+            assert "frame-ancestors 'none'" in answer.headers["content-security-policy"], path
+    reader.close()
