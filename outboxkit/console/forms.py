@@ -12,7 +12,7 @@ from fastapi.responses import Response
 
 from outboxkit.console import auth
 from outboxkit.console.actions import ActionRefused, Logged
-from outboxkit.console.site import Site, safe_next, same_origin, site_of
+from outboxkit.console.site import Site, safe_next, same_origin, site_of, uncarried
 from outboxkit.console.views import filters_of
 
 router = APIRouter(prefix="/act")
@@ -55,11 +55,14 @@ async def retry(request: Request, consumer: str = Form(...), id: int = Form(...)
 async def redrive_group(
     request: Request, consumer: str = Form(...), cause: str = Form(...)
 ) -> Response:
-    """Redrive every key of a failure group (as filtered on its page)."""
+    """Redrive every key of a failure group (as filtered on its page). The cause comes
+    base64-encoded (`carried`): a browser rewrites a carriage return in a form's value."""
     filters, _ = filters_of(await request.form())
-    return await act(
-        request, consumer, lambda s, u, t: s.operator.redrive_group(consumer, cause, filters)
-    )
+
+    def redrive(site: Site, user: auth.User, token: str) -> Logged:
+        return site.operator.redrive_group(consumer, uncarried(cause), filters)
+
+    return await act(request, consumer, redrive)
 
 
 @router.post("/skip")

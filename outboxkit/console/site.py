@@ -4,6 +4,7 @@ templates) and how a page is answered: signed-in users only, security headers on
 from __future__ import annotations
 
 import asyncio
+import base64
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,8 +56,9 @@ class Site:
     def __post_init__(self) -> None:
         self.pages = Jinja2Templates(directory=HERE / "templates")
         self.pages.env.globals.update(
-            ago=ago, cause_kind=cause_kind, count=count, docs_url=self.config.docs_url
-        )
+            ago=ago, carried=carried, cause_kind=cause_kind, count=count,
+            docs_url=self.config.docs_url,
+        )  # fmt: skip
 
     @property
     def engines(self) -> dict[str, Engine]:
@@ -90,6 +92,21 @@ class Site:
     def problem(self, request: Request, user: auth.User | None, status: int, text: str) -> Response:
         """A page saying what was not done and why."""
         return self.page(request, user, "problem.html", status, problem=text)
+
+
+def carried(text: str) -> str:
+    """``text`` as a form's hidden value keeps it byte for byte (base64url of its UTF-8)."""
+    return base64.urlsafe_b64encode(text.encode()).decode("ascii")
+
+
+def uncarried(value: str) -> str:
+    """The text `carried` encoded; ActionRefused when it did not arrive intact."""
+    try:
+        return base64.b64decode(value.encode("ascii"), altchars=b"-_", validate=True).decode()
+    except (ValueError, UnicodeError):
+        raise ActionRefused(
+            "the group's cause did not arrive intact: open the group again"
+        ) from None
 
 
 def site_of(request: Request) -> Site:
