@@ -127,8 +127,12 @@ async def signed_in(request: Request, build: Callable[[Site, auth.User], Respons
 
 
 def safe_next(target: str) -> str:
-    """A local path only: a link cannot send a user to another site after they sign in."""
-    return target if target.startswith("/") and not target.startswith("//") else "/"
+    """A local path only: a link cannot send a user to another site after they sign in
+    (browsers read a backslash as a slash, so ``/\\host`` would be another site, and a control
+    character may be dropped from it: neither is kept)."""
+    local = target.startswith("/") and not target.startswith("//")
+    plain = "\\" not in target and all(c >= " " and c != "\x7f" for c in target)
+    return target if local and plain else "/"
 
 
 def same_origin(request: Request) -> bool:
