@@ -450,6 +450,9 @@ class World:
         row.epoch += 1
         row.window = {o: e for o, e in row.window.items() if o <= offset}
         self.cursors[p] = offset + 1
+        # From here the partition re-reads by the operator's choice, not the failover's: a
+        # record below what the window holds may stop it (the rewind's own limit).
+        self.decided_prefix.pop(p, None)
 
     def redrive(self, p: int) -> None:
         """`outboxkit inbox redrive` once the handler is fixed: every parked record of the
