@@ -209,12 +209,19 @@ class Operator:
         """The topic's identity now and the partitions a rebase would start over."""
         from outboxkit.commands.inbox_changes import moved_partitions
 
+        kafka = self.kafka[consumer]
         try:
-            return moved_partitions(
-                self.inbox(consumer).engine, consumer, topic, self.kafka[consumer]
-            )
+            return moved_partitions(self.inbox(consumer).engine, consumer, topic, kafka)
         except ValueError as exc:
             raise ActionRefused(str(exc)) from exc
+        except Exception as exc:
+            if type(exc).__name__ != "KafkaException":
+                raise
+            reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+            raise ActionRefused(
+                f"Kafka at {kafka.get('bootstrap.servers')} did not answer ({reason}): a "
+                "rebase needs the topic's identity there; retry once Kafka is back"
+            ) from exc
 
     def rebase(
         self,

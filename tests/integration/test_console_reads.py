@@ -164,3 +164,33 @@ def test_bad_input_is_a_4xx_page_with_the_security_headers(engine: Engine) -> No
             assert said in answer.text, (path, answer.text[:2000])
             assert "frame-ancestors 'none'" in answer.headers["content-security-policy"], path
     reader.close()
+
+
+def test_a_stopped_partitions_page_says_kafka_did_not_answer(engine: Engine) -> None:
+    """The runbook page of a stopped partition while Kafka is down: the page, with the stop's
+    reason and a line that Kafka did not answer (a rebase needs the topic's identity), not a
+    500; a rebase posted meanwhile is refused with the same words."""
+    from types import SimpleNamespace
+
+    from inbox.tables import watermarks
+
+    consumer = f"kafka-down-{uuid.uuid4().hex[:6]}"
+    dead = {"bootstrap.servers": "127.0.0.1:1"}
+    reason = "the topic's id changed (re-created): offsets moved"
+    with engine.begin() as conn:
+        conn.execute(
+            insert(watermarks).values(
+                consumer=consumer, topic="t", partition=0, offset=5, stopped=reason
+            )
+        )
+    watched = Watched("payments", consumer, ("t",), engine, dead)
+    reader = OverviewReader([watched], {"payments": engine}, None)
+    config = ConsoleConfig({"olive": ("operator", auth.hash_password("pw"))})
+    operator = Operator({consumer: SimpleNamespace(engine=engine)}, {consumer: dead})
+    app = create_console(config, reader, operator)
+    with TestClient(app, base_url="http://console.test") as client:
+        client.post("/login", data={"name": "olive", "password": "pw"})
+        page = client.get(f"/partitions/{consumer}/t/0")
+        assert page.status_code == 200, page.text[:500]
+        assert "offsets moved" in page.text and "did not answer" in page.text, page.text
+    reader.close()
