@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.engine import Connection, Engine
@@ -18,15 +19,10 @@ def cleanup(engine: Engine, *, older_than: timedelta, batch_size: int = 10_000) 
     """
     if older_than < timedelta(0):
         raise ValueError("older_than must not be negative")
-    cutoff = datetime.now(UTC) - older_than
+    older = _older(older_than)
     total = 0
     while True:
-        ids = (
-            select(outbox_table.c.id)
-            .where(outbox_table.c.created_at < cutoff)
-            .limit(batch_size)
-            .scalar_subquery()
-        )
+        ids = select(outbox_table.c.id).where(older).limit(batch_size).scalar_subquery()
         with engine.begin() as connection:
             deleted = connection.execute(delete(outbox_table).where(outbox_table.c.id.in_(ids)))
         total += deleted.rowcount
@@ -36,9 +32,13 @@ def cleanup(engine: Engine, *, older_than: timedelta, batch_size: int = 10_000) 
 
 def older_than(connection: Connection, age: timedelta) -> int:
     """Number of rows in the outbox table older than ``age`` (what `cleanup` would delete)."""
-    cutoff = datetime.now(UTC) - age
-    query = select(func.count()).select_from(outbox_table).where(outbox_table.c.created_at < cutoff)
+    query = select(func.count()).select_from(outbox_table).where(_older(age))
     return int(connection.execute(query).scalar_one())
+
+
+def _older(age: timedelta) -> Any:
+    """The rows created more than ``age`` ago, as `cleanup` and `older_than` pick them."""
+    return outbox_table.c.created_at < datetime.now(UTC) - age
 
 
 def count(connection: Connection) -> int:
