@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -174,10 +176,34 @@ def test_console_benchmark_times_each_page_and_the_idle_console(
     assert json.dumps(data, allow_nan=False)
 
 
-def test_pipeline_benchmark_applies_each_event_once(
-    stack: Stack, spark: object, tmp_path: Path
-) -> None:
-    data, _ = cdc.pipeline(stack, tmp_path, events=500, reps=1, session=spark, flame_events=10)
+_PIPELINE_CHILD = """
+import json, sys
+from pathlib import Path
+from outboxkit_workshop.bench import cdc
+from outboxkit_workshop.devstack.settings import StackSettings
+from outboxkit_workshop.devstack.stack import Stack
+stack = Stack(StackSettings(**json.loads(sys.argv[1])), echo=print)
+data, _ = cdc.pipeline(stack, Path(sys.argv[2]), events=500, reps=1, flame_events=10)
+Path(sys.argv[2], "data.json").write_text(json.dumps(data))
+"""
+
+
+def test_pipeline_benchmark_applies_each_event_once(stack: Stack, tmp_path: Path) -> None:
+    # In a process of its own, with its own Spark session: the profilers attach to that JVM,
+    # never to the session the other consumer tests share (a JVM the profiler took down would
+    # fail them all).
+    settings = stack.settings
+    shape = {
+        "stack_dir": str(settings.stack_dir),
+        "connector_name": settings.connector_name,
+        "heartbeat_interval_ms": settings.heartbeat_interval_ms,
+    }
+    subprocess.run(
+        [sys.executable, "-c", _PIPELINE_CHILD, json.dumps(shape), str(tmp_path)],
+        check=True,
+        timeout=600,
+    )
+    data = json.loads((tmp_path / "data.json").read_text())
     assert data["events_per_second"][cdc.PER_EVENT]["min"] > 0
     assert data["events_per_second"][cdc.BATCH]["min"] > 0
     assert all(n >= 1 for n in data["batches"].values())
