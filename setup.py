@@ -1,7 +1,9 @@
-"""The wheel must carry the Connect transform's jar (cdc/lib/, with its SHA-256), which the
-repository's set-up builds (`./dev.sh wheel` builds it, then the wheel). A wheel built without it
-would install a framework whose connector no team's Connect can run: refuse. An editable
-install (the set-up's own, before the jar exists) is not a wheel a team takes home."""
+"""The wheel must carry the Connect transform's jar (cdc/lib/, with its SHA-256). The repository
+carries it, built reproducibly from cdc/java/smt and checked here against the pinned sums, so
+`pip wheel .` or `python -m build` in a clone needs no Java; the repository's set-up rebuilds it
+from source and checks it gives the same bytes. A wheel without it would install a framework
+whose connector no team's Connect can run: refuse. An editable install is not a wheel a team
+takes home."""
 
 import hashlib
 import tomllib
@@ -32,8 +34,9 @@ class BuildWithTransform(build_py):
     def run(self) -> None:
         if not getattr(self, "editable_mode", False) and not _pinned_build():
             raise SystemExit(
-                f"no Connect transform jar of the pinned build in {LIB}: build the wheel with "
-                "`./dev.sh wheel` (it builds the transform from cdc/java/smt first)"
+                f"no Connect transform jar of the pinned build in {LIB}: the repository carries "
+                "it (restore it with `git checkout cdc/lib`), or rebuild it from cdc/java/smt "
+                "with `./dev.sh setup`"
             )
         super().run()
 

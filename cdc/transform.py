@@ -1,8 +1,9 @@
 """outboxkit's Kafka Connect transform (`io.outboxkit.connect.SourcePositionHeaders`, which the
 outbox connector runs before Debezium's EventRouter) as an artifact: its jar ships inside the
 wheel (``cdc/lib/``) with its SHA-256, and `install` copies it, checked, onto a Connect worker's
-plugin path. In a source checkout the jar is built from ``cdc/java/smt`` (every version pinned in
-``cdc/java/pom.xml``) by the repository's set-up (`publish` puts a built jar in place)."""
+plugin path. The repository carries the jar too (a wheel builds from a clone without Java); its
+set-up rebuilds it from ``cdc/java/smt`` (every version pinned in ``cdc/java/pom.xml``) and
+`publish` checks the build gives the pinned bytes."""
 
 from __future__ import annotations
 

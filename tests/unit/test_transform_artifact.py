@@ -111,3 +111,11 @@ def test_the_plugin_check_names_every_class_the_config_needs() -> None:
     lacking = plugins.missing(config, [c for c in needed if c != SOURCE_POSITION_HEADERS])
     assert lacking == [SOURCE_POSITION_HEADERS]
     assert "outboxkit cdc plugin --into DIR" in plugins.fix_for(lacking)
+
+
+def test_the_repository_carries_the_pinned_build_of_the_jar() -> None:
+    """A clone builds the wheel without Java: the jar it ships is in the repository, and it is
+    the pinned reproducible build of cdc/java/smt (the set-up rebuilds it to the same bytes)."""
+    found = transform.shipped()
+    assert found.sha256 == transform.pinned()["sha256"]
+    assert hashlib.sha512(found.jar.read_bytes()).hexdigest() == transform.pinned()["sha512"]
