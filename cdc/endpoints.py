@@ -24,7 +24,7 @@ from sqlalchemy.engine import URL
 from cdc.config import DEFAULT_PUBLICATION_NAME, DEFAULT_SLOT_NAME
 from cdc.connect import ConnectClient
 from outboxkit.kernel.engines import database_url_setting, engine_for
-from outboxkit.kernel.kafka.security import KafkaSecurity, KafkaSecuritySettings, librdkafka_config
+from outboxkit.kernel.kafka.security import KafkaSecurity, KafkaSecuritySettings, client_config
 from outboxkit.kernel.secrets import read_secret, setting_name, url_with_password
 
 DEFAULT_CONNECTOR_NAME = "outboxkit-outbox"
@@ -164,10 +164,7 @@ class Endpoints:
                 "no Kafka: set OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS (in outboxkit's repository: or "
                 "start the local stack)"
             )
-        return {
-            "bootstrap.servers": self.bootstrap_servers,
-            **librdkafka_config(self.kafka_security),
-        }
+        return client_config(self.bootstrap_servers, self.kafka_security)
 
     def connect(self, *, timeout: float = 30) -> ConnectClient:
         """A client for the Connect cluster's REST API."""

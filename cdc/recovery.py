@@ -24,6 +24,7 @@ from cdc.health import Diagnosis, OversizedEvent, Site, diagnose, is_record_too_
 from cdc.limits import PRODUCER_MAX_REQUEST_SIZE
 from cdc.pgoutput import inserted_rows
 from outboxkit.kernel.engines import engine_for
+from outboxkit.kernel.kafka.security import QUIET_LOGS
 
 PRODUCER_OVERRIDE = "producer.override.max.request.size"
 TOPIC_LIMIT = "max.message.bytes"
@@ -118,7 +119,7 @@ def _set_topic_limit(
     op = AlterConfigOpType.SET if value is not None else AlterConfigOpType.DELETE
     entry = ConfigEntry(TOPIC_LIMIT, str(value or ""), incremental_operation=op)
     resources = [ConfigResource(ResourceType.TOPIC, t, incremental_configs=[entry]) for t in topics]
-    admin = AdminClient({"bootstrap.servers": bootstrap, **(kafka_config or {})})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET_LOGS, **(kafka_config or {})})
     for resource, future in admin.incremental_alter_configs(resources).items():
         try:
             future.result(timeout=30)

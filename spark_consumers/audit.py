@@ -28,7 +28,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from inbox.tables import ledger, parked, skipped, watermarks
-from outboxkit.kernel.kafka.security import librdkafka_config
+from outboxkit.kernel.kafka.security import QUIET_LOGS, librdkafka_config
 from outboxkit.kernel.wire.record import KafkaRecord, read
 from spark_consumers.job import Job
 
@@ -274,7 +274,7 @@ def inbox_rows(conn: Connection, consumer: str, topics: Sequence[str]) -> InboxR
 
 def audit(job: Job, conn: Connection) -> ConsumerAudit:
     """Audit one job's consumer against its topics."""
-    options = {**librdkafka_config(job.kafka_security), **job.kafka_options}
+    options = {**QUIET_LOGS, **librdkafka_config(job.kafka_security), **job.kafka_options}
     records, ends = read_topics(job.bootstrap_servers, job.topics, options)
     rows = inbox_rows(conn, job.consumer, job.topics)
     exact = job.ledger or rows.has_ledger

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from spark_consumers.summary import SliceSummary
 
 DEFAULT_CHECKPOINT = Path(".outboxkit/checkpoints")
+# How long the driver waits for each of its jobs' Kafka clusters to answer before Spark starts.
+REACH_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ def drive(jobs: Sequence[Job], options: DriverOptions, say: Callable[[str], Any]
     from spark_consumers.runner import run_jobs
 
     say(f"consuming {', '.join(j.name for j in jobs)} (checkpoints in {options.checkpoint})")
+    reach_clusters(jobs)
     metrics = _metrics(jobs, options, say)
 
     def on_batch(name: str, batch_id: int, rows: list[SliceSummary]) -> None:
@@ -116,6 +119,21 @@ def drive(jobs: Sequence[Job], options: DriverOptions, say: Callable[[str], Any]
         if metrics is not None:
             metrics.close()
     return 0
+
+
+def reach_clusters(jobs: Sequence[Job], timeout: float = REACH_SECONDS) -> None:
+    """Ask each Kafka cluster of ``jobs`` for its topics before Spark starts: one that does not
+    answer fails here, in seconds, with librdkafka's reason (a KafkaException, which the
+    command reports naming the job's setting), not after Spark's start and its own timeouts."""
+    from confluent_kafka.admin import AdminClient
+
+    from outboxkit.kernel.kafka.security import client_config
+    from spark_consumers.runner import query_groups
+
+    for group in query_groups(jobs, shared=True):
+        job = group[0]
+        config = client_config(job.bootstrap_servers, job.kafka_security, job.kafka_options)
+        AdminClient(dict[str, str | int | float | bool](config)).list_topics(timeout=timeout)
 
 
 def _metrics(jobs: Sequence[Job], options: DriverOptions, say: Callable[[str], Any]) -> Any:

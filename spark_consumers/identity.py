@@ -14,7 +14,7 @@ from typing import Any
 
 from inbox import moves
 from inbox.position import TopicIdentity
-from outboxkit.kernel.kafka.security import librdkafka_config
+from outboxkit.kernel.kafka.security import client_config
 from spark_consumers.job import Job, query_name
 
 log = logging.getLogger(__name__)
@@ -36,13 +36,7 @@ class TopicIdentities:
     @classmethod
     def of(cls, job: Job) -> TopicIdentities:
         """The identities of ``job``'s cluster, as its clients reach it."""
-        return cls(
-            {
-                "bootstrap.servers": job.bootstrap_servers,
-                **librdkafka_config(job.kafka_security),
-                **job.kafka_options,
-            }
-        )
+        return cls(client_config(job.bootstrap_servers, job.kafka_security, job.kafka_options))
 
     def read(self, topics: Sequence[str]) -> dict[str, TopicIdentity]:
         """Each existing topic's identity (a topic that does not exist yet is left out)."""

@@ -80,6 +80,9 @@ class Job:
             mid-slice (its executor stopped) then stops holding the partition's watermark lock,
             and another attempt of the slice (Spark's speculative copy, a retry) applies it.
             No handler may wait longer between two statements. 0 leaves Postgres's setting.
+        settings_prefix: The environment prefix of the settings the job was built from (e.g.
+            ``BILLING_``): an error about its database or its Kafka names the variable to
+            check (``BILLING_DATABASE_URL``); None names the job's field instead.
     """
 
     name: str
@@ -100,6 +103,7 @@ class Job:
     ledger: bool = False
     database_password_file: str | None = None
     stalled_transaction_seconds: float = 10.0
+    settings_prefix: str | None = None
 
     def engine_url(self) -> URL:
         """The database URL with its password (masked when printed)."""

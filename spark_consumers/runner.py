@@ -13,7 +13,7 @@ from typing import Any
 
 from inbox.recorder import Recorder
 from outboxkit.kernel import tracing
-from outboxkit.kernel.kafka.security import librdkafka_config, spark_source_options
+from outboxkit.kernel.kafka.security import client_config, spark_source_options
 from spark_consumers.identity import TopicIdentities, prepare_start
 from spark_consumers.job import DEFAULT_TRIGGER_SECONDS, Job, query_name
 from spark_consumers.listeners import add_listeners
@@ -50,13 +50,8 @@ def existing_partitions(jobs: Sequence[Job]) -> dict[str, list[int]]:
     from confluent_kafka.admin import AdminClient
 
     first = jobs[0]
-    admin = AdminClient(
-        {
-            "bootstrap.servers": first.bootstrap_servers,
-            **librdkafka_config(first.kafka_security),
-            **first.kafka_options,
-        }
-    )
+    config = client_config(first.bootstrap_servers, first.kafka_security, first.kafka_options)
+    admin = AdminClient(dict[str, str | int | float | bool](config))
     metadata = admin.list_topics(timeout=30)
     return {
         topic: sorted(metadata.topics[topic].partitions)

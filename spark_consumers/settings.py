@@ -81,6 +81,7 @@ class ConsumerSettings(TopicPrefixSettings, BaseSettings):
             "max_attempts": self.max_handler_attempts,
             "batch_retry_seconds": self.batch_retry_seconds,
             "ledger": self.ledger,
+            "settings_prefix": self.model_config.get("env_prefix") or None,
             "retry": RetryPolicy(
                 attempts=self.retry_attempts,
                 first=self.retry_first_seconds,

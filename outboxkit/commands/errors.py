@@ -226,10 +226,11 @@ def _database(exc: BaseException) -> tuple[str, int] | None:
         url = _engine_url(exc.__traceback__)
         where = f" at {url.render_as_string()}" if url is not None else ""
         cause = first_line(str(orig if orig is not None else exc))
-        return (
-            f"cannot reach the database{where}: {cause}; check OUTBOXKIT_DATABASE_URL or --url",
-            UNREACHABLE,
+        job = _job(exc.__traceback__)
+        check = (
+            "OUTBOXKIT_DATABASE_URL or --url" if job is None else _job_setting(job, "database_url")
         )
+        return f"cannot reach the database{where}: {cause}; check {check}", UNREACHABLE
     if kind == "ProgrammingError" and sqlstate == UNDEFINED_TABLE:
         missing = re.search(r'relation "([^"]+)" does not exist', str(orig))
         if missing is None or missing.group(1).rpartition(".")[2] not in _framework_tables():
@@ -255,6 +256,24 @@ def _engine_url(tb: TracebackType | None) -> Any:
             if isinstance(value, Engine):
                 url = value.url._replace(password=None)
     return url
+
+
+def _job(tb: TracebackType | None) -> Any:
+    """The consumer job whose database or Kafka the failed call reached (the innermost on its
+    stack; the first of the jobs one query runs), or None for an operator command's own."""
+    job = None
+    for frame_locals in _frames(tb):
+        for value in frame_locals.values():
+            found = value[0] if isinstance(value, list | tuple) and value else value
+            if type(found).__name__ == "Job" and hasattr(found, "bootstrap_servers"):
+                job = found
+    return job
+
+
+def _job_setting(job: Any, field: str) -> str:
+    """The variable that sets ``job``'s ``field`` (its settings' prefix), else the field."""
+    prefix = getattr(job, "settings_prefix", None)
+    return f"{prefix}{field.upper()}" if prefix else f"the {field} of job {job.name}"
 
 
 def _frames(tb: TracebackType | None) -> Iterator[Mapping[str, Any]]:
@@ -309,13 +328,15 @@ def _kafka(exc: BaseException, settings: Mapping[str, Any]) -> tuple[str, int] |
     }
     if not isinstance(error, KafkaError) or error.code() not in unreachable:
         return None
-    servers = settings.get("kafka_bootstrap_servers")
+    job = _job(exc.__traceback__)
+    servers = settings.get("kafka_bootstrap_servers") if job is None else job.bootstrap_servers
     where = f" at {servers}" if servers else ""
-    return (
-        f"cannot reach Kafka{where}: {first_line(error.str())}; "
-        "check OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS",
-        UNREACHABLE,
+    check = (
+        "OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS"
+        if job is None
+        else _job_setting(job, "kafka_bootstrap_servers")
     )
+    return f"cannot reach Kafka{where}: {first_line(error.str())}; check {check}", UNREACHABLE
 
 
 def _endpoint(exc: BaseException) -> tuple[str, int] | None:

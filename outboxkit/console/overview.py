@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from outboxkit.console import reads
 from outboxkit.console.shapes import Sample, Samples
 from outboxkit.kernel.kafka.offsets import PartitionOffsets
-from outboxkit.kernel.kafka.security import librdkafka_config
+from outboxkit.kernel.kafka.security import client_config
 
 
 @dataclass(frozen=True)
@@ -320,4 +320,4 @@ def _said(exc: Exception) -> str:
 
 def kafka_config(bootstrap: str, security: Any, options: dict[str, str]) -> dict[str, str]:
     """A job's librdkafka client settings (bootstrap, security, its own options)."""
-    return {"bootstrap.servers": bootstrap, **librdkafka_config(security), **options}
+    return client_config(bootstrap, security, options)

@@ -70,10 +70,13 @@ class DatabaseUrlError(ValueError):
 
 def database_url(url: str | URL) -> URL:
     """``url`` parsed, its plain Postgres scheme (``postgresql://``, ``postgres://``) turned into
-    psycopg 3's (``postgresql+psycopg://``); any other driver as given.
+    psycopg 3's (``postgresql+psycopg://``); another Postgres driver as given, once it is
+    installed.
 
     Raises:
-        DatabaseUrlError: ``url`` is not a URL, or its database is unknown to SQLAlchemy.
+        DatabaseUrlError: ``url`` is not a URL, names a database other than Postgres (the outbox
+            and the inbox use Postgres's JSONB, logical messages and locks), or a driver that is
+            not installed.
     """
     try:
         parsed = make_url(url)
@@ -82,12 +85,25 @@ def database_url(url: str | URL) -> URL:
     backend, _, driver = parsed.drivername.partition("+")
     if backend in PLAIN_POSTGRES:
         parsed = parsed.set(drivername=f"postgresql+{driver or POSTGRES_DRIVER}")
+    if backend not in PLAIN_POSTGRES:
+        raise DatabaseUrlError(
+            f"{parsed.drivername!r} is not Postgres, the only database outboxkit runs on; "
+            f"expected {DATABASE_URL_FORM}"
+        )
     try:
-        parsed.get_dialect()
+        dialect = parsed.get_dialect()
     except ArgumentError as exc:
         raise DatabaseUrlError(
-            f"unknown database kind {parsed.drivername!r}; expected {DATABASE_URL_FORM}"
+            f"unknown Postgres driver {parsed.drivername!r}; expected {DATABASE_URL_FORM}"
         ) from exc
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        missing = exc.name or dialect.driver
+        raise DatabaseUrlError(
+            f"the driver of {parsed.drivername!r} is not installed (no module {missing!r}): "
+            f"install it, or use {DATABASE_URL_FORM}, whose driver outboxkit installs"
+        ) from None
     return parsed
 
 

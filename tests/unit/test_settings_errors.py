@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from outboxkit.cli import OTHER_VARIABLES, load_settings, main, unknown_variables
 from outboxkit.commands.errors import USAGE, CommandError, load_job
-from outboxkit.kernel.engines import database_url, engine_for
+from outboxkit.kernel.engines import DatabaseUrlError, database_url, engine_for
 from outboxkit.kernel.kafka.security import KafkaSecuritySettings
 from outboxkit.kernel.secrets import url_with_password
 from outboxkit.parsers import NO_SETTINGS
@@ -189,11 +189,36 @@ def test_plain_postgres_urls_mean_psycopg(no_settings: Path, given_url: str) -> 
     assert ServiceSettings(database_url=given_url).database_url == wanted
 
 
-@pytest.mark.parametrize(
-    "url", ["postgresql+asyncpg://u@db/shop", "postgresql+psycopg://u@db/shop", "sqlite://"]
-)
-def test_other_drivers_stay_as_given(url: str) -> None:
+def test_other_drivers_stay_as_given() -> None:
+    url = "postgresql+psycopg://u@db/shop"
     assert database_url(url).render_as_string() == url
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("mysql://u@db/shop", "'mysql' is not Postgres, the only database outboxkit runs on"),
+        ("sqlite:///shop.db", "'sqlite' is not Postgres"),
+        ("mssql+pyodbc://u@db/shop", "'mssql+pyodbc' is not Postgres"),
+        ("postgresql+nosuch://u@db/shop", "unknown Postgres driver 'postgresql+nosuch'"),
+        (
+            "postgresql+asyncpg://u@db/shop",
+            "the driver of 'postgresql+asyncpg' is not installed (no module 'asyncpg')",
+        ),
+    ],
+)
+def test_a_url_outboxkit_cannot_use_is_refused_in_one_line(
+    no_settings: Path, url: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(DatabaseUrlError, match=re.escape(said)):
+        database_url(url)
+    # A command says it in one line (no traceback) and does nothing: no file made for sqlite.
+    with mock.patch.dict(os.environ, {"OUTBOXKIT_DATABASE_URL": url}):
+        code = main(["db", "current"])
+    err = capsys.readouterr().err
+    assert code == 2 and said in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not Path("shop.db").exists()
 
 
 def test_a_misspelt_variable_names_the_closest(no_settings: Path) -> None:

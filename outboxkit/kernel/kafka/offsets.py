@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from outboxkit.kernel.kafka.security import PLAINTEXT, KafkaSecurity, librdkafka_config
+from outboxkit.kernel.kafka.security import PLAINTEXT, KafkaSecurity, client_config
 
 log = logging.getLogger(__name__)
 # Seconds Kafka is not asked again after it failed to answer.
@@ -28,10 +28,8 @@ class PartitionOffsets:
         timeout: float = 2.0,
     ) -> None:
         self.config = {
-            "bootstrap.servers": bootstrap,
             "group.id": "outboxkit-metrics",
-            **librdkafka_config(kafka_security),
-            **(options or {}),
+            **client_config(bootstrap, kafka_security, options),
         }
         self.timeout = timeout
         self._consumer: Any = None

@@ -4,6 +4,7 @@ source) and Kafka Connect workers. The password comes from a file and never show
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -70,6 +71,26 @@ def librdkafka_config(security: KafkaSecurity) -> dict[str, str]:
     if security.ca_location is not None:
         config["ssl.ca.location"] = str(security.ca_location)
     return config
+
+
+# librdkafka logs each failed attempt to reach each broker, several lines a second while a cluster
+# is down (thousands in an outage, interleaved with a command's answer). The framework reports a
+# failure itself, once, from the error the call returns: only librdkafka's critical lines are
+# kept (a job's own client options may set ``log_level`` or ``debug`` again).
+QUIET_LOGS = {"log_level": "2"}
+
+
+def client_config(
+    bootstrap: str, security: KafkaSecurity, options: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """A confluent-kafka client's settings: the servers, the security, quiet logs, then
+    ``options`` (a job's own client options), which win."""
+    return {
+        "bootstrap.servers": bootstrap,
+        **QUIET_LOGS,
+        **librdkafka_config(security),
+        **(options or {}),
+    }
 
 
 def jaas_config(login: SaslLogin) -> str:
