@@ -77,6 +77,7 @@ def build_console(
     reader = OverviewReader(watched, databases, connect)
     config = ConsoleConfig(
         users,
+        users_file=settings.console_users_file,
         trace_url=settings.console_trace_url,
         docs_url=(settings.console_docs_url or "").rstrip("/") or None,
         secure_cookie=settings.console_secure_cookie,

@@ -79,13 +79,30 @@ async def _login(
     request: Request, name: str = Form(""), password: str = Form(""), next: str = Form("/")
 ) -> Response:
     site = site_of(request)
-    found = await asyncio.to_thread(auth.authenticate, site.config.users, name, password)
+    address = request.client.host if request.client else "?"
+    shown = name[:64]
+    wait = site.sign_ins.wait(name, address)
+    if wait > 0:
+        log.warning("console: sign-in of %r from %s refused: too many failures", shown, address)
+        response = site.page(
+            request, None, "login.html", 429, next=safe_next(next), failed=False,
+            limited=int(wait) + 1,
+        )  # fmt: skip
+        response.headers["Retry-After"] = str(int(wait) + 1)
+        return response
+    users = site.users.current()
+    async with site.checks:
+        found = await asyncio.to_thread(auth.authenticate, users, name, password)
     if found is None:
+        failures = site.sign_ins.failed(name, address)
+        log.warning("console: sign-in of %r from %s failed (%d in a row)", shown, address, failures)
         return site.page(request, None, "login.html", 401, next=safe_next(next), failed=True)
+    site.sign_ins.succeeded(name)
+    log.info("console: %s signed in from %s", name, address)
     response = RedirectResponse(safe_next(next), 303)
     response.set_cookie(
         COOKIE,
-        auth.session_cookie(site.config.secret, *found),
+        auth.session_cookie(site.config.secret, *found, users[name][1]),
         max_age=auth.SESSION_SECONDS,
         httponly=True,
         samesite="strict",
@@ -94,11 +111,18 @@ async def _login(
     return response
 
 
-def _logout(request: Request, csrf: str = Form("")) -> Response:
-    user = site_of(request).user(request)
+def _logout(request: Request) -> Response:
+    """End the session: its cookie deleted, and the session itself, so a copy of the cookie
+    holds no more. No token is asked: the cookie is SameSite=strict, so only a page of this
+    console can send it, and ending one's own session is no harm to guard (a page opened
+    before the session was renewed logs out too)."""
+    site = site_of(request)
+    user = site.user(request)
+    if user is not None:
+        site.revoked.add(user)
+        log.info("console: %s logged out", user.name)
     response = RedirectResponse("/login", 303)
-    if user is not None and auth.csrf_ok(user, csrf):
-        response.delete_cookie(COOKIE)
+    response.delete_cookie(COOKIE)
     return response
 
 

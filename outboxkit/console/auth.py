@@ -1,6 +1,8 @@
 """Who may look and who may act: a configured user list with hashed passwords (scrypt), two
 roles (``viewer`` reads, ``operator`` also acts), a signed session cookie and a CSRF token per
-session. Pure functions and one frozen dataclass; no web framework imported here."""
+session. A session holds only while its user is in the users file as it is now, with the
+password it signed in with (the role is the file's), and until it is logged out. No web
+framework imported here."""
 
 from __future__ import annotations
 
@@ -8,9 +10,11 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 import secrets
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +23,8 @@ ROLES = ("viewer", "operator")
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 SESSION_SECONDS = 8 * 3600
 
+log = logging.getLogger(__name__)
+
 
 class UsersFileError(ValueError):
     """The console's user list cannot be read: what is wrong, on which line, and the fix."""
@@ -26,11 +32,13 @@ class UsersFileError(ValueError):
 
 @dataclass(frozen=True)
 class User:
-    """A signed-in person: their name, their role and their session's CSRF token."""
+    """A signed-in person: their name, their role, their session's CSRF token (which names the
+    session too) and when the session ends (epoch seconds)."""
 
     name: str
     role: str
     csrf: str
+    ends: float = 0.0
 
     @property
     def may_act(self) -> bool:
@@ -111,20 +119,33 @@ def authenticate(
     return (name, role) if ok and role else None
 
 
-def session_cookie(secret: bytes, name: str, role: str, *, now: float | None = None) -> str:
-    """A signed session for ``name``: who, which role, a fresh CSRF token and when it ends."""
+def session_cookie(
+    secret: bytes, name: str, role: str, stored: str, *, now: float | None = None
+) -> str:
+    """A signed session for ``name`` (whose password hash is ``stored``): who, which role, a
+    fresh CSRF token, when it ends, and a fingerprint of the hash (a new password ends it)."""
     body = {
         "u": name,
         "r": role,
         "c": secrets.token_urlsafe(24),
         "e": int((now or time.time()) + SESSION_SECONDS),
+        "h": _fingerprint(secret, stored),
     }
     payload = _b64(json.dumps(body, separators=(",", ":")).encode())
     return f"{payload}.{_sign(secret, payload)}"
 
 
-def read_session(secret: bytes, cookie: str | None, *, now: float | None = None) -> User | None:
-    """The user a session cookie names, when its signature holds and it has not ended."""
+def read_session(
+    secret: bytes,
+    cookie: str | None,
+    users: Mapping[str, tuple[str, str]],
+    *,
+    revoked: Container[str] = (),
+    now: float | None = None,
+) -> User | None:
+    """The user a session cookie names, when its signature holds, it has not ended and was not
+    logged out (``revoked``: the CSRF tokens of ended sessions), and its user is in ``users``
+    with the password it signed in with. The role is ``users``' (a change holds at once)."""
     if not cookie or "." not in cookie:
         return None
     payload, signature = cookie.rsplit(".", 1)
@@ -133,16 +154,131 @@ def read_session(secret: bytes, cookie: str | None, *, now: float | None = None)
         return None
     try:
         body = json.loads(_unb64(payload))
-    except ValueError:
+        name, token, ends = str(body["u"]), str(body["c"]), float(body["e"])
+    except (ValueError, KeyError, TypeError):
         return None
-    if body.get("e", 0) < (now or time.time()) or body.get("r") not in ROLES:
+    if ends < (now or time.time()) or token in revoked or name not in users:
         return None
-    return User(str(body["u"]), str(body["r"]), str(body["c"]))
+    role, stored = users[name]
+    if not hmac.compare_digest(
+        str(body.get("h", "")).encode(), _fingerprint(secret, stored).encode()
+    ):
+        return None
+    return User(name, role, token, ends)
 
 
 def csrf_ok(user: User, token: str | None) -> bool:
     """Whether a form's token is the session's own (a page of another site cannot know it)."""
     return bool(token) and hmac.compare_digest(user.csrf.encode(), (token or "").encode())
+
+
+class Revoked:
+    """Sessions logged out before their end (by CSRF token), each kept until it would have
+    ended. In the console process's memory: a restart with the same secret forgets them (a
+    new secret ends every session)."""
+
+    def __init__(self) -> None:
+        self._until: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def add(self, user: User, *, now: float | None = None) -> None:
+        """End ``user``'s session."""
+        now = now or time.time()
+        with self._lock:
+            self._until = {t: e for t, e in self._until.items() if e >= now}
+            self._until[user.csrf] = user.ends
+
+    def __contains__(self, token: object) -> bool:
+        return token in self._until
+
+
+class Users:
+    """The users file, read again at each look (a few hundred bytes) and parsed when it
+    changed: a user removed from it, or given a new password or role, holds no session past
+    their next request, without a restart. A file that cannot be read lets nobody in (logged)
+    until it is fixed."""
+
+    def __init__(self, users: Mapping[str, tuple[str, str]], path: Path | None = None) -> None:
+        self.path = path
+        self._users = dict(users)
+        self._seen = _contents(path) if path is not None else None
+        self._lock = threading.Lock()
+
+    def current(self) -> Mapping[str, tuple[str, str]]:
+        """The users as the file says now."""
+        if self.path is None:
+            return self._users
+        seen = _contents(self.path)
+        with self._lock:
+            if seen != self._seen:
+                self._seen = seen
+                try:
+                    self._users = read_users(self.path)
+                except UsersFileError as exc:
+                    log.error("console: nobody can sign in: %s", exc)
+                    self._users = {}
+            return self._users
+
+
+class SignInLimit:
+    """Failed sign-ins counted per user name and per client address over ``window`` seconds:
+    past ``per_name`` (or ``per_address``) failures, a sign-in of that name (or from that
+    address) is refused, unchecked, until the oldest failure leaves the window. A success
+    clears its name's failures. Bounded: at most ``keys`` names and addresses are remembered
+    (the oldest forgotten first)."""
+
+    def __init__(
+        self,
+        per_name: int = 5,
+        per_address: int = 20,
+        window: float = 300.0,
+        keys: int = 10_000,
+    ) -> None:
+        self.limits = {"name": per_name, "address": per_address}
+        self.window = window
+        self.keys = keys
+        self._failures: dict[tuple[str, str], list[float]] = {}
+        self._lock = threading.Lock()
+
+    def wait(self, name: str, address: str, *, now: float | None = None) -> float:
+        """Seconds before ``name`` may try again from ``address`` (0: now)."""
+        now = time.time() if now is None else now
+        waits = [0.0]
+        with self._lock:
+            for kind, key in (("name", name), ("address", address)):
+                recent = [t for t in self._failures.get((kind, key), []) if t > now - self.window]
+                if len(recent) >= self.limits[kind]:
+                    waits.append(recent[-self.limits[kind]] + self.window - now)
+        return max(waits)
+
+    def failed(self, name: str, address: str, *, now: float | None = None) -> int:
+        """Count a failure; the name's failures in the window, this one included."""
+        now = time.time() if now is None else now
+        with self._lock:
+            for key in (("name", name), ("address", address)):
+                recent = [t for t in self._failures.pop(key, []) if t > now - self.window]
+                self._failures[key] = [*recent, now][-max(self.limits.values()) :]
+            while len(self._failures) > self.keys:  # the least recently failed first
+                del self._failures[next(iter(self._failures))]
+            return len(self._failures[("name", name)])
+
+    def succeeded(self, name: str) -> None:
+        """``name`` signed in: its failures are forgotten (its address's are not)."""
+        with self._lock:
+            self._failures.pop(("name", name), None)
+
+
+def _contents(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _fingerprint(secret: bytes, stored: str) -> str:
+    """A user's password hash as a session carries it: signed, shortened (it proves the hash
+    is the one the session signed in with, and tells nothing of it)."""
+    return _sign(secret, "password:" + stored)[:22]
 
 
 def _sign(secret: bytes, payload: str) -> str:

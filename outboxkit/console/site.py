@@ -35,9 +35,11 @@ HEADERS = {
 
 @dataclass
 class ConsoleConfig:
-    """What the console needs besides what it reads: users, the signing key, links."""
+    """What the console needs besides what it reads: users (and the file they are read
+    again from, when there is one), the signing key, links."""
 
     users: dict[str, tuple[str, str]]
+    users_file: Path | None = None
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     trace_url: str | None = None
     docs_url: str | None = None
@@ -52,8 +54,15 @@ class Site:
     reader: OverviewReader
     operator: Operator
     pages: Jinja2Templates = field(init=False)
+    users: auth.Users = field(init=False)
+    revoked: auth.Revoked = field(init=False, default_factory=auth.Revoked)
+    sign_ins: auth.SignInLimit = field(init=False, default_factory=auth.SignInLimit)
+    # Password checks at once (scrypt: 16 MiB and ~50 ms each); more wait their turn on the
+    # event loop, so a flood of sign-ins cannot take every worker thread from the pages.
+    checks: asyncio.Semaphore = field(init=False, default_factory=lambda: asyncio.Semaphore(2))
 
     def __post_init__(self) -> None:
+        self.users = auth.Users(self.config.users, self.config.users_file)
         self.pages = Jinja2Templates(directory=HERE / "templates")
         self.pages.env.globals.update(
             ago=ago, carried=carried, cause_kind=cause_kind, count=count,
@@ -73,8 +82,14 @@ class Site:
         return engines[consumer]
 
     def user(self, request: Request) -> auth.User | None:
-        """The signed-in user of ``request`` (None: nobody, or a cookie that does not hold)."""
-        return auth.read_session(self.config.secret, request.cookies.get(COOKIE))
+        """The signed-in user of ``request`` (None: nobody, or a session that does not hold:
+        ended, logged out, or of a user the users file no longer names as they signed in)."""
+        return auth.read_session(
+            self.config.secret,
+            request.cookies.get(COOKIE),
+            self.users.current(),
+            revoked=self.revoked,
+        )
 
     def page(
         self,

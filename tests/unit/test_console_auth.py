@@ -14,6 +14,15 @@ from hypothesis import strategies as st
 from outboxkit.console import auth
 
 SECRET = b"k" * 32
+# Hashes of a fixed salt (fast to make, enough for the session rules).
+OLIVE = auth.hash_password("o-pass", salt=b"o" * 16)
+VICTOR = auth.hash_password("v-pass", salt=b"v" * 16)
+USERS = {"olive": ("operator", OLIVE), "victor": ("viewer", VICTOR)}
+
+
+def session(name: str, now: float | None = None) -> str:
+    role, stored = USERS[name]
+    return auth.session_cookie(SECRET, name, role, stored, now=now)
 
 
 def test_a_password_checks_against_its_hash_and_no_other() -> None:
@@ -62,36 +71,82 @@ def test_the_users_file_is_read_and_its_mistakes_named(tmp_path: Path) -> None:
 
 
 def test_a_session_cookie_names_its_user_until_it_ends() -> None:
-    cookie = auth.session_cookie(SECRET, "olive", "operator", now=1000.0)
-    user = auth.read_session(SECRET, cookie, now=1001.0)
+    cookie = session("olive", now=1000.0)
+    user = auth.read_session(SECRET, cookie, USERS, now=1001.0)
     assert user is not None and (user.name, user.role, user.may_act) == ("olive", "operator", True)
-    assert auth.read_session(SECRET, cookie, now=1000.0 + auth.SESSION_SECONDS + 1) is None
-    assert auth.read_session(b"another key" * 3, cookie, now=1001.0) is None
-    assert auth.read_session(SECRET, None) is None
-    assert auth.read_session(SECRET, "no-dot") is None
+    assert user.ends == 1000.0 + auth.SESSION_SECONDS
+    assert auth.read_session(SECRET, cookie, USERS, now=1000.0 + auth.SESSION_SECONDS + 1) is None
+    assert auth.read_session(b"another key" * 3, cookie, USERS, now=1001.0) is None
+    assert auth.read_session(SECRET, None, USERS) is None
+    assert auth.read_session(SECRET, "no-dot", USERS) is None
+
+
+def test_a_session_holds_only_for_the_users_file_as_it_is_now() -> None:
+    cookie = session("olive")
+    assert auth.read_session(SECRET, cookie, USERS) is not None
+    # removed from the file: the session ends
+    assert auth.read_session(SECRET, cookie, {"victor": USERS["victor"]}) is None
+    # a new password (a new hash): the sessions of the old one end
+    renewed = {**USERS, "olive": ("operator", auth.hash_password("new", salt=b"n" * 16))}
+    assert auth.read_session(SECRET, cookie, renewed) is None
+    # the role is the file's now: an operator made a viewer acts no more
+    demoted = {**USERS, "olive": ("viewer", OLIVE)}
+    user = auth.read_session(SECRET, cookie, demoted)
+    assert user is not None and user.role == "viewer" and not user.may_act
+
+
+def test_a_logged_out_session_holds_no_more_and_is_forgotten_when_it_would_have_ended() -> None:
+    revoked = auth.Revoked()
+    first, second = session("olive", now=1000.0), session("olive", now=1000.0)
+    user = auth.read_session(SECRET, first, USERS, revoked=revoked, now=1001.0)
+    assert user is not None
+    revoked.add(user, now=1001.0)
+    assert auth.read_session(SECRET, first, USERS, revoked=revoked, now=1002.0) is None
+    assert auth.read_session(SECRET, second, USERS, revoked=revoked, now=1002.0) is not None
+    later = auth.read_session(SECRET, session("victor"), USERS)
+    assert later is not None
+    revoked.add(later, now=1000.0 + auth.SESSION_SECONDS + 1)  # the first one's end has passed
+    assert user.csrf not in revoked and later.csrf in revoked
+
+
+def test_the_users_file_is_read_again_when_it_changes(tmp_path: Path) -> None:
+    path = tmp_path / "users"
+    path.write_text(f"olive operator {OLIVE}\nvictor viewer {VICTOR}\n")
+    users = auth.Users(auth.read_users(path), path)
+    assert set(users.current()) == {"olive", "victor"}
+    path.write_text(f"victor viewer {VICTOR}\n")
+    assert set(users.current()) == {"victor"}
+    path.write_text("victor admin broken\n")  # unreadable: nobody, until it is fixed
+    assert users.current() == {}
+    path.unlink()
+    assert users.current() == {}
+    path.write_text(f"olive viewer {OLIVE}\n")
+    assert users.current() == {"olive": ("viewer", OLIVE)}
 
 
 @settings(max_examples=200, deadline=None)
 @given(position=st.integers(min_value=0, max_value=400), char=st.characters(codec="ascii"))
 def test_a_changed_cookie_is_refused(position: int, char: str) -> None:
-    cookie = auth.session_cookie(SECRET, "victor", "viewer", now=1000.0)
+    cookie = session("victor", now=1000.0)
     index = position % len(cookie)
     changed = cookie[:index] + char + cookie[index + 1 :]
-    user = auth.read_session(SECRET, changed, now=1001.0)
+    user = auth.read_session(SECRET, changed, USERS, now=1001.0)
     assert (
-        changed == cookie or user is None or user == auth.read_session(SECRET, cookie, now=1001.0)
+        changed == cookie
+        or user is None
+        or user == auth.read_session(SECRET, cookie, USERS, now=1001.0)
     )
 
 
 def test_csrf_tokens_belong_to_their_session() -> None:
-    first = auth.read_session(SECRET, auth.session_cookie(SECRET, "olive", "operator"))
-    second = auth.read_session(SECRET, auth.session_cookie(SECRET, "olive", "operator"))
+    first = auth.read_session(SECRET, session("olive"), USERS)
+    second = auth.read_session(SECRET, session("olive"), USERS)
     assert first is not None and second is not None
     assert auth.csrf_ok(first, first.csrf)
     assert not auth.csrf_ok(first, second.csrf)
     assert not auth.csrf_ok(first, "")
     assert not auth.csrf_ok(first, None)
-    viewer = auth.read_session(SECRET, auth.session_cookie(SECRET, "victor", "viewer"))
+    viewer = auth.read_session(SECRET, session("victor"), USERS)
     assert viewer is not None and not viewer.may_act
 
 
