@@ -21,6 +21,7 @@ from inbox import operations
 from inbox.recorder import Recorder
 from inbox.tables import operator_actions, parked
 from outboxkit.console import reads
+from outboxkit.console.kafka_gate import KafkaGate, KafkaUnanswered
 from outboxkit.kernel.wire.record import key_text
 
 # Parked keys a group's redrive goes through per request; a larger group takes several.
@@ -56,6 +57,7 @@ class Operator:
     def __init__(self, inboxes: Mapping[str, Any], kafka: Mapping[str, dict[str, str]]) -> None:
         self.inboxes = dict(inboxes)
         self.kafka = dict(kafka)  # consumer -> its job's Kafka client settings
+        self.gate = KafkaGate()  # the console's reads of Kafka on request, the pages' too
 
     def inbox(self, consumer: str) -> Any:
         """The inbox of ``consumer``; refused for a consumer the console does not watch."""
@@ -210,17 +212,17 @@ class Operator:
         from outboxkit.commands.inbox_changes import moved_partitions
 
         kafka = self.kafka[consumer]
+        engine = self.inbox(consumer).engine
         try:
-            return moved_partitions(self.inbox(consumer).engine, consumer, topic, kafka)
+            return self.gate.read(
+                kafka.get("bootstrap.servers", ""),
+                lambda: moved_partitions(engine, consumer, topic, kafka),
+            )
         except ValueError as exc:
             raise ActionRefused(str(exc)) from exc
-        except Exception as exc:
-            if type(exc).__name__ != "KafkaException":
-                raise
-            reason = exc.args[0].str() if exc.args and hasattr(exc.args[0], "str") else str(exc)
+        except KafkaUnanswered as exc:
             raise ActionRefused(
-                f"Kafka at {kafka.get('bootstrap.servers')} did not answer ({reason}): a "
-                "rebase needs the topic's identity there; retry once Kafka is back"
+                f"{exc}: a rebase needs the topic's identity there; retry once Kafka is back"
             ) from exc
 
     def rebase(

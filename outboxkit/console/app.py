@@ -16,6 +16,7 @@ from sqlalchemy.exc import DataError, OperationalError
 
 from outboxkit.console import auth, forms, views
 from outboxkit.console.actions import ActionRefused, Operator
+from outboxkit.console.kafka_gate import KafkaUnanswered
 from outboxkit.console.overview import OverviewReader
 from outboxkit.console.site import COOKIE, HEADERS, HERE, ConsoleConfig, Site, safe_next, site_of
 
@@ -43,6 +44,8 @@ def create_console(config: ConsoleConfig, reader: OverviewReader, operator: Oper
             response = site.problem(request, None, 503, _outage(exc))
         except ActionRefused as exc:  # a page of something the console does not watch
             response = site.problem(request, None, 404, str(exc))
+        except KafkaUnanswered as exc:  # Kafka down, or being read by another page
+            response = site.problem(request, None, 503, str(exc))
         except DataError as exc:  # a value the database cannot take (past a bigint, a NUL)
             cause = str(exc.orig or exc).strip().splitlines()[0]
             response = site.problem(request, None, 400, f"a value of the request: {cause}")

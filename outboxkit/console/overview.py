@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from outboxkit.console import reads
+from outboxkit.console.kafka_gate import QUIET_SECONDS
 from outboxkit.console.shapes import Sample, Samples
 from outboxkit.kernel.kafka.offsets import PartitionOffsets
 from outboxkit.kernel.kafka.security import client_config
@@ -187,6 +188,7 @@ class OverviewReader:
         self._heads: dict[str, Heads] = {}
         self._lock = threading.Lock()
         self._last: Overview | None = None
+        self._connect_failed: tuple[float, str] | None = None  # when, and what was said
 
     def read(self) -> Overview:
         """The overview, read again unless the last read is under ``fresh`` seconds old."""
@@ -199,6 +201,12 @@ class OverviewReader:
     def _read(self, now: float) -> Overview:
         problems: list[str] = []
         consumers = [self._consumer(w, now) for w in self.watched]
+        for bootstrap, offsets in self._offsets.items():
+            if offsets.failure is not None:
+                problems.append(
+                    f"Kafka at {bootstrap} did not answer ({offsets.failure}): lag unknown; "
+                    f"the console asks again within {QUIET_SECONDS:.0f} s"
+                )
         databases = [self._database(name, engine) for name, engine in self.databases.items()]
         slots = {s["slot_name"]: s for d in databases if d.rows for s in d.rows.slots}
         connectors = self._connectors(slots, problems)
@@ -260,6 +268,10 @@ class OverviewReader:
         """Each connector with its tasks and its slot (of ``slots``, by the config's name)."""
         if self.connect is None:
             return []
+        failed = self._connect_failed
+        if failed is not None and time.monotonic() - failed[0] < QUIET_SECONDS:
+            problems.append(f"{failed[1]}; the console asks again within {QUIET_SECONDS:.0f} s")
+            return []
         try:
             client = self.connect()
             views = []
@@ -274,7 +286,9 @@ class OverviewReader:
                 views.append(ConnectorView(name, status.state, tasks, "\n".join(failure), slot))
             return views
         except Exception as exc:
-            problems.append(f"Kafka Connect did not answer: {_said(exc)}")
+            said = f"Kafka Connect did not answer: {_said(exc)}"
+            self._connect_failed = (time.monotonic(), said)  # not asked again for a while
+            problems.append(said)
             return []
 
     def _database(self, name: str, engine: Engine) -> DatabaseView:

@@ -112,7 +112,8 @@ def plot(
                 f'<polyline fill="none" stroke="{colours[index % len(colours)]}" '
                 f'stroke-width="2" points="{xy}"/>'
             )
-        legend.append((index % len(colours), f"{name}, up to {peak:,.0f}"))
+        said = f"{name}, up to {peak:,.0f}" if shown else f"{name}: none known"
+        legend.append((index % len(colours), said))
     label = escape(f"{title}: " + "; ".join(text for _, text in legend) + ", over the last hour")
     caption = " ".join(
         f'<span class="swatch swatch-{i}" aria-hidden="true"></span>{escape(text)}'

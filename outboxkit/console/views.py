@@ -4,6 +4,7 @@ previews) and the action log. Reading only."""
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 from datetime import UTC, datetime, timedelta
@@ -16,6 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from inbox import operations, stops
 from outboxkit.console import auth, reads
 from outboxkit.console.actions import ActionRefused
+from outboxkit.console.kafka_gate import KafkaGate, KafkaUnanswered
 from outboxkit.console.overview import OverviewReader
 from outboxkit.console.shapes import plot
 from outboxkit.console.site import Site, signed_in
@@ -102,7 +104,11 @@ async def events(request: Request, id: str = "", scan: int = 0) -> Response:
     event_id = id.strip()
 
     def build(site: Site, user: auth.User) -> Response:
-        found = whereabouts(site.reader, event_id, scan=bool(scan)) if event_id else None
+        found = (
+            whereabouts(site.reader, event_id, scan=site.operator.gate if scan else None)
+            if event_id
+            else None
+        )
         return site.page(request, user, "event.html", event_id=event_id, found=found)
 
     return await signed_in(request, build)
@@ -160,7 +166,10 @@ def overview_of(reader: OverviewReader) -> dict[str, Any]:
     plots = {
         c.consumer: plot(
             [
-                ("lag (records)", [(s.at, float(s.lag or 0)) for s in (c.samples or [])]),
+                (
+                    "lag (records)",  # a look without Kafka's answer is no point: not 0
+                    [(s.at, float(s.lag)) for s in (c.samples or []) if s.lag is not None],
+                ),
                 ("applied (offsets/s)", c.samples.rates() if c.samples else []),
             ],
             now=view.read_at,
@@ -197,9 +206,12 @@ def _query(request: Request) -> str:
     return urlencode({k: v for k, v in request.query_params.items() if k in FILTERS and v})
 
 
-def whereabouts(reader: OverviewReader, event_id: str, *, scan: bool) -> dict[str, Any]:
+def whereabouts(
+    reader: OverviewReader, event_id: str, *, scan: KafkaGate | None = None
+) -> dict[str, Any]:
     """Where one event is: outbox and scheduled rows, each consumer's ledger, window, parked
-    and skipped records, and (``scan``) its offsets on the topics with the audit's verdict."""
+    and skipped records, and (``scan``: through that gate) its offsets on the topics with the
+    audit's verdict, or what kept Kafka from telling (``topics_problem``)."""
     if not reads.valid_uuid(event_id):
         return {"problem": f"{event_id!r} is not an event id (a UUID)"}
     found: dict[str, Any] = {"outbox": [], "scheduled": [], "consumers": {}, "topics": None}
@@ -213,12 +225,15 @@ def whereabouts(reader: OverviewReader, event_id: str, *, scan: bool) -> dict[st
             found["consumers"][watched.consumer] = reads.inbox_side(
                 conn, watched.consumer, event_id
             )
-    if scan:
-        found["topics"] = _scan(reader, event_id)
+    if scan is not None:
+        try:
+            found["topics"] = _scan(reader, event_id, scan)
+        except KafkaUnanswered as exc:
+            found["topics_problem"] = str(exc)
     return found
 
 
-def _scan(reader: OverviewReader, event_id: str) -> list[dict[str, Any]]:
+def _scan(reader: OverviewReader, event_id: str, gate: KafkaGate) -> list[dict[str, Any]]:
     """The event's offsets on each watched job's topics, and the audit's verdict for it."""
     from spark_consumers import audit
 
@@ -226,7 +241,8 @@ def _scan(reader: OverviewReader, event_id: str) -> list[dict[str, Any]]:
     for watched in reader.watched:
         options = {k: v for k, v in watched.kafka.items() if k != "bootstrap.servers"}
         bootstrap = watched.kafka["bootstrap.servers"]
-        records, _ = audit.read_topics(bootstrap, watched.topics, options)
+        read = functools.partial(audit.read_topics, bootstrap, watched.topics, options)
+        records, _ = gate.read(bootstrap, read)
         with watched.engine.connect() as conn:
             rows = audit.inbox_rows(conn, watched.consumer, watched.topics)
         for (topic, partition), found in sorted(records.items()):

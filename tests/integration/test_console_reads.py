@@ -194,3 +194,45 @@ def test_a_stopped_partitions_page_says_kafka_did_not_answer(engine: Engine) -> 
         assert page.status_code == 200, page.text[:500]
         assert "offsets moved" in page.text and "did not answer" in page.text, page.text
     reader.close()
+
+
+def test_during_a_kafka_outage_the_pages_say_so_and_ask_kafka_once(engine: Engine) -> None:
+    """Kafka down (nothing listens at its address), Connect down too: the overview says both
+    did not answer (lag unknown, not 0); reading the topics for an event says Kafka did not
+    answer, and the next look answers from that failure without asking Kafka again."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    consumer = f"kafka-out-{uuid.uuid4().hex[:6]}"
+    from inbox.tables import watermarks
+
+    with engine.begin() as conn:
+        conn.execute(insert(watermarks).values(consumer=consumer, topic="t", partition=0, offset=5))
+    kafka = {"bootstrap.servers": dead}
+    watched = Watched("payments", consumer, ("t",), engine, kafka)
+
+    def connect() -> object:
+        raise ConnectionError("Connect refused the connection")
+
+    reader = OverviewReader([watched], {"payments": engine}, connect, fresh=0.0)
+    config = ConsoleConfig({"olive": ("operator", auth.hash_password("pw"))})
+    app = create_console(config, reader, Operator({consumer: None}, {consumer: kafka}))
+    with TestClient(app, base_url="http://console.test") as client:
+        client.post("/login", data={"name": "olive", "password": "pw"})
+        overview = client.get("/")
+        assert overview.status_code == 200
+        assert f"Kafka at {dead} did not answer" in overview.text, overview.text
+        assert "Kafka Connect did not answer" in overview.text
+        again = client.get("/")  # Connect is not asked again meanwhile: the same words
+        assert "Kafka Connect did not answer" in again.text and "asks again within" in again.text
+        assert "lag (records): none known" in again.text  # no lag known: no point drawn
+        event = str(uuid.uuid4())
+        first = client.get(f"/events?id={event}&scan=1")
+        assert first.status_code == 200
+        assert f"Kafka at {dead} did not answer (" in first.text, first.text
+        second = client.get(f"/events?id={event}&scan=1")
+        assert second.status_code == 200
+        assert "s ago" in second.text and "the console asks again in" in second.text
+    reader.close()

@@ -60,7 +60,7 @@ def test_the_plot_draws_each_series_and_names_it_for_screen_readers() -> None:
         title="payments",
     )
     assert svg.count("<polyline") == 1
-    assert 'role="img"' in svg and "lag (records), up to 30" in svg and "applied, up to 0" in svg
+    assert 'role="img"' in svg and "lag (records), up to 30" in svg and "applied: none known" in svg
     old = plot([("lag", [(0.0, 99.0)])], now=HOUR + 10, title="t")
     assert "<polyline" not in old  # older than an hour: not drawn
 

@@ -39,6 +39,8 @@ class PartitionOffsets:
         # After Kafka failed to answer, scrapes skip it for a while instead of each waiting the
         # timeout once per partition (a scrape must end before the next one starts).
         self._silent_until = 0.0
+        # Why Kafka last failed to answer, until it answers again (None: it answered).
+        self.failure: str | None = None
 
     def _client(self) -> Any:
         if self._consumer is None:
@@ -62,6 +64,7 @@ class PartitionOffsets:
                 log.warning("no offsets for %s[%d]: %s", topic, partition, exc)
                 self._quiet_if_silent(exc)
                 return None
+            self.failure = None
         return int(low), int(high)
 
     def partitions(self, topic: str) -> list[int]:
@@ -95,3 +98,4 @@ class PartitionOffsets:
         silent = (KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT)
         if isinstance(error, KafkaError) and error.code() in silent:
             self._silent_until = time.monotonic() + QUIET_AFTER_FAILURE
+            self.failure = error.str()

@@ -1,0 +1,74 @@
+"""The console's reads of Kafka on request (an event's offsets on the topics, a rebase's plan)
+through one gate per cluster: one read at a time, and none for a while after one found Kafka
+silent. During an outage a page that needs Kafka answers at once with what happened, instead of
+each request holding a worker thread for the client's timeouts (a few viewers would otherwise
+take every thread, and the sign-in page with them)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# After Kafka failed to answer, how long the console answers from that failure without asking.
+QUIET_SECONDS = 15.0
+
+
+class KafkaUnanswered(Exception):
+    """Kafka was not asked, or did not answer: the message says which and when to retry."""
+
+
+class KafkaGate:
+    """One on-request read of each Kafka cluster at a time; after a read failed, none for
+    ``quiet`` seconds (each refused at once, saying why)."""
+
+    def __init__(self, quiet: float = QUIET_SECONDS) -> None:
+        self.quiet = quiet
+        self._busy: set[str] = set()
+        self._failed: dict[str, tuple[float, str]] = {}  # cluster -> (when, why)
+        self._lock = threading.Lock()
+
+    def read(
+        self, cluster: str, read: Callable[[], T], *, now: Callable[[], float] = time.monotonic
+    ) -> T:
+        """``read()`` (which asks Kafka at ``cluster``), unless another read of it runs or it
+        failed less than ``quiet`` seconds ago: then KafkaUnanswered, at once. A read that
+        raises librdkafka's KafkaException raises KafkaUnanswered with its reason."""
+        with self._lock:
+            failed = self._failed.get(cluster)
+            if failed is not None and now() - failed[0] < self.quiet:
+                left = self.quiet - (now() - failed[0])
+                raise KafkaUnanswered(
+                    f"Kafka at {cluster} did not answer {now() - failed[0]:.0f} s ago "
+                    f"({failed[1]}); the console asks again in {left:.0f} s"
+                )
+            if cluster in self._busy:
+                raise KafkaUnanswered(
+                    f"another page is reading Kafka at {cluster}; try again in a moment"
+                )
+            self._busy.add(cluster)
+        try:
+            found = read()
+        except Exception as exc:
+            if type(exc).__name__ != "KafkaException":
+                raise
+            why = _reason(exc)
+            with self._lock:
+                self._failed[cluster] = (now(), why)
+            raise KafkaUnanswered(f"Kafka at {cluster} did not answer ({why})") from exc
+        finally:
+            with self._lock:
+                self._busy.discard(cluster)
+        with self._lock:
+            self._failed.pop(cluster, None)
+        return found
+
+
+def _reason(exc: Exception) -> str:
+    """librdkafka's own words for a KafkaException (its KafkaError's), one line."""
+    error: Any = exc.args[0] if exc.args else None
+    said = str(error.str()) if hasattr(error, "str") else str(exc)
+    return (said.strip().splitlines() or [type(exc).__name__])[0][:200]
