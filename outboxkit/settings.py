@@ -88,10 +88,27 @@ class Settings(CdcSettings):
         "there (unset: the page is named, not linked)",
         examples=["https://docs.example.com/outboxkit"],
     )
-    console_secure_cookie: bool = Field(
+    console_secure_cookie: bool | None = Field(
+        default=None,
+        description="mark the session cookie Secure, sent over HTTPS only (unset: when the "
+        "console serves HTTPS itself; set it true behind an HTTPS proxy)",
+    )
+    console_tls_cert_file: Path | None = Field(
+        default=None,
+        description="the console's TLS certificate chain (PEM): with its key, the console "
+        "serves HTTPS",
+        examples=["/run/secrets/console.crt"],
+    )
+    console_tls_key_file: Path | None = Field(
+        default=None,
+        description="the private key of the console's TLS certificate (PEM, a mounted secret)",
+        examples=["/run/secrets/console.key"],
+    )
+    console_insecure_http: bool = Field(
         default=False,
-        description="mark the session cookie Secure (set it when the console is served over "
-        "HTTPS, as it should be beyond loopback)",
+        description="serve plain HTTP on an address beyond loopback, where TLS ends in front "
+        "of the console (an HTTPS proxy; a container's port published on loopback); without "
+        "it, or a certificate, the console refuses such an address",
     )
 
 

@@ -25,24 +25,82 @@ def _console(args: argparse.Namespace, settings: Settings) -> int:
     from outboxkit.console.auth import UsersFileError
     from outboxkit.endpoints import resolve
 
+    host = args.host or settings.console_host
+    tls = _tls(settings, host)
     sys.path.insert(0, os.getcwd())  # the jobs' modules, as `outboxkit consume` finds them
     jobs = [load_job(spec) for spec in args.jobs]
     try:
         console = build_console(settings, jobs, resolve(settings))
     except UsersFileError as exc:
         raise CommandError(str(exc)) from exc
-    host = args.host or settings.console_host
     port = settings.console_port if args.port is None else args.port
     if port == 0:
         with socket.socket() as probe:
             probe.bind((host, 0))
             port = probe.getsockname()[1]
-    print(f"console: http://{host}:{port}/ (Ctrl-C stops it)", flush=True)
+    scheme = "https" if tls else "http"
+    print(f"console: {scheme}://{host}:{port}/ (Ctrl-C stops it)", flush=True)
+    if not tls and not loopback(host):
+        print(
+            f"console: plain HTTP on {host} (OUTBOXKIT_CONSOLE_INSECURE_HTTP): TLS must end in "
+            "front of it",
+            flush=True,
+        )
     try:
-        uvicorn.run(console.app, host=host, port=port, log_level="warning", access_log=False)
+        uvicorn.run(
+            console.app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            ssl_certfile=tls.get("ssl_certfile"),
+            ssl_keyfile=tls.get("ssl_keyfile"),
+        )
     finally:
         console.close()
     return 0
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback address (or localhost): reachable from this machine only."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: it may resolve beyond loopback
+        return False
+
+
+def _tls(settings: Settings, host: str) -> dict[str, str]:
+    """uvicorn's TLS arguments from the settings; refused: half of them, or plain HTTP beyond
+    loopback without the setting that says TLS ends in front of the console."""
+    from outboxkit.commands.errors import USAGE, CommandError
+
+    cert, key = settings.console_tls_cert_file, settings.console_tls_key_file
+    if (cert is None) != (key is None):
+        raise CommandError(
+            "the console's TLS needs both OUTBOXKIT_CONSOLE_TLS_CERT_FILE and "
+            "OUTBOXKIT_CONSOLE_TLS_KEY_FILE",
+            USAGE,
+        )
+    if cert is not None and key is not None:
+        for name, path in (("CERT", cert), ("KEY", key)):
+            if not path.is_file():
+                raise CommandError(
+                    f"OUTBOXKIT_CONSOLE_TLS_{name}_FILE {path} is not a readable file", USAGE
+                )
+        return {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
+    if not loopback(host) and not settings.console_insecure_http:
+        raise CommandError(
+            f"the console would take passwords over plain HTTP on {host}: give "
+            "OUTBOXKIT_CONSOLE_TLS_CERT_FILE and OUTBOXKIT_CONSOLE_TLS_KEY_FILE to serve HTTPS, "
+            "or set OUTBOXKIT_CONSOLE_INSECURE_HTTP=true where TLS ends in front of it (an "
+            "HTTPS proxy, a container port published on loopback)",
+            USAGE,
+        )
+    return {}
 
 
 def _user(args: argparse.Namespace, settings: None) -> int:

@@ -80,7 +80,11 @@ def build_console(
         users_file=settings.console_users_file,
         trace_url=settings.console_trace_url,
         docs_url=(settings.console_docs_url or "").rstrip("/") or None,
-        secure_cookie=settings.console_secure_cookie,
+        secure_cookie=(
+            settings.console_tls_cert_file is not None
+            if settings.console_secure_cookie is None
+            else settings.console_secure_cookie
+        ),
     )
     if secret is not None:
         config.secret = secret

@@ -903,7 +903,9 @@ def test_the_console_serves_every_saga_job_on_loopback_only(container_env: Any):
     port = settings.console_port
     published = [interpolate(p) for p in services()[CONSOLE]["ports"]]
     assert published == [f"127.0.0.1:{example_env()['CONSOLE_PORT']}:{port}"]
-    assert settings.console_secure_cookie is False, "served over HTTP on loopback"
+    # Plain HTTP, said so, published on the host's loopback only; no Secure cookie over it.
+    assert settings.console_insecure_http is True and settings.console_tls_cert_file is None
+    assert not settings.console_secure_cookie, "served over HTTP on loopback"
     check = " ".join(services()[CONSOLE]["healthcheck"]["test"])
     assert f"http://127.0.0.1:{port}/healthz" in check, check
     assert services()[CONSOLE]["depends_on"]["setup"] == {

@@ -290,6 +290,8 @@ def console_env(shape: Shape) -> list[dict[str, str]]:
         "OUTBOXKIT_KAFKA_SASL_USERNAME": CONSOLE,
         "OUTBOXKIT_KAFKA_SASL_PASSWORD_FILE": f"{SECRETS_DIR}/kafka-console.password",
         "OUTBOXKIT_CONSOLE_HOST": "0.0.0.0",
+        # Plain HTTP inside the cluster: TLS ends at the ingress in front of it (README).
+        "OUTBOXKIT_CONSOLE_INSECURE_HTTP": "true",
         "OUTBOXKIT_CONSOLE_PORT": str(CONSOLE_PORT),
         "OUTBOXKIT_CONSOLE_USERS_FILE": f"{SECRETS_DIR}/console.users",
         "OUTBOXKIT_CONSOLE_SECRET_FILE": f"{SECRETS_DIR}/console-session.key",
