@@ -146,3 +146,25 @@ def count(value: int | None, counted: int = 100_000) -> str:
     if value is None:
         return "—"
     return f"{counted:,}+" if value > counted else f"{value:,}"
+
+
+# Characters a page would not show, or that reorder the text around them: C0 and C1 controls
+# (but tab and line feed), zero-width characters and the bidirectional embeddings, overrides
+# and isolates. A key or a cause holding one could pass for another (an override reverses
+# what follows it).
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]"
+)
+
+
+class Exact(str):
+    """Text a page must keep byte for byte (a payload in the edit form): `visible` leaves it."""
+
+
+def visible(value: object) -> object:
+    """Every value a page prints, as it prints it: a text's invisible and reordering
+    characters written out as ``\\u202e``; markup the console built, and `Exact` text, as
+    they are."""
+    if not isinstance(value, str) or isinstance(value, Exact) or hasattr(value, "__html__"):
+        return value
+    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)

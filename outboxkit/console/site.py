@@ -20,7 +20,7 @@ from sqlalchemy.engine import Engine
 from outboxkit.console import auth
 from outboxkit.console.actions import ActionRefused, Operator
 from outboxkit.console.overview import OverviewReader
-from outboxkit.console.shapes import ago, cause_kind, count
+from outboxkit.console.shapes import Exact, ago, cause_kind, count, visible
 
 HERE = Path(__file__).parent
 COOKIE = "outboxkit_console"
@@ -68,6 +68,8 @@ class Site:
             ago=ago, carried=carried, cause_kind=cause_kind, count=count,
             docs_url=self.config.docs_url,
         )  # fmt: skip
+        self.pages.env.filters["exact"] = Exact
+        self.pages.env.finalize = visible
 
     @property
     def engines(self) -> dict[str, Engine]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,6 +24,9 @@ from outboxkit.console.shapes import plot
 from outboxkit.console.site import Site, signed_in
 
 router = APIRouter()
+# A W3C traceparent: version, trace id, parent id, flags, in lower-case hex. Only such an id
+# goes into the trace link (a header is the producer's to write).
+TRACEPARENT = re.compile(r"[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}")
 FILTERS = ("consumer", "topic", "key", "event_type", "hours", "event_id")
 MAX_HOURS = 24 * 366 * 10  # ten years: further back than any parked record
 
@@ -269,7 +273,8 @@ def _text(value: bytes | None) -> str:
 def _trace(found: dict[str, Any], url: str | None) -> tuple[str, str | None] | None:
     """The record's trace id (its traceparent header) and its page in the tracing UI."""
     headers = dict(found["raw_headers"])
-    parts = bytes(headers.get("traceparent") or b"").decode(errors="replace").split("-")
-    if len(parts) != 4:
+    said = bytes(headers.get("traceparent") or b"").decode(errors="replace")
+    shape = TRACEPARENT.fullmatch(said)
+    if shape is None or shape.group(1) == "0" * 32:  # W3C: an all-zero trace id is invalid
         return None
-    return parts[1], (url.replace("{trace_id}", parts[1]) if url else None)
+    return shape.group(1), (url.replace("{trace_id}", shape.group(1)) if url else None)

@@ -236,3 +236,43 @@ def test_during_a_kafka_outage_the_pages_say_so_and_ask_kafka_once(engine: Engin
         assert second.status_code == 200
         assert "s ago" in second.text and "the console asks again in" in second.text
     reader.close()
+
+
+def test_hostile_record_text_is_shown_as_written_never_reordered(engine: Engine) -> None:
+    """A key with a right-to-left override, a cause with a zero-width space and a carriage
+    return, a traceparent whose id is a path: the record's page writes the invisible characters
+    out (the key cannot pass for another), links no trace, and the edit form keeps the payload
+    byte for byte."""
+    consumer = f"hostile-{uuid.uuid4().hex[:6]}"
+    spoof = "order-\u202egpj.exe"
+    with engine.begin() as conn:
+        record_id = conn.execute(
+            insert(parked)
+            .values(
+                consumer=consumer, topic="t", partition=0, offset=0,
+                raw_key=spoof.encode(), key=spoof, payload="\u202e".encode(),
+                event_id=str(uuid.uuid4()), event_type="Charge", attempts=1,
+                error="handler failed: ValueError: bad\u200b amount\r",
+                header_names=[b"traceparent"],
+                header_values=[b"00-../../../admin?x=-00f067aa0ba902b7-01"],
+            )
+            .returning(parked.c.id)
+        ).scalar_one()  # fmt: skip
+    watched = Watched("payments", consumer, ("t",), engine, {"bootstrap.servers": "127.0.0.1:1"})
+    reader = OverviewReader([watched], {"payments": engine}, None)
+    config = ConsoleConfig(
+        {"olive": ("operator", auth.hash_password("pw"))},
+        trace_url="http://traces.example/trace/{trace_id}",
+    )
+    app = create_console(config, reader, Operator({consumer: None}, {}))
+    with TestClient(app, base_url="http://console.test") as client:
+        client.post("/login", data={"name": "olive", "password": "pw"})
+        page = client.get(f"/records/{consumer}/{record_id}")
+        assert page.status_code == 200, page.text[:500]
+        assert "order-\\u202egpj.exe" in page.text and "bad\\u200b amount\\u000d" in page.text
+        assert "traces.example" not in page.text
+        edit = page.text.split('name="payload"', 1)[1].split("</textarea>", 1)[0]
+        assert "\u202e" in edit  # the edit form: the payload as it is
+        shown = page.text.replace(edit, "")
+        assert "\u202e" not in shown and "\u200b" not in shown and "\r" not in shown
+    reader.close()
