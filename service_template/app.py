@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
@@ -21,8 +21,10 @@ from outbox import at_commit
 from outbox.publish import Outbox
 from outboxkit.kernel import tracing
 from outboxkit.kernel.engines import async_engine_for, engine_for
+from outboxkit.kernel.secrets import read_secret
 from service_template import errors, logs, openapi
 from service_template.async_uow import AsyncUnitOfWorkRoute
+from service_template.guards import Scrapes, SecurityHeaders, bearer_ok
 from service_template.limits import BodyLimit
 from service_template.measure import TraceAndMeasure
 from service_template.metrics import Metrics
@@ -76,8 +78,9 @@ class ServiceApp:
         try:
             with self.engine.connect() as conn:
                 conn.execute(text("SELECT 1"))
-        except Exception as exc:
-            return [f"database unreachable: {str(exc).splitlines()[0]}"]
+        except Exception as exc:  # the detail in the log: not to whoever asks
+            log.warning("not ready: database unreachable: %s", str(exc).splitlines()[0])
+            return ["database unreachable"]
         problems = []
         for migrations in (FRAMEWORK, *self.migrations):
             current, head = migrations.current(self.engine.url), migrations.head()
@@ -96,7 +99,9 @@ def create_app(
     engine: Engine | None = None,
     async_engine: AsyncEngine | None = None,
 ) -> FastAPI:
-    """A FastAPI app with the service's routers plus /health, /ready, /metrics and /docs.
+    """A FastAPI app with the service's routers plus /health, /ready, /metrics (behind a
+    bearer token when configured) and, when the settings ask, /docs and /openapi.json; every
+    answer with the security headers (`service_template.guards`).
 
     Args:
         settings: The service's settings, read once at the composition root.
@@ -142,12 +147,21 @@ def create_app(
                 await run_in_threadpool(releaser.stop)
             await async_engine.dispose()  # its connections belong to this event loop
 
-    app = FastAPI(title=title or settings.name, description=description, lifespan=lifespan)
+    docs = settings.api_docs
+    app = FastAPI(
+        title=title or settings.name,
+        description=description,
+        lifespan=lifespan,
+        docs_url="/docs" if docs else None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if docs else None,
+    )
     app.state.service = service
     errors.install(app)
     openapi.install(app)
 
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(SecurityHeaders)
     app.add_middleware(TraceAndMeasure, metrics=metrics)  # outermost: it sees the 413s too
 
     @app.get("/health", tags=["operations"], summary="the process is alive")
@@ -161,6 +175,13 @@ def create_app(
             return errors.problem(503, "Service Unavailable", "; ".join(problems))
         return JSONResponse({"status": "ready", "service": settings.name})
 
+    token = None
+    if settings.metrics_token_file is not None:
+        prefix = str(settings.model_config.get("env_prefix") or "")
+        variable = f"{prefix}METRICS_TOKEN_FILE"
+        token = read_secret(settings.metrics_token_file, variable).encode()
+    scrapes = Scrapes(lambda: generate_latest(metrics.registry))
+
     @app.get(
         "/metrics",
         tags=["operations"],
@@ -168,8 +189,10 @@ def create_app(
         response_class=PlainTextResponse,
         responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
     )
-    async def prometheus() -> Response:
-        body = await run_in_threadpool(generate_latest, metrics.registry)
+    async def prometheus(request: Request) -> Response:
+        if token is not None and not bearer_ok(request, token):
+            return errors.problem(401, "Unauthorized", "/metrics needs the scraper's token")
+        body = await run_in_threadpool(scrapes.latest)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     for router in routers:

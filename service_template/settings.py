@@ -49,6 +49,17 @@ class ServiceSettings(BaseSettings):
         default_factory=OutboxSettings,
         description="how the service writes events (e.g. ORDERS_OUTBOX__MODE=retain)",
     )
+    api_docs: bool = Field(
+        default=False,
+        description="serve the API's documentation: /docs and /openapi.json (off by default: "
+        "they describe every route to whoever reaches the service)",
+    )
+    metrics_token_file: Path | None = Field(
+        default=None,
+        description="file holding the bearer token /metrics asks of a scraper (a mounted "
+        "secret); unset: /metrics answers anyone who reaches it",
+        examples=["/run/secrets/metrics.token"],
+    )
     max_request_bytes: int = Field(
         default=64 * 1024,
         gt=0,

@@ -31,7 +31,7 @@ def service_schema(stack: Any, service: str) -> Any:
     url = stack.add_service(f"http_{service}")
     migrations_of(service).upgrade(url)
     app = create_app(
-        ServiceSettings(name=service, database_url=url, log_json=False),
+        ServiceSettings(name=service, database_url=url, log_json=False, api_docs=True),
         routers=[ROUTERS[service]],
         migrations=[migrations_of(service)],
     )

@@ -64,6 +64,7 @@ MALFORMED: dict[str, st.SearchStrategy[str]] = {
     "consumer_metrics_port": out_of(0, 65535),
     "console_port": out_of(0, 65535),
     "console_secure_cookie": LETTERS.filter(lambda v: v.lower() not in BOOLEANS),
+    "console_insecure_http": LETTERS.filter(lambda v: v.lower() not in BOOLEANS),
     # OUTBOXKIT_KAFKA_*: a protocol or mechanism that is not one, or SASL/TLS under PLAINTEXT.
     "security_protocol": none_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
     "sasl_mechanism": none_of("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
@@ -91,6 +92,8 @@ ANY_TEXT = {
     "console_secret_file",
     "console_trace_url",
     "console_docs_url",
+    "console_tls_cert_file",
+    "console_tls_key_file",
 }
 # A module of no contracts.
 CONTRACTS = "from outbox.contracts import Contracts\n\nCONTRACTS = Contracts()\n"

@@ -269,6 +269,7 @@ class Saga:
             env[f"{upper}_EXACTLY_ONCE_SOURCE"] = str(settings.connect_exactly_once).lower()
             env[f"{upper}_LEDGER"] = str(self.ledger).lower()
             env[f"{upper}_OUTBOX__MODE"] = settings.outbox_mode
+            env[f"{upper}_API_DOCS"] = "true"  # on loopback, for whoever runs the demo
             if settings.message_prefix is not None:
                 env[f"{upper}_OUTBOX__MESSAGE_PREFIX"] = settings.message_prefix
             for name, value in (
