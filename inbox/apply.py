@@ -28,6 +28,7 @@ from inbox.position import (
     judge_identity,
     source_keys,
 )
+from inbox.publishers import Publishers
 from inbox.recorder import Locked, Recorder
 from inbox.retries import RetryPolicy
 from inbox.slice import (
@@ -44,7 +45,7 @@ from outbox.publish import Outbox
 from outbox.unit import PublishedObserver
 from outboxkit.kernel.errors import is_transient
 from outboxkit.kernel.wire.position import Position
-from outboxkit.kernel.wire.record import Decoded, KafkaRecord, read
+from outboxkit.kernel.wire.record import Decoded, KafkaRecord
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_WINDOW", "EXACTLY_ONCE_WINDOW", "Inbox"]
 
@@ -90,6 +91,8 @@ class Inbox:
             committed.
         ledger: Append every applied event to the ledger (`outboxkit audit`); grows with the
             message count.
+        publishers: Who may publish each aggregate type (`inbox.publishers`): a record of
+            another source is parked with the reason; empty: any source.
     """
 
     engine: Engine
@@ -102,6 +105,7 @@ class Inbox:
     outbox: Outbox = field(default_factory=Outbox)
     on_published: PublishedObserver | None = None
     ledger: bool = False
+    publishers: Publishers = field(default_factory=Publishers)
 
     @property
     def recorder(self) -> Recorder:
@@ -219,9 +223,9 @@ class Inbox:
             locked = recorder.locked(session, topic, partition)
             check(locked, identity, epoch)
             mark = locked.offset
-            fresh = sum(1 for r in records if r.offset > mark)
             judged = self.window or locked.sources  # replays that can prove otherwise
-            decoded = [read(r) for r in (records if judged else records[len(records) - fresh :])]
+            taken = records if judged else [r for r in records if r.offset > mark]
+            decoded = [self.publishers.read(r) for r in taken]
             decoded, identities = keyed(decoded, locked.identities)
             check_claims(locked, identities, decoded)
             replays = len(records) - len(decoded)
@@ -302,7 +306,7 @@ class Inbox:
             check(locked, identity, epoch)  # nothing of it is parked
             mark = locked.offset
             fresh, identities = keyed(
-                [read(r) for r in records if r.offset > mark], locked.identities
+                [self.publishers.read(r) for r in records if r.offset > mark], locked.identities
             )
             check_claims(locked, identities, fresh)
             done = SliceOutcome(BatchResult(topic, partition, mark))

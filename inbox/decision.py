@@ -23,6 +23,7 @@ class Incoming:
     invalid: str | None = None  # why its payload must not be applied (the handler's check)
     source: str | None = None  # the source database's name, with the position (`inbox.position`)
     position: Position | None = None
+    refused: str | None = None  # why its source may not publish it (`inbox.publishers`)
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,8 @@ class Decider:
             )
         if record.decode_error is not None:
             return Decision(record.offset, Action.PARK, f"undecodable: {record.decode_error}")
+        if record.refused is not None:
+            return Decision(record.offset, Action.PARK, f"refused: {record.refused}")
         if self._types is not None and record.event_type not in self._types:
             return Decision(record.offset, Action.PARK, f"unknown event type {record.event_type!r}")
         if record.invalid is not None:

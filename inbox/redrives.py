@@ -19,7 +19,6 @@ from inbox.parked_rows import parked_record
 from inbox.retries import retries_made
 from inbox.slice import HandlerOutcome
 from outboxkit.kernel.envelope import Envelope
-from outboxkit.kernel.wire.record import read
 
 if TYPE_CHECKING:
     from inbox.apply import Inbox
@@ -212,9 +211,11 @@ class _Pass:
 
 
 def _redrive_one(inbox: Inbox, session: Session, row: Any) -> HandlerOutcome:
-    decoded = read(parked_record(row))
+    decoded = inbox.publishers.read(parked_record(row))
     if decoded.envelope is None:
         return HandlerOutcome(0, f"undecodable: {decoded.problem}")
+    if decoded.refused is not None:
+        return HandlerOutcome(0, f"refused: {decoded.refused}")
     if not inbox.handles(decoded.envelope.event_type):
         return HandlerOutcome(0, f"unknown event type {decoded.envelope.event_type!r}")
     invalid = inbox.batch.invalid(decoded.envelope)

@@ -298,7 +298,7 @@ def all_new(view: PartitionView, decoded: Sequence[Decoded], batch: BatchHandler
         return False
     for item in decoded:
         envelope = item.envelope
-        if envelope is None or not batch.handles(envelope.event_type):
+        if envelope is None or item.refused is not None or not batch.handles(envelope.event_type):
             return False
         if batch.invalid(envelope) is not None:
             return False
@@ -325,4 +325,5 @@ def incoming(item: Decoded, batch: BatchHandler) -> Incoming:
         invalid,
         item.source,
         item.position,
+        item.refused,
     )

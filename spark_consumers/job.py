@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,6 +12,7 @@ from sqlalchemy.engine import URL, Engine
 
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW, Inbox
 from inbox.handlers import Handlers
+from inbox.publishers import Publishers
 from inbox.retries import RetryPolicy
 from outbox import at_commit
 from outbox.publish import Outbox
@@ -80,6 +81,9 @@ class Job:
             mid-slice (its executor stopped) then stops holding the partition's watermark lock,
             and another attempt of the slice (Spark's speculative copy, a retry) applies it.
             No handler may wait longer between two statements. 0 leaves Postgres's setting.
+        publishers: Per aggregate type, the source names (their connectors') whose events of
+            that type the job applies (`inbox.publishers`); a record of another source is
+            parked with the reason. Empty: any source.
         settings_prefix: The environment prefix of the settings the job was built from (e.g.
             ``BILLING_``): an error about its database or its Kafka names the variable to
             check (``BILLING_DATABASE_URL``); None names the job's field instead.
@@ -104,6 +108,7 @@ class Job:
     database_password_file: str | None = None
     stalled_transaction_seconds: float = 10.0
     settings_prefix: str | None = None
+    publishers: Mapping[str, Collection[str]] = field(default_factory=dict)
 
     def engine_url(self) -> URL:
         """The database URL with its password (masked when printed)."""
@@ -150,6 +155,7 @@ class Job:
             outbox=self.outbox,
             on_published=on_published,
             ledger=self.ledger,
+            publishers=Publishers.of(self.publishers),
         )
 
 

@@ -72,6 +72,14 @@ class ConsumerSettings(TopicPrefixSettings, BaseSettings):
         """The topics carrying the events of ``aggregate_types``."""
         return tuple(topic_for(t, topic_prefix=self.topic_prefix) for t in aggregate_types)
 
+    publishers: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="who may publish each aggregate type the job reads, as JSON: aggregate "
+        "type -> the source names (the producing connectors' server names) whose events of "
+        "that type are applied; a record of another source is parked with the reason (unset: "
+        'any source), e.g. {"payment": ["outboxkit_payments"]}',
+    )
+
     def job_options(self) -> dict[str, Any]:
         """The `Job` fields these settings decide."""
         return {
@@ -81,6 +89,7 @@ class ConsumerSettings(TopicPrefixSettings, BaseSettings):
             "max_attempts": self.max_handler_attempts,
             "batch_retry_seconds": self.batch_retry_seconds,
             "ledger": self.ledger,
+            "publishers": self.publishers,
             "settings_prefix": self.model_config.get("env_prefix") or None,
             "retry": RetryPolicy(
                 attempts=self.retry_attempts,

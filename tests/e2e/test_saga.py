@@ -240,13 +240,44 @@ def forged_records(tag: str) -> list[tuple[str, bytes, bytes | None, list[tuple[
     ]
 
 
-FORGED_REASONS = [  # in the order of forged_records
-    "invalid payload: amount: Input should be greater than or equal to 1 (got -5)",
-    "invalid payload: amount: Input should be a valid integer (got True)",
-    "invalid payload: items.0.qty: Input should be greater than or equal to 1 (got -5)",
-    "invalid payload: reason: Input should be a valid string (got True)",
-]
 FORGED_STOCK = 7  # of the forged SKU, which no real order asks for
+
+
+def unsourced(saga: Saga, service: str, aggregate: str) -> str:
+    """Why ``service`` parks a record of ``aggregate`` produced straight to Kafka: it says no
+    source, and each saga job takes each type from its publisher's connector only."""
+    (allowed,) = saga.publishers(service)[aggregate]
+    return (
+        f"refused: a {aggregate!r} event without a source name: only {allowed} may publish it, "
+        "and this record does not say who did"
+    )
+
+
+def forge_through_the_orders_outbox(saga: Saga, tag: str) -> tuple[bytes, str]:
+    """A PaymentCaptured, valid by its contract, written by the orders service's database role
+    in the orders outbox (its rows route by their aggregatetype): Debezium captures it onto
+    the payments topic under the orders connector's source name. Its key, and that name."""
+    from sqlalchemy.orm import Session
+
+    from outbox import Outbox, UnitOfWork
+
+    order_id = forged_id(tag, 9)
+    payload = {
+        "order_id": order_id,
+        "customer": "vip-eve",
+        "items": [{"sku": forged_sku(tag), "qty": 1}],
+        "amount": 5,
+        "reason": "within limit 1000",
+    }
+    with Session(saga.engines["orders"]) as session, session.begin():
+        UnitOfWork(session, Outbox(saga.stack.settings.outbox_mode)).publish(
+            aggregate_type=rules.PAYMENT,
+            aggregate_id=order_id,
+            event_type=rules.PAYMENT_CAPTURED,
+            payload=payload,
+        )
+    (orders_source,) = saga.publishers("payments")[rules.ORDER]
+    return order_id.encode(), orders_source
 
 
 def forged_sku(tag: str) -> str:
@@ -271,6 +302,7 @@ def test_poison_records_on_the_saga_topics_are_parked_and_every_order_completes(
 
     writer = threading.Thread(target=produce)
     writer.start()
+    forged_key, orders_source = forge_through_the_orders_outbox(saga, tag)
     placed = saga.place_orders(120, seed=41, rate=20)
     writer.join(timeout=60)
     wait_all_final(saga, placed)
@@ -283,7 +315,8 @@ def test_poison_records_on_the_saga_topics_are_parked_and_every_order_completes(
         rules.SHIPMENT: ("payments", "orders"),
     }
     expected = {(service, key) for aggregate, key, _, _ in poison for service in readers[aggregate]}
-    keys = [key for _, key, _, _ in poison]
+    expected |= {(service, forged_key) for service in readers[rules.PAYMENT]}
+    keys = [key for _, key, _, _ in poison] + [forged_key]
     deadline = time.monotonic() + 120
     while True:
         rows = parked_with_keys(saga, keys, parked.c.consumer, parked.c.raw_key)
@@ -293,23 +326,32 @@ def test_poison_records_on_the_saga_topics_are_parked_and_every_order_completes(
         time.sleep(1)
     assert found == expected
     assert_forged_parked_and_not_applied(saga, tag, readers)
+    # The payment event the orders service wrote in its own outbox: refused by both readers.
+    rows = parked_with_keys(saga, [forged_key], parked.c.consumer, parked.c.error)
+    assert sorted(rows) == [
+        (service, f"refused: source {orders_source!r} may not publish 'payment' events (only "
+         f"{saga.publishers(service)[rules.PAYMENT][0]})")
+        for service in sorted(readers[rules.PAYMENT])
+    ]  # fmt: skip
 
 
 def assert_forged_parked_and_not_applied(
     saga: Saga, tag: str, readers: dict[str, tuple[str, ...]]
 ) -> None:
-    """Every reader parked each forged record for its payload, and none was applied: no order,
-    payment or shipment of a forged id, the forged SKU's stock as it was set."""
+    """Every reader parked each forged record (produced without a source name, on types only
+    their publishers' connectors may send), and none was applied: no order, payment or
+    shipment of a forged id (the one forged through the orders outbox too), the forged SKU's
+    stock as it was set."""
     forged = forged_records(tag)
     keys = [key for _, key, _, _ in forged]
     rows = parked_with_keys(saga, keys, parked.c.consumer, parked.c.raw_key, parked.c.error)
     reasons = {(consumer, bytes(key)): error for consumer, key, error in rows}
     assert reasons == {
-        (service, key): reason
-        for (aggregate, key, _, _), reason in zip(forged, FORGED_REASONS, strict=True)
+        (service, key): unsourced(saga, service, aggregate)
+        for aggregate, key, _, _ in forged
         for service in readers[aggregate]
     }
-    ids = [key.decode() for key in keys]
+    ids = [key.decode() for key in keys] + [forged_id(tag, 9)]
     tables = {
         "orders": (orders.orders.c.id, orders.timeline.c.order_id),
         "payments": (payments.payments.c.order_id, payments.payment_log.c.order_id),

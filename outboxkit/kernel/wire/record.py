@@ -347,6 +347,7 @@ class Decoded(NamedTuple):
     source: str | None = None  # the source database and the event's position there
     position: Position | None = None
     origin: str | None = None  # the source database's identity, when the connector writes it
+    refused: str | None = None  # why its source may not publish it (`inbox.publishers`)
 
 
 def read(record: KafkaRecord) -> Decoded:

@@ -20,6 +20,10 @@ READS = {
     "shipping": (PAYMENT,),
 }
 
+# The aggregate types each service publishes (its outbox's rows): no other service's events of
+# those types are applied (each consumer job's publishers setting, `inbox.publishers`).
+PUBLISHES = {"orders": (ORDER, TIMEOUT), "payments": (PAYMENT,), "shipping": (SHIPMENT,)}
+
 # Event types by producer.
 ORDER_PLACED, ORDER_CANCELLED = "OrderPlaced", "OrderCancelled"
 PAYMENT_TIMED_OUT, SHIPPING_TIMED_OUT = "PaymentTimedOut", "ShippingTimedOut"  # timers

@@ -23,6 +23,7 @@ import httpx
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from sqlalchemy.engine import Engine
 
+from cdc.settings import per_database
 from outboxkit.kernel import retry
 from outboxkit.kernel.engines import engine_for
 from outboxkit.kernel.wire.record import topic_for
@@ -247,6 +248,16 @@ class Saga:
         # deployment's set-up job, run again, leaves live stock levels alone.
         shipping.set_stock(self.engines["shipping"], stock or SKUS, overwrite=stock is not None)
 
+    def publishers(self, service: str) -> dict[str, list[str]]:
+        """Who may publish each aggregate type ``service`` reads: the source name (server
+        name) of the connector of the service that publishes it."""
+        return {
+            kind: [per_database(self.stack.settings, self._database(producer)).server_name]
+            for producer, kinds in rules.PUBLISHES.items()
+            for kind in kinds
+            if kind in rules.READS.get(service, ())
+        }
+
     def env(self) -> dict[str, str]:
         """The child processes' environment: per service, its database, Kafka, the stack's
         topic prefix, whether its Connect worker is exactly-once and the outbox mode
@@ -270,6 +281,7 @@ class Saga:
             env[f"{upper}_LEDGER"] = str(self.ledger).lower()
             env[f"{upper}_OUTBOX__MODE"] = settings.outbox_mode
             env[f"{upper}_API_DOCS"] = "true"  # on loopback, for whoever runs the demo
+            env[f"{upper}_PUBLISHERS"] = json.dumps(self.publishers(service))
             if settings.message_prefix is not None:
                 env[f"{upper}_OUTBOX__MESSAGE_PREFIX"] = settings.message_prefix
             for name, value in (
