@@ -19,6 +19,7 @@ PACKAGES = (
     "migrations",
     "outboxkit.kernel",
     "outboxkit.testing",
+    "outboxkit.scripts",
 )
 
 

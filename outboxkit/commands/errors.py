@@ -154,13 +154,21 @@ def _shown(filename: str) -> str:
         return filename
 
 
-def translate(exc: BaseException, settings: Mapping[str, Any]) -> tuple[str, int] | None:
+# What sets the database of an operator command, named when it cannot be reached.
+DATABASE_SETTING = "OUTBOXKIT_DATABASE_URL or --url"
+
+
+def translate(
+    exc: BaseException, settings: Mapping[str, Any], *, database: str = DATABASE_SETTING
+) -> tuple[str, int] | None:
     """The one line (or lines) and exit code of a usual mistake; None for anything else.
-    ``settings`` gives the endpoints named in a message when the error does not carry them."""
+    ``settings`` gives the endpoints named in a message when the error does not carry them;
+    ``database``: what sets the database, named when it cannot be reached."""
     if isinstance(exc, CommandError):
         return str(exc), exc.code
-    found_in = (_missing_extra, _database, _connect, _endpoint, _bad_value)
-    for found in (*(f(exc) for f in found_in), _kafka(exc, settings)):
+    found_in = (_missing_extra, _connect, _endpoint, _bad_value)
+    known = (_database(exc, database), *(f(exc) for f in found_in), _kafka(exc, settings))
+    for found in known:
         if found is not None:
             return found
     return None
@@ -216,7 +224,7 @@ def first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), text)
 
 
-def _database(exc: BaseException) -> tuple[str, int] | None:
+def _database(exc: BaseException, setting: str = DATABASE_SETTING) -> tuple[str, int] | None:
     orig = getattr(exc, "orig", None)
     sqlstate = getattr(orig, "sqlstate", None)
     kind = type(exc).__name__
@@ -227,9 +235,7 @@ def _database(exc: BaseException) -> tuple[str, int] | None:
         where = f" at {url.render_as_string()}" if url is not None else ""
         cause = first_line(str(orig if orig is not None else exc))
         job = _job(exc.__traceback__)
-        check = (
-            "OUTBOXKIT_DATABASE_URL or --url" if job is None else _job_setting(job, "database_url")
-        )
+        check = setting if job is None else _job_setting(job, "database_url")
         return f"cannot reach the database{where}: {cause}; check {check}", UNREACHABLE
     if kind == "ProgrammingError" and sqlstate == UNDEFINED_TABLE:
         missing = re.search(r'relation "([^"]+)" does not exist', str(orig))

@@ -13,6 +13,7 @@ import keyword
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -436,3 +437,35 @@ def test_help_says_what_each_option_accepts_and_its_default(
     assert "lower-case letters and digits" in text and "default: the current folder" in text
     assert "repeat it for several" in text and "default: none" in text
     assert "handlers stay synchronous" in text and "default: synchronous routes" in text
+
+
+def test_the_service_commands_say_the_usual_mistakes_in_one_line(billing: Path) -> None:
+    """Its migrate (and serve) fail as outboxkit's commands do: one line naming the service's
+    own variable, the commands' exit codes, no traceback."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"postgresql+psycopg://billing@127.0.0.1:{probe.getsockname()[1]}/billing"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BILLING_")}
+    cases = {
+        dead: (
+            3,
+            "billing.migrate: error: cannot reach the database at",
+            "check BILLING_DATABASE_URL",
+        ),
+        "mysql://billing@db/billing": (
+            2,
+            "billing.migrate: error: bad setting BILLING_DATABASE_URL",
+            "not Postgres",
+        ),
+    }
+    for url, (code, start, said) in cases.items():
+        done = subprocess.run(
+            [sys.executable, "-m", "billing.migrate"],
+            cwd=billing,
+            capture_output=True,
+            text=True,
+            env={**env, "BILLING_DATABASE_URL": url, "PYTHONPATH": f"{billing}:{ROOT}"},
+        )
+        assert done.returncode == code, done.stderr
+        assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith(start) and said in done.stderr, done.stderr
