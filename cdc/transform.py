@@ -81,16 +81,31 @@ def target(plugin_path: Path, transform: Transform) -> Path:
     return plugin_path / PLUGIN_DIR / transform.jar.name
 
 
+def plan(plugin_path: Path, transform: Transform) -> str:
+    """What `install` would do, without doing it: ``unchanged``, ``would install``, or ``would
+    replace`` the other versions there; TransformError where it would fail."""
+    dest = target(plugin_path, transform)
+    if dest.exists() and sha256_of(dest) == transform.sha256:
+        return "unchanged"
+    _need_directory(plugin_path)
+    others = sorted(p.name for p in dest.parent.glob(f"{JAR_PREFIX}*.jar") if p != dest)
+    return f"would replace {', '.join(others)} with" if others else "would install"
+
+
+def _need_directory(plugin_path: Path) -> None:
+    if not plugin_path.is_dir():
+        raise TransformError(
+            f"{plugin_path} is not a directory: give a directory of the worker's plugin.path"
+        )
+
+
 def install(plugin_path: Path, transform: Transform) -> bool:
     """Copy the jar under ``plugin_path`` (its own plugin directory, any other version of it
     removed); False when the same jar is already there."""
     dest = target(plugin_path, transform)
     if dest.exists() and sha256_of(dest) == transform.sha256:
         return False
-    if not plugin_path.is_dir():
-        raise TransformError(
-            f"{plugin_path} is not a directory: give a directory of the worker's plugin.path"
-        )
+    _need_directory(plugin_path)
     dest.parent.mkdir(exist_ok=True)
     partial = dest.with_name(dest.name + ".partial")
     shutil.copyfile(transform.jar, partial)

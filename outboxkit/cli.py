@@ -122,8 +122,19 @@ def unknown_variables(
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `outboxkit` console script; returns its exit code (see
     `outboxkit.commands.errors.EXIT_CODES`)."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["dev"] and not any(
+        e.name == "dev" for e in entry_points(group=COMMAND_GROUPS)
+    ):
+        print(
+            "outboxkit: error: the `dev` commands (the local stack, the demo, the benchmarks) "
+            "belong to outboxkit's repository, not to this install: run them in a clone "
+            "(./dev.sh setup, then .venv/bin/outboxkit dev ...)",
+            file=sys.stderr,
+        )
+        return errors.USAGE
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(given)
     debug = args.debug or os.environ.get("OUTBOXKIT_DEBUG", "") not in ("", "0")
     settings: Any = None
     try:

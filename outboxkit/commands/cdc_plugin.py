@@ -23,8 +23,8 @@ def _plugin(args: argparse.Namespace, settings: Any) -> int:
     if args.into is not None:
         dest = transform.target(args.into, shipped)
         report["target"] = str(dest)
-        if args.dry_run:
-            report["action"] = "would install"
+        if args.dry_run:  # what the real run would do, its refusal included
+            report["action"] = transform.plan(args.into, shipped)
         else:
             report["action"] = "installed" if transform.install(args.into, shipped) else "unchanged"
     if args.json:

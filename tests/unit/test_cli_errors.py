@@ -219,3 +219,16 @@ def test_a_job_whose_kafka_is_unreachable_names_its_own_variable(
     ours = done.stderr.strip().splitlines()[-1]
     assert ours.startswith(f"outboxkit: error: cannot reach Kafka at {servers}: "), ours
     assert ours.endswith("; check BILLING2_KAFKA_BOOTSTRAP_SERVERS"), ours
+
+
+def test_dev_on_an_install_without_the_workshop_says_where_it_lives(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A wheel user following the repository's README types `outboxkit dev stack up`: one line
+    says the dev commands belong to the repository (not argparse's "invalid choice")."""
+    from outboxkit import cli
+
+    monkeypatch.setattr(cli, "entry_points", lambda group: [])
+    assert cli.main(["dev", "stack", "up"]) == USAGE
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "belong to outboxkit's repository" in err, err

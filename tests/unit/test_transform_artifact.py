@@ -99,6 +99,17 @@ def test_the_command_installs_and_reports(
     assert "installed: " in capsys.readouterr().out
     assert main(["cdc", "plugin", "--into", str(into), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["action"] == "unchanged"
+    # --dry-run says what the real run would: unchanged, a replacement, or its refusal.
+    assert main(["cdc", "plugin", "--into", str(into), "--dry-run", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["action"] == "unchanged"
+    old = into / transform.PLUGIN_DIR / "outboxkit-smt-0.jar"
+    old.write_bytes(b"PK\x03\x04 an older build")
+    (into / transform.PLUGIN_DIR / "outboxkit-smt-1.jar").unlink()
+    assert main(["cdc", "plugin", "--into", str(into), "--dry-run", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)["action"]
+    assert said == "would replace outboxkit-smt-0.jar with" and old.exists()
+    assert main(["cdc", "plugin", "--into", str(tmp_path / "absent"), "--dry-run"]) != 0
+    assert "is not a directory" in capsys.readouterr().err
 
 
 def test_the_plugin_check_names_every_class_the_config_needs() -> None:
