@@ -40,16 +40,26 @@ def topic():
 
 
 def event(
-    topic, offset, n, *, position=None, source="orders-db", key=b"k", commit=None, origin=None
+    topic,
+    offset,
+    n,
+    *,
+    position=None,
+    source="orders-db",
+    key=b"k",
+    commit=None,
+    origin=None,
+    kind=(b"t", b"Tick"),
 ):
     """Event ``n`` (its id follows from ``n``) at ``offset``; its position (commit, change)
     is ``position``, else (n, n); ``commit="null"``: a fresh connector's first transaction;
-    ``origin``: its database's identity (the sourceIdentity header)."""
+    ``origin``: its database's identity (the sourceIdentity header); ``kind``: its aggregate
+    type and event type."""
     commit_lsn, change_lsn = position or (n, n)
     headers = [
         ("id", str(uuid.uuid5(uuid.NAMESPACE_OID, f"{topic}-{n}")).encode()),
-        ("eventType", b"Tick"),
-        ("aggregateType", b"t"),
+        ("eventType", kind[1]),
+        ("aggregateType", kind[0]),
     ]
     if source is not None:
         sequence = f'[{"null" if commit == "null" else json.dumps(str(commit_lsn))},"{change_lsn}"]'

@@ -7,7 +7,6 @@ once."""
 
 from __future__ import annotations
 
-import json
 import uuid
 
 import pytest
@@ -19,6 +18,7 @@ from inbox.redrives import redrive
 from inbox.tables import parked
 from outboxkit.kernel.wire.record import KafkaRecord
 from tests.integration.test_inbox_apply import effect_counts, effects_md, recorder
+from tests.integration.test_inbox_positions import event as positioned
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -27,15 +27,9 @@ def effects_table(engine):
 
 
 def event(topic: str, offset: int, source: str | None, key: bytes = b"o-1") -> KafkaRecord:
-    headers = [
-        ("id", str(uuid.uuid5(uuid.NAMESPACE_OID, f"{topic}-{offset}")).encode()),
-        ("eventType", b"PaymentCaptured"),
-        ("aggregateType", b"payment"),
-    ]
-    if source is not None:
-        position = f'["{offset + 10}","{offset + 10}"]'
-        headers += [("sourceName", source.encode()), ("sourcePosition", position.encode())]
-    return KafkaRecord(topic, 0, offset, key, json.dumps({"n": offset}).encode(), headers, None)
+    """A PaymentCaptured at ``offset`` from ``source`` (None: no source name)."""
+    kind = (b"payment", b"PaymentCaptured")  # its id and position follow from offset + 10
+    return positioned(topic, offset, offset + 10, source=source, key=key, kind=kind)
 
 
 def test_a_payment_event_of_another_source_is_parked_until_the_rule_names_it(engine) -> None:
@@ -50,7 +44,7 @@ def test_a_payment_event_of_another_source_is_parked_until_the_rule_names_it(eng
     ]
     inbox.apply_partition(records)
     counts = effect_counts(engine, consumer)
-    applied = {str(uuid.uuid5(uuid.NAMESPACE_OID, f"{topic}-{o}")) for o in (0, 3)}
+    applied = {str(uuid.uuid5(uuid.NAMESPACE_OID, f"{topic}-{o + 10}")) for o in (0, 3)}
     assert set(counts) == applied and set(counts.values()) == {1}
     with engine.connect() as conn:
         errors = dict(
