@@ -577,6 +577,16 @@ def test_each_service_process_gets_its_settings(container: str, container_env: A
     assert settings.exactly_once_source is True
     assert settings.outbox.mode == "delete"
     assert settings.topic_prefix == environment("kafka-init")["TOPIC_PREFIX"]
+    # Each type it reads only from the connector of its publisher, as `dev saga prepare` names
+    # the connectors (the default server name, suffixed with the service's database).
+    from cdc.settings import per_database
+    from outboxkit.settings import Settings
+    from outboxkit_workshop.saga import rules
+
+    def source(producer: str) -> str:
+        return per_database(Settings(), producer).server_name
+
+    assert settings.publishers == rules.publishers(service, source) != {}
     security = settings.kafka_security.resolve()
     assert security.protocol.startswith("SASL_") and security.sasl is not None
     assert security.sasl.username == service

@@ -5,6 +5,8 @@ values are created elsewhere)."""
 
 from __future__ import annotations
 
+import json
+from functools import partial
 from typing import Any
 
 from outboxkit_workshop.kubernetes.shape import (
@@ -17,6 +19,7 @@ from outboxkit_workshop.kubernetes.shape import (
     postgres_secret,
     resources,
 )
+from outboxkit_workshop.saga import rules
 
 ACCOUNT = "outboxkit"
 CLIENT_CONFIG = "outboxkit-client"
@@ -97,11 +100,20 @@ def service_env(shape: Shape, service: str) -> list[dict[str, str]]:
         f"{prefix}_TOPIC_PREFIX": shape.topic_prefix,
         f"{prefix}_EXACTLY_ONCE_SOURCE": "true",
         f"{prefix}_OUTBOX__MODE": "delete",
+        # Each aggregate type only from the connector of the service that publishes it.
+        f"{prefix}_PUBLISHERS": json.dumps(rules.publishers(service, partial(_source, shape))),
         "OUTBOXKIT_KAFKA_SASL_USERNAME": service,
         "OUTBOXKIT_KAFKA_SASL_PASSWORD_FILE": f"{SECRETS_DIR}/kafka-{service}.password",
         "OTEL_SERVICE_NAME": service,
     }
     return [{"name": name, "value": value} for name, value in values.items()]
+
+
+def _source(shape: Shape, service: str) -> str:
+    """The source name of ``service``'s connector (its server name, as the render names it)."""
+    from outboxkit_workshop.kubernetes.connect import connector_settings
+
+    return connector_settings(shape, service).server_name
 
 
 def _probe(path: str, period: int) -> dict[str, Any]:

@@ -4,7 +4,7 @@ replies out. No database here: the services' batch handlers load, fold, then wri
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,6 +23,19 @@ READS = {
 # The aggregate types each service publishes (its outbox's rows): no other service's events of
 # those types are applied (each consumer job's publishers setting, `inbox.publishers`).
 PUBLISHES = {"orders": (ORDER, TIMEOUT), "payments": (PAYMENT,), "shipping": (SHIPMENT,)}
+
+
+def publishers(service: str, source_of: Callable[[str], str]) -> dict[str, list[str]]:
+    """``service``'s job's publishers setting: who may publish each aggregate type it reads,
+    ``source_of(producer)`` being the source name (server name) of the producing service's
+    connector, as the deployment names it."""
+    return {
+        kind: [source_of(producer)]
+        for producer, kinds in PUBLISHES.items()
+        for kind in kinds
+        if kind in READS.get(service, ())
+    }
+
 
 # Event types by producer.
 ORDER_PLACED, ORDER_CANCELLED = "OrderPlaced", "OrderCancelled"

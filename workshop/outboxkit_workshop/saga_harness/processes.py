@@ -251,12 +251,10 @@ class Saga:
     def publishers(self, service: str) -> dict[str, list[str]]:
         """Who may publish each aggregate type ``service`` reads: the source name (server
         name) of the connector of the service that publishes it."""
-        return {
-            kind: [per_database(self.stack.settings, self._database(producer)).server_name]
-            for producer, kinds in rules.PUBLISHES.items()
-            for kind in kinds
-            if kind in rules.READS.get(service, ())
-        }
+        settings = self.stack.settings
+        return rules.publishers(
+            service, lambda producer: per_database(settings, self._database(producer)).server_name
+        )
 
     def env(self) -> dict[str, str]:
         """The child processes' environment: per service, its database, Kafka, the stack's
