@@ -469,3 +469,22 @@ def test_the_service_commands_say_the_usual_mistakes_in_one_line(billing: Path) 
         assert done.returncode == code, done.stderr
         assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
         assert done.stderr.startswith(start) and said in done.stderr, done.stderr
+
+
+def test_alembic_on_an_unreachable_database_says_so_in_one_line(billing: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"postgresql+psycopg://billing@127.0.0.1:{probe.getsockname()[1]}/billing"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BILLING_")}
+    done = subprocess.run(
+        [str(BIN / "alembic"), "check"],
+        cwd=billing,
+        capture_output=True,
+        text=True,
+        env={**env, "BILLING_DATABASE_URL": dead, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 3, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert "Traceback" not in done.stderr and len(lines) == 1, done.stderr
+    assert lines[0].startswith("alembic: error: cannot reach the database at "), lines
+    assert lines[0].endswith("check BILLING_DATABASE_URL"), lines
