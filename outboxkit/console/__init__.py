@@ -40,8 +40,9 @@ def build_console(
     from outboxkit.console import auth
     from outboxkit.console.actions import Operator
     from outboxkit.console.app import ConsoleConfig, create_console
-    from outboxkit.console.overview import OverviewReader, Watched, kafka_config
+    from outboxkit.console.overview import OverviewReader, Watched
     from outboxkit.kernel.engines import engine_for
+    from outboxkit.kernel.kafka.security import client_config
     from outboxkit.kernel.secrets import read_secret
 
     if settings.console_users_file is None:
@@ -61,7 +62,7 @@ def build_console(
     for job in jobs:
         reading, acting = job.engine("metrics"), job.engine("once")
         engines += [reading, acting]
-        client = kafka_config(job.bootstrap_servers, job.kafka_security, dict(job.kafka_options))
+        client = client_config(job.bootstrap_servers, job.kafka_security, job.kafka_options)
         watched.append(Watched(job.name, job.consumer, job.topics, reading, client))
         inboxes[job.consumer] = job.inbox(acting)
         kafka[job.consumer] = client

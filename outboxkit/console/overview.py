@@ -18,7 +18,6 @@ from outboxkit.console import reads
 from outboxkit.console.kafka_gate import QUIET_SECONDS
 from outboxkit.console.shapes import Sample, Samples
 from outboxkit.kernel.kafka.offsets import PartitionOffsets
-from outboxkit.kernel.kafka.security import client_config
 
 
 @dataclass(frozen=True)
@@ -330,8 +329,3 @@ def _partition(
 def _said(exc: Exception) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
-
-
-def kafka_config(bootstrap: str, security: Any, options: dict[str, str]) -> dict[str, str]:
-    """A job's librdkafka client settings (bootstrap, security, its own options)."""
-    return client_config(bootstrap, security, options)

@@ -135,10 +135,11 @@ def overview_parts(
     """The overview's reads one by one, as `OverviewReader` makes them, on clients of their
     own: the consumer's rows, Kafka's offsets of each partition, the heads of the partitions
     behind, the databases' rows, Connect's connectors."""
-    from outboxkit.console.overview import Heads, kafka_config
+    from outboxkit.console.overview import Heads
     from outboxkit.kernel.kafka.offsets import PartitionOffsets
+    from outboxkit.kernel.kafka.security import client_config
 
-    client = kafka_config(job.bootstrap_servers, job.kafka_security, dict(job.kafka_options))
+    client = client_config(job.bootstrap_servers, job.kafka_security, job.kafka_options)
     options = {k: v for k, v in client.items() if k != "bootstrap.servers"}
     offsets = PartitionOffsets(client["bootstrap.servers"], options=options, timeout=1.0)
     heads = Heads(client)
