@@ -200,11 +200,9 @@ def test_during_a_kafka_outage_the_pages_say_so_and_ask_kafka_once(engine: Engin
     """Kafka down (nothing listens at its address), Connect down too: the overview says both
     did not answer (lag unknown, not 0); reading the topics for an event says Kafka did not
     answer, and the next look answers from that failure without asking Kafka again."""
-    import socket
+    from outboxkit_workshop.devstack.processes import free_port
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        dead = f"127.0.0.1:{probe.getsockname()[1]}"
+    dead = f"127.0.0.1:{free_port()}"
     consumer = f"kafka-out-{uuid.uuid4().hex[:6]}"
     from inbox.tables import watermarks
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -19,15 +18,10 @@ import pytest
 from outboxkit.commands.console import loopback
 from outboxkit.commands.errors import USAGE
 from outboxkit.console.auth import user_line
+from outboxkit_workshop.devstack.processes import free_port as unused_port
 from tests.unit.test_cli_errors import one_line, outboxkit
 
 JOB = "outboxkit_workshop.saga.jobs:orders"
-
-
-def unused_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import keyword
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from outboxkit.commands.new_service import (
     generate,
     template_files,
 )
+from outboxkit_workshop.devstack.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -442,9 +442,7 @@ def test_help_says_what_each_option_accepts_and_its_default(
 def test_the_service_commands_say_the_usual_mistakes_in_one_line(billing: Path) -> None:
     """Its migrate (and serve) fail as outboxkit's commands do: one line naming the service's
     own variable, the commands' exit codes, no traceback."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        dead = f"postgresql+psycopg://billing@127.0.0.1:{probe.getsockname()[1]}/billing"
+    dead = f"postgresql+psycopg://billing@127.0.0.1:{free_port()}/billing"
     env = {k: v for k, v in os.environ.items() if not k.startswith("BILLING_")}
     cases = {
         dead: (
@@ -472,9 +470,7 @@ def test_the_service_commands_say_the_usual_mistakes_in_one_line(billing: Path) 
 
 
 def test_alembic_on_an_unreachable_database_says_so_in_one_line(billing: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        dead = f"postgresql+psycopg://billing@127.0.0.1:{probe.getsockname()[1]}/billing"
+    dead = f"postgresql+psycopg://billing@127.0.0.1:{free_port()}/billing"
     env = {k: v for k, v in os.environ.items() if not k.startswith("BILLING_")}
     done = subprocess.run(
         [str(BIN / "alembic"), "check"],
