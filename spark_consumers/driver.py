@@ -125,15 +125,11 @@ def reach_clusters(jobs: Sequence[Job], timeout: float = REACH_SECONDS) -> None:
     """Ask each Kafka cluster of ``jobs`` for its topics before Spark starts: one that does not
     answer fails here, in seconds, with librdkafka's reason (a KafkaException, which the
     command reports naming the job's setting), not after Spark's start and its own timeouts."""
-    from confluent_kafka.admin import AdminClient
-
-    from outboxkit.kernel.kafka.security import client_config
-    from spark_consumers.runner import query_groups
+    from spark_consumers.runner import kafka_admin, query_groups
 
     for group in query_groups(jobs, shared=True):
         job = group[0]
-        config = client_config(job.bootstrap_servers, job.kafka_security, job.kafka_options)
-        AdminClient(dict[str, str | int | float | bool](config)).list_topics(timeout=timeout)
+        kafka_admin(job).list_topics(timeout=timeout)
 
 
 def _metrics(jobs: Sequence[Job], options: DriverOptions, say: Callable[[str], Any]) -> Any:

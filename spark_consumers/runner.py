@@ -47,17 +47,20 @@ def inbox_positions(job: Job) -> dict[tuple[str, int], int]:
 
 def existing_partitions(jobs: Sequence[Job]) -> dict[str, list[int]]:
     """The partitions of each of the jobs' topics that exist now (topics may appear later)."""
-    from confluent_kafka.admin import AdminClient
-
-    first = jobs[0]
-    config = client_config(first.bootstrap_servers, first.kafka_security, first.kafka_options)
-    admin = AdminClient(dict[str, str | int | float | bool](config))
-    metadata = admin.list_topics(timeout=30)
+    metadata = kafka_admin(jobs[0]).list_topics(timeout=30)
     return {
         topic: sorted(metadata.topics[topic].partitions)
         for topic in topics_of(jobs)
         if topic in metadata.topics and metadata.topics[topic].error is None
     }
+
+
+def kafka_admin(job: Job) -> Any:
+    """An admin client of ``job``'s Kafka cluster, reaching it as the job's clients do."""
+    from confluent_kafka.admin import AdminClient
+
+    config = client_config(job.bootstrap_servers, job.kafka_security, job.kafka_options)
+    return AdminClient(dict[str, str | int | float | bool](config))
 
 
 def topics_of(jobs: Sequence[Job]) -> tuple[str, ...]:
