@@ -348,6 +348,26 @@ def raised(
     return best
 
 
+def shared_ties(
+    states: Mapping[str, SourceState], names: Mapping[str, str]
+) -> dict[str, SourceState]:
+    """``states`` (raised, per group: `raised`) with the ids decided at a top shared by groups
+    of one name (``names``: per group, its source name) known in each: positions stored
+    without identity under a name may be one of its databases', and an event id names one
+    event whichever group decided it, so a re-send of either's top event is skipped wherever
+    it lands."""
+    out = dict(states)
+    for group, state in states.items():
+        shared = [
+            other.at_top
+            for key, other in states.items()
+            if key != group and names[key] == names[group] and other.top == state.top
+        ]
+        if shared:
+            out[group] = replace(state, at_top=state.at_top.union(*shared))
+    return out
+
+
 def new_history(
     fork: int, before: SourceState | None = None, marker: str | None = None
 ) -> SourceState:

@@ -215,7 +215,7 @@ def raised_rows(
                 group = known if known is not None else f"@{key}"
                 grouped[group], labels[group] = state, name
         groups.append(grouped)
-    best = judgement.raised(groups, labels)
+    best = judgement.shared_ties(judgement.raised(groups, labels), labels)
     out: list[Row] = []
     for states, identities in [*rows, *[({}, {})] * added]:
         states, identities = dict(states), dict(identities)

@@ -4,7 +4,8 @@ lost one in silence: a failover re-read spanning many micro-batches, a source's 
 re-sent once the window forgot it, a restored database and the runbook's path (also followed
 by a failover that re-reads the history it lost), partitions
 added with two databases under one name, a rewind then a failover, a skipped event re-sent, a
-record parked before a start-over redriven after it, and a renamed source's tail. Every event
+record parked before a start-over redriven after it, a renamed source's tail, and partitions
+added after connectors began writing their databases' identities. Every event
 is applied once; every stop names its source and has a path that ends with that."""
 
 from __future__ import annotations
@@ -175,6 +176,25 @@ def test_partitions_added_with_two_databases_under_one_name_raise_each_by_its_ow
     resent = event(topic, 2, 2, position=(100, 100), origin=b)._replace(partition=2)
     assert inbox.apply_partition([resent], A).count(Action.SKIP_DUPLICATE) == 1
     once(engine, consumer, 7)
+
+
+def test_partitions_added_after_an_upgrade_skip_a_top_event_decided_without_identity(
+    engine, consumer, topic
+):
+    """One write of two rows (one position) in two partitions before the connector wrote its
+    database's identity; one row re-sent with it (its partition learns the database). Adding
+    a partition raises the positions kept under the name alone and the database's together, so
+    the other row, re-sent with its identity into the new partition, is known decided."""
+    a = "7001/orders"
+    inbox = Inbox(engine, consumer, recorder(consumer), window=4)
+    inbox.apply_partition([event(topic, 0, 1, position=(101, 101))], A)
+    first = event(topic, 0, 2, position=(101, 101))._replace(partition=1)
+    resent = event(topic, 1, 2, position=(101, 101), origin=a)._replace(partition=1)
+    assert inbox.apply_partition([first, resent], A).count(Action.SKIP_DUPLICATE) == 1
+    moves.raise_floors(engine, consumer, topic, 3, ["orders-db"], [a])
+    other = event(topic, 0, 1, position=(101, 101), origin=a)._replace(partition=2)
+    assert inbox.apply_partition([other], A).count(Action.SKIP_DUPLICATE) == 1
+    once(engine, consumer, 2)
 
 
 def test_a_rewind_then_a_failover_applies_again_only_what_the_rewind_asked(engine, consumer, topic):

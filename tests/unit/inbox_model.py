@@ -152,10 +152,18 @@ class World:
         """Every connector writes its identity, and every partition learnt the database of the
         positions it stored without one (the upgrade's end: the runbook's condition for a
         rename or a second database under a name; before it, only the window knows them)."""
-        return all(db.headers for db in self.databases) and not any(
-            "@" not in key and key not in row.identities
-            for row in self.rows.values()
-            for key in row.sources
+        return (
+            all(db.headers for db in self.databases)
+            and not any(
+                "@" not in key and key not in row.identities
+                for row in self.rows.values()
+                for key in row.sources
+            )
+            and not any(
+                r.origin is None and r.offset > self.rows[p].watermark
+                for p, log in self.logs.items()
+                for r in log
+            )
         )
 
     def second_database(self) -> None:

@@ -7,18 +7,19 @@ stop is taken and the parked records redriven, every event applied once (skipped
 Besides never twice: a failover needs no operator (`World.needless`: the automatic start-over
 never stops on a re-read of what the partition had decided).
 
-Not among the moves: connectors upgraded to write their databases' identities (positions
-stored without one, then claimed; the model still finds sequences with renames and a second
-database that apply an event twice: `World.identity_headers_on` stays for that work, and
-`tests/integration/test_inbox_judgement.py` tests the claim's stop and its path), and a
-database restored under the same identity (`World.restore`). Its new history reuses the
-positions of the lost one; `--new-history` remembers the lost range and the record that began
-the new history, so a failover that re-reads both skips the lost one (tested on Postgres), but
-with restores as moves the model still finds sequences that lose or double an event: two
-restores before the consumer reads past the first, a restore combined with a rewind past the
-new history's first record or with parked records, and floors laid over the new history
-(the runbook lists the moves to avoid). Telling the histories apart for good needs the
-database's timeline in its identity.
+Among the moves: connectors upgraded to write their databases' identities (positions stored
+without one come first, then claimed; a rename or a second database under the name once every
+partition read what was sent without identity and learnt whose its positions are, the
+runbook's condition: `World.headers_on`).
+
+Not among the moves: a database restored under the same identity (`World.restore`). Its new history
+reuses the positions of the lost one; `--new-history` remembers the lost range and the record that
+began the new history, so a failover that re-reads both skips the lost one (tested on Postgres),
+but with restores as moves the model still finds sequences that lose or double an event: two
+restores before the consumer reads past the first, a restore combined with a rewind past the new
+history's first record or with parked records, and floors laid over the new history (the runbook
+lists the moves to avoid). Telling the histories apart for good needs the database's timeline in
+its identity.
 
 A short run is part of the default suite; ``OUTBOXKIT_MODEL_EXAMPLES=20000 ./dev.sh test
 tests/unit/test_inbox_model.py`` is the long one (docs/testing.md). Each mutant below weakens
@@ -35,6 +36,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
+    initialize,
     invariant,
     precondition,
     rule,
@@ -54,6 +56,17 @@ class InboxMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.world = World(window=4)
+
+    @initialize(upgraded=st.booleans())
+    def connectors(self, upgraded: bool) -> None:
+        """The connectors write their databases' identities from the start, or only from an
+        upgrade on (`identity_headers_on`): positions stored without one come first."""
+        for db in self.world.databases:
+            db.headers = upgraded
+
+    @rule()
+    def identity_headers_on(self) -> None:
+        self.world.identity_headers_on()
 
     @rule(
         db=st.integers(0, 2),
@@ -261,3 +274,21 @@ def test_a_weakened_rule_fails_the_model(mutant: str, monkeypatch: pytest.Monkey
         run_model(3000, shrink=False, derandomize=True)
     if isinstance(failed.value, BaseExceptionGroup):  # hypothesis found several failures
         assert failed.value.subgroup(AssertionError) is not None
+
+
+def test_partitions_added_after_an_upgrade_know_the_top_ids_stored_without_identity() -> None:
+    """A sequence the model found (20,000 runs): one write of two rows (one position) in two
+    partitions before the connector wrote its identity, one row re-sent with it (claimed in its
+    partition), partitions added, then the other row re-sent with its identity to a new
+    partition: its id was decided at the top under the name alone, and must be known there."""
+    world = World(window=4)
+    world.databases[0].headers = False
+    world.add_partition()
+    world.write(0, 2, ["a", "b"], tie=True, poison=False)
+    world.identity_headers_on()
+    world.resend(0, 1)
+    world.add_partition()
+    world.resend(0, 3)
+    world.drain()
+    assert not world.twice
+    assert all(world.applied[e] == 1 for e in world.written)
