@@ -58,5 +58,7 @@ class Publishers:
             record: A record of one of the consumer's topics.
         """
         decoded = read(record)
+        if not self.allowed:
+            return decoded
         reason = self.refusal(decoded)
         return decoded if reason is None else decoded._replace(refused=reason)

@@ -182,8 +182,12 @@ class World:
         db = self.databases[db_index % len(self.databases)]
         if not self.settled():
             return  # known limit: a stop resolved after it (--as-resends) floors its new events
-        if not self.histories_passed():
-            return  # one restore at a time: the next once every partition read past the last
+        if not self.histories_passed() or any(
+            (state.lost is not None or state.pending) and row.identities.get(key) == db.identity
+            for row in self.rows.values()
+            for key, state in row.sources.items()
+        ):
+            return  # one restore at a time: the next once its new history passed the old top
         if any(
             (state.floor is not None or row.identity != self.identity())
             and row.identities.get(key) == db.identity
@@ -261,6 +265,7 @@ class World:
         self.incarnation += 1
         self.logs = {p: [] for p in range(self.partitions)}
         self.cursors = {p: 0 for p in range(self.partitions)}
+        self.decided_prefix = {}  # nothing of an empty topic was decided
         for db in self.databases:
             db.published = []
         self.restarted_on_new_topic()

@@ -12,6 +12,7 @@ from inbox.decision import Action, Decider, Incoming, PartitionView
 from inbox.judgement import SourceState, advanced, first, new_history
 from inbox.position import OffsetsMoved, TopicIdentity, judge_identity, source_keys
 from inbox.stops import stopped_source
+from outboxkit.kernel.wire import position as position_module
 from outboxkit.kernel.wire.position import parse_position, source_position
 
 A = TopicIdentity("cluster-1", "topic-a")
@@ -42,6 +43,32 @@ def test_positions_parse_from_debeziums_sequence_and_refuse_other_shapes():
     assert source_position(headers) == ("orders", (5, 7))
     assert source_position([("sourceName", b"orders")]) == ("orders", None)
     assert source_position([("sourcePosition", b'["5","7"]')]) == (None, None)
+
+
+_DIGITS = st.text(alphabet="0123456789\u00b2\u0663x ", max_size=22)
+
+
+@settings(max_examples=500)
+@given(
+    st.one_of(
+        st.text(max_size=40),
+        st.builds(lambda a, b: f'["{a}","{b}"]', _DIGITS, _DIGITS),
+        st.builds(
+            lambda a, b, c: f'[{a}"{b}"{c}]',
+            st.sampled_from(["", " ", '"1",']),
+            _DIGITS,
+            st.sampled_from(["", " ", ',"2"']),
+        ),
+    )
+)
+def test_positions_parse_as_the_sequence_pattern_says(text: str) -> None:
+    """The common shape's fast path reads exactly what the pattern reads (ASCII digits only,
+    at most 20 each, nothing around them)."""
+    found = position_module._SEQUENCE.fullmatch(text)
+    expected = None
+    if found is not None and None not in found.groups():
+        expected = (int(found[1]), int(found[2]))
+    assert parse_position(text) == expected
 
 
 def test_a_new_event_at_an_applied_offset_applies_when_its_position_is_new():

@@ -23,6 +23,20 @@ def parse_position(text: str | bytes | None) -> Position | None:
     if text is None:
         return None
     raw = text.decode("ascii", "replace") if isinstance(text, bytes) else text
+    # The connector's own shape, ["<digits>","<digits>"], without the pattern: most records
+    commit_text, sep, change_text = raw[2:-2].partition('","')
+    if (
+        sep
+        and raw[:2] == '["'
+        and raw[-2:] == '"]'
+        and 0 < len(commit_text) <= 20
+        and 0 < len(change_text) <= 20
+        and commit_text.isascii()
+        and commit_text.isdigit()
+        and change_text.isascii()
+        and change_text.isdigit()
+    ):
+        return int(commit_text), int(change_text)
     found = _SEQUENCE.fullmatch(raw)
     if found is None:
         return None

@@ -219,6 +219,18 @@ def _headers(record: KafkaRecord) -> dict[str, str]:
     """The headers an envelope is made of, as strict text (the last of a repeated name wins;
     other headers are not read)."""
     found: dict[str, str] = {}
+    try:
+        for name, value in record.headers or ():
+            if value is not None and name in _READ_HEADERS:
+                text = value.decode("utf-8")
+                if "\x00" in text:
+                    break
+                found[name] = text
+        else:
+            return found
+    except UnicodeDecodeError:
+        pass
+    # One of them is not strict text: read again by `_text`, which names it
     for name, value in record.headers or ():
         if value is not None and name in _READ_HEADERS:
             found[name] = _text(value, name)
