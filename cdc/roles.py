@@ -24,6 +24,13 @@ class RoleError(RuntimeError):
     """A role cannot be created or altered as asked (the message says what to do instead)."""
 
 
+# What a set-up role without the privileges should do instead.
+AS_ADMINISTRATOR = (
+    "run `outboxkit cdc prepare` as an administrator (--url with the URL of a superuser, or of a "
+    "managed Postgres's administrator role)"
+)
+
+
 def ensure_role(
     conn: psycopg.Connection, role: str, password: str, *, replication: bool = False
 ) -> None:
@@ -49,9 +56,10 @@ def ensure_role(
         )
     except psycopg.errors.InsufficientPrivilege as exc:
         raise RoleError(
-            f"cannot create or alter role {role!r} ({exc.diag.message_primary}): have an "
-            f"administrator create it (LOGIN{' REPLICATION' if replication else ''}) with the "
-            f"password in its secrets file, or set up as a role that may"
+            f"role {conn.info.user} cannot create or alter role {role!r} "
+            f"({exc.diag.message_primary}): {AS_ADMINISTRATOR}, or have one create the role "
+            f"(LOGIN{' REPLICATION' if replication else ''}) with the password in its secrets "
+            "file"
         ) from exc
 
 
@@ -192,14 +200,20 @@ def prepare_capture(
     """
     ensure_role(conn, cs.database_user, password, replication=True)
     heartbeat = cs.heartbeat_table if cs.heartbeat_interval_ms else None
-    grant_capture(conn, cs.database_name, cs.database_user, cs.outbox_tables, heartbeat)
-    ensure_publication(
-        conn, cs.publication_name, [*cs.outbox_tables, *([heartbeat] if heartbeat else [])]
-    )
-    if cs.message_prefix is not None:  # it captures messages: only the writers may emit
-        restrict_messages(conn)
-        for writer in message_writers:
-            restrict_messages(conn, writer=writer)
+    try:
+        grant_capture(conn, cs.database_name, cs.database_user, cs.outbox_tables, heartbeat)
+        ensure_publication(
+            conn, cs.publication_name, [*cs.outbox_tables, *([heartbeat] if heartbeat else [])]
+        )
+        if cs.message_prefix is not None:  # it captures messages: only the writers may emit
+            restrict_messages(conn)
+            for writer in message_writers:
+                restrict_messages(conn, writer=writer)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise RoleError(
+            f"role {conn.info.user} may not set up the capture in database {cs.database_name} "
+            f"({exc.diag.message_primary}): {AS_ADMINISTRATOR}"
+        ) from exc
 
 
 def admin_connection(url: URL) -> psycopg.Connection:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from typing import TYPE_CHECKING, Any, cast
 
 from outboxkit.parsers import SubParsers, add_url, command
@@ -90,6 +91,13 @@ def _apply(args: argparse.Namespace, settings: Settings) -> int:
 
     url, cs = _capture(settings, args)
     config = connector_config(settings, url, identity=_identity(url))
+    if not settings.cdc_password_reference:
+        print(
+            "warning: the connector's config holds the CDC role's password itself (Connect "
+            "keeps it in its config topic): set OUTBOXKIT_CDC_PASSWORD_REFERENCE to a "
+            "config-provider reference, like ${file:/opt/kafka/secrets/cdc.properties:password}",
+            file=sys.stderr,
+        )
     if args.dry_run:
         print(json.dumps(masked(config), indent=2, sort_keys=True))
         return 0

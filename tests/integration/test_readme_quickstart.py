@@ -117,5 +117,8 @@ def test_the_readme_quickstart_runs(quickstart: Quickstart, stack: Stack, tmp_pa
     }
     code, tails = run_session(script, env, timeout=300)
     assert code == 0, tails
-    assert "order paid" in (work / "session.log").read_text(), tails
+    output = (work / "session.log").read_text()
+    assert "order paid" in output, tails
+    # Without a password reference, `cdc apply` says the password is in the connector's config
+    assert "set OUTBOXKIT_CDC_PASSWORD_REFERENCE" in output, tails
     print(f"README quickstart run in {time.monotonic() - started:.0f} s")

@@ -171,3 +171,29 @@ def test_a_cluster_an_earlier_version_created_with_trust_is_moved_to_passwords(t
     finally:
         stop(pid, sig=signal.SIGINT)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_cdc_prepare_as_a_service_role_says_to_run_it_as_an_administrator(
+    stack, two_services, tmp_path, monkeypatch, capsys
+):
+    """A service's role may not create the CDC role: one line naming the role that tried and
+    the way (an administrator's --url), exit 1, no traceback, nothing changed."""
+    from outboxkit import cli
+
+    url_a, _ = two_services
+    secret = tmp_path / "cdc-password"
+    secret.write_text(uuid.uuid4().hex)
+    secret.chmod(0o600)
+    role = f"cdc_try_{uuid.uuid4().hex[:6]}"
+    monkeypatch.setenv("OUTBOXKIT_CDC_PASSWORD_FILE", str(secret))
+    monkeypatch.setenv("OUTBOXKIT_CDC_ROLE", role)
+    assert cli.main(["cdc", "prepare", "--url", url_a]) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert f"role {make_url(url_a).username} cannot create or alter role {role!r}" in err
+    assert "outboxkit cdc prepare` as an administrator (--url" in err
+    assert "Traceback" not in err
+    with _engine(stack.database_url()).connect() as conn:
+        found = conn.execute(text("SELECT count(*) FROM pg_roles WHERE rolname = :r"), {"r": role})
+        assert found.scalar_one() == 0

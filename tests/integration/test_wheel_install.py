@@ -223,6 +223,7 @@ def test_the_wheel_installs_and_runs_the_install_page(
     assert f"connector {connector}: unchanged" in output, tails  # the second apply
     assert "[ok] connector: " in output and " 0 problem(s)" in output, tails  # the doctor
     assert own_infrastructure["OUTBOXKIT_CDC_PASSWORD_REFERENCE"] in output  # the dry-run's JSON
+    assert "holds the CDC role's password itself" not in output, tails  # a reference is set
     cdc_password = stack.secrets.password(own_infrastructure["OUTBOXKIT_CDC_ROLE"])
     assert cdc_password not in output, "a password was printed"
     # The transform ran from the plugin path the page filled, on a worker with nothing of ours.
