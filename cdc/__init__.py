@@ -1,5 +1,6 @@
 """Change data capture: Debezium connector config, Kafka Connect client, Postgres checks."""
 
+import outboxkit.kernel  # noqa: F401  (first: it refuses packages shadowing the framework's)
 from cdc.config import ConnectorConfigError, ConnectorSettings, build_connector_config, topic_for
 from cdc.connect import ConnectClient, ConnectError, ConnectorStatus
 from cdc.settings import CdcSettings, connector_settings

@@ -3,6 +3,7 @@ partition slice, deduplicated by (partition, max offset) and a window of recent 
 to the source's re-sends; a record that cannot be applied is parked with its reason, never
 skipped."""
 
+import outboxkit.kernel  # noqa: F401  (first: it refuses packages shadowing the framework's)
 from inbox.apply import DEFAULT_MAX_ATTEMPTS, DEFAULT_WINDOW, EXACTLY_ONCE_WINDOW, Inbox
 from inbox.handlers import BatchHandler, Handler, Handlers, as_batch
 from inbox.operations import status

@@ -2,6 +2,7 @@
 ``outboxkit db`` CLI or plain ``alembic``; a service's own chain runs through the same
 `Migrations` and ``env.py`` body (`run`), with a version table of its own."""
 
+import outboxkit.kernel  # noqa: F401  (first: it refuses packages shadowing the framework's)
 from migrations.environment import run
 from migrations.runner import (
     FRAMEWORK,

@@ -1,5 +1,6 @@
 """Transactional outbox: write an event in the same transaction as the business rows."""
 
+import outboxkit.kernel  # noqa: F401  (first: it refuses packages shadowing the framework's)
 from outbox.aio import AsyncUnitOfWork
 from outbox.at_commit import attach as attach_at_commit
 from outbox.contracts import ContractError, Contracts, Event, Received

@@ -1,6 +1,7 @@
 """FastAPI app factory for outboxkit services: settings, unit of work, idempotency keys, health,
 readiness, Prometheus metrics, structured logs with trace ids, problem+json errors."""
 
+import outboxkit.kernel  # noqa: F401  (first: it refuses packages shadowing the framework's)
 from outbox.aio import AsyncUnitOfWork
 from outbox.unit import UnitOfWork
 from service_template.app import ServiceApp, async_service_router, create_app, service_router

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+import outboxkit.kernel  # noqa: F401  (first: it refuses packages shadowing the framework's)
 from spark_consumers.job import Job, load_job
 from spark_consumers.settings import ConsumerSettings
 

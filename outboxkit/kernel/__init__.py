@@ -24,6 +24,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from outboxkit.kernel.packages import shadowed
+
+_why = shadowed()
+if _why is not None:
+    raise ImportError(_why)
+
 if TYPE_CHECKING:
     from outboxkit.kernel.errors import is_transient
     from outboxkit.kernel.secrets import SecretError, read_secret, url_with_password
