@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,8 +17,11 @@ if TYPE_CHECKING:
     from spark_consumers.summary import SliceSummary
 
 DEFAULT_CHECKPOINT = Path(".outboxkit/checkpoints")
-# How long the driver waits for each of its jobs' Kafka clusters to answer before Spark starts.
+# How long one ask of a job's Kafka cluster waits for an answer before Spark starts.
 REACH_SECONDS = 10.0
+# How long the driver keeps asking its jobs' Kafka clusters and databases at start, as a running
+# consumer rides out an outage (`spark_consumers.retry.BATCH_RETRY`'s budget).
+START_TIMEOUT = 300.0
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,8 @@ class DriverOptions:
         metrics_port: Serve Prometheus metrics on this port (0: a free one); None: none.
         metrics_host: The address the metrics listen on.
         jars: Jars handed to Spark (its Kafka connector), unless spark-submit gave them.
+        start_timeout: Seconds to keep asking the jobs' Kafka clusters and databases at start
+            (restarting, not yet accepting connections) before giving up; 0: ask once.
     """
 
     checkpoint: Path = DEFAULT_CHECKPOINT
@@ -44,6 +49,7 @@ class DriverOptions:
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
     jars: Sequence[Path] = ()
+    start_timeout: float = START_TIMEOUT
 
 
 def options_of(
@@ -64,6 +70,7 @@ def options_of(
         metrics_port=metrics_port if args.metrics_port is None else args.metrics_port,
         metrics_host=args.metrics_host or metrics_host,
         jars=tuple(jars),
+        start_timeout=START_TIMEOUT if args.start_timeout is None else args.start_timeout,
     )
 
 
@@ -94,7 +101,7 @@ def drive(jobs: Sequence[Job], options: DriverOptions, say: Callable[[str], Any]
     from spark_consumers.runner import run_jobs
 
     say(f"consuming {', '.join(j.name for j in jobs)} (checkpoints in {options.checkpoint})")
-    reach_clusters(jobs)
+    reach(jobs, options.start_timeout)
     metrics = _metrics(jobs, options, say)
 
     def on_batch(name: str, batch_id: int, rows: list[SliceSummary]) -> None:
@@ -121,15 +128,70 @@ def drive(jobs: Sequence[Job], options: DriverOptions, say: Callable[[str], Any]
     return 0
 
 
-def reach_clusters(jobs: Sequence[Job], timeout: float = REACH_SECONDS) -> None:
-    """Ask each Kafka cluster of ``jobs`` for its topics before Spark starts: one that does not
-    answer fails here, in seconds, with librdkafka's reason (a KafkaException, which the
-    command reports naming the job's setting), not after Spark's start and its own timeouts."""
+def reach(jobs: Sequence[Job], timeout: float = START_TIMEOUT) -> None:
+    """Ask each Kafka cluster and each database of ``jobs`` before Spark starts, again and again
+    with the back-off a running consumer rides an outage out with, for up to ``timeout``
+    seconds: one still away then fails here with its reason (librdkafka's, or the database
+    driver's, which the command reports naming the job's setting), not after Spark's start and
+    its own timeouts."""
+    from sqlalchemy import text
+
+    from outboxkit.kernel.errors import is_transient
+    from spark_consumers.retry import BATCH_RETRY, retrying
     from spark_consumers.runner import kafka_admin, query_groups
 
+    backoff = replace(BATCH_RETRY, budget=timeout)
     for group in query_groups(jobs, shared=True):
-        job = group[0]
-        kafka_admin(job).list_topics(timeout=timeout)
+        job = group[0]  # named for the command's error: the job whose cluster did not answer
+
+        def topics(job: Job = job) -> None:
+            kafka_admin(job).list_topics(timeout=REACH_SECONDS)
+
+        retrying(
+            topics,
+            retryable=_kafka_unreachable,
+            backoff=backoff,
+            what=f"job {job.name}: Kafka at {job.bootstrap_servers}",
+        )
+    asked: set[str] = set()
+    for job in jobs:
+        engine = job.engine("once")
+        where = engine.url.render_as_string(hide_password=True)
+        if where in asked:
+            engine.dispose()
+            continue
+        asked.add(where)
+
+        def ask(engine: Any = engine) -> None:
+            with engine.connect() as connection:
+                connection.execute(text("SELECT 1"))
+
+        try:
+            retrying(
+                ask,
+                retryable=is_transient,
+                backoff=backoff,
+                what=f"job {job.name}: its database at {engine.url.host}",
+            )
+        finally:
+            engine.dispose()
+
+
+def _kafka_unreachable(exc: BaseException) -> bool:
+    """A Kafka error that a cluster coming back would end (transport, timeout, all brokers
+    down, a name not resolved yet)."""
+    if type(exc).__name__ != "KafkaException" or not exc.args:
+        return False
+    from confluent_kafka import KafkaError
+
+    error = exc.args[0]
+    transient = {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+    }
+    return isinstance(error, KafkaError) and error.code() in transient
 
 
 def _metrics(jobs: Sequence[Job], options: DriverOptions, say: Callable[[str], Any]) -> Any:

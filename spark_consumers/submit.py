@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from spark_consumers.driver import DEFAULT_CHECKPOINT
+from spark_consumers.driver import DEFAULT_CHECKPOINT, START_TIMEOUT
 from spark_consumers.job import DEFAULT_TRIGGER_SECONDS
 
 
@@ -47,6 +47,12 @@ def add_driver_options(parser: argparse.ArgumentParser) -> None:
         "--metrics-port", type=int, help="serve Prometheus metrics on this port, 0: a free one"
     )
     parser.add_argument("--metrics-host", help="the address the metrics listen on")
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        help="seconds to keep asking the jobs' Kafka clusters and databases at start, while "
+        f"they restart or are not yet up (default: {START_TIMEOUT:.0f}; 0: ask once)",
+    )
 
 
 def parser() -> argparse.ArgumentParser:

@@ -99,3 +99,9 @@ def add_parser(sub: SubParsers) -> None:
     consume.add_argument(
         "--metrics-host", help="metrics address (default: OUTBOXKIT_CONSUMER_METRICS_HOST)"
     )
+    consume.add_argument(
+        "--start-timeout",
+        type=float,
+        help="seconds to keep asking the jobs' Kafka clusters and databases at start, while "
+        "they restart or are not yet up (default: 300; 0: ask once)",
+    )

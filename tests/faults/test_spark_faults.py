@@ -228,3 +228,52 @@ def test_a_database_outage_longer_than_the_batch_retries_restarts_the_query(
     text = log_path.read_text(errors="replace")
     assert "restarted from its checkpoint" in text, text[-3000:]
     assert "StackOverflowError" not in text
+
+
+START_EVENTS = 500
+
+
+def test_a_consumer_started_while_its_database_and_kafka_are_away_waits_for_them(
+    stack, engine, aggregate_type, spark_effects_table, tmp_path
+):
+    """`outboxkit consume` started while the job's Kafka and database refuse connections (a
+    restart, a failover): it asks again with the running consumer's back-off instead of exiting,
+    and once both are back it applies every event once (--once: then it ends)."""
+    publish(engine, aggregate_type, START_EVENTS, per_tx=100)
+    wait_on_kafka(stack, aggregate_type, START_EVENTS)
+    url = make_url(stack.database_url())
+    database = Proxy(url.host or "127.0.0.1", url.port or 5432)
+    host, port = stack.bootstrap_servers().split(",")[0].rsplit(":", 1)
+    kafka = Proxy(host, int(port))
+    database.cut()
+    kafka.cut()
+    consumer = f"start-{time.time_ns() % 10**6}"
+    command, env = consume_command(stack, consumer, aggregate_type, tmp_path / "cp", "--once")
+    through = url.set(host="127.0.0.1", port=database.port).render_as_string(hide_password=False)
+    env |= {
+        "OUTBOXKIT_TEST_DATABASE_URL": through,
+        "OUTBOXKIT_TEST_BOOTSTRAP": f"127.0.0.1:{kafka.port}",
+    }
+    log_path = tmp_path / "driver.log"
+    with log_path.open("wb") as log:
+        driver = subprocess.Popen(
+            command, env=env, cwd=ROOT, start_new_session=True, stdout=log, stderr=log
+        )
+    try:
+        time.sleep(12)  # Kafka asked at least once more meanwhile
+        assert driver.poll() is None, log_path.read_text(errors="replace")[-3000:]
+        kafka.restore()
+        time.sleep(3)  # then the database, still away, is asked again
+        assert driver.poll() is None, log_path.read_text(errors="replace")[-3000:]
+        database.restore()
+        assert driver.wait(timeout=300) == 0, log_path.read_text(errors="replace")[-3000:]
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGTERM)
+            driver.wait(timeout=120)
+        database.cut()
+        kafka.cut()
+    assert effect_stats(engine, consumer) == (START_EVENTS, START_EVENTS)
+    text = log_path.read_text(errors="replace")
+    assert f"Kafka at 127.0.0.1:{kafka.port}: KafkaException" in text, text[-3000:]
+    assert "its database at 127.0.0.1: OperationalError" in text, text[-3000:]

@@ -204,18 +204,21 @@ def test_a_job_whose_kafka_is_unreachable_names_its_own_variable(
     tmp_path: Path, free_port: int
 ) -> None:
     # The job's settings (prefix BILLING2_) give its Kafka, not OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS:
-    # the error names the job's variable, before Spark starts, without librdkafka's log lines.
+    # the error names the job's variable, before Spark starts, without librdkafka's log lines,
+    # once the start's deadline passed (asked again meanwhile, as a running consumer would).
     (tmp_path / "billing_jobs.py").write_text(JOB_MODULE)
     servers = f"127.0.0.1:{free_port}"
     done = outboxkit(
         tmp_path,
-        *("consume", "billing_jobs:job", "--once"),
+        *("consume", "billing_jobs:job", "--once", "--start-timeout", "2"),
         BILLING2_KAFKA_BOOTSTRAP_SERVERS=servers,
         BILLING2_DATABASE_URL="postgresql+psycopg://billing@127.0.0.1:9/billing",
         OUTBOXKIT_KAFKA_BOOTSTRAP_SERVERS="127.0.0.1:9",
     )
     assert "Traceback" not in done.stderr and done.returncode == UNREACHABLE, done.stderr
     assert not [line for line in done.stderr.splitlines() if line.startswith("%")], done.stderr
+    assert f"job billing2: Kafka at {servers}: KafkaException: " in done.stderr, done.stderr
+    assert "; retry 1 in " in done.stderr, done.stderr
     ours = done.stderr.strip().splitlines()[-1]
     assert ours.startswith(f"outboxkit: error: cannot reach Kafka at {servers}: "), ours
     assert ours.endswith("; check BILLING2_KAFKA_BOOTSTRAP_SERVERS"), ours
