@@ -145,11 +145,11 @@ def _kafka(exam: Examination) -> Iterator[Finding]:
 def _job_topics(exam: Examination) -> Iterator[Finding]:
     from confluent_kafka.admin import AdminClient
 
-    from outboxkit.kernel.kafka.security import librdkafka_config
+    from outboxkit.kernel.kafka.security import client_config
 
-    for job in exam.jobs:  # on the job's own cluster, with its own login
-        config = {"bootstrap.servers": job.bootstrap_servers, "log_level": 0}
-        admin = AdminClient({**config, **librdkafka_config(job.kafka_security)})
+    for job in exam.jobs:  # on the job's own cluster, as the job's own clients reach it
+        config = client_config(job.bootstrap_servers, job.kafka_security, job.kafka_options)
+        admin = AdminClient(dict[str, str | int | float | bool](config))
         described = admin.list_topics(timeout=10)
         for topic in job.topics:
             meta = described.topics.get(topic)

@@ -17,6 +17,9 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ]; then
 fi
 echo "python: installing outboxkit[spark,service,console,dev,docs] and the workshop into .venv (first time: a few minutes)"
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[spark,service,console,dev,docs]' -e ./workshop
+# setuptools warns at length that a folder named like a package may shadow it; the framework
+# checks that itself at import (outboxkit.kernel.packages), so the warning is left out.
+PYTHONWARNINGS="ignore:Editable installation" \
+  .venv/bin/python -m pip install -q -e '.[spark,service,console,dev,docs]' -e ./workshop
 echo "$digest" > "$stamp"
 echo "python: done"

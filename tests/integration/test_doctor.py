@@ -12,6 +12,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,11 @@ def test_jobs_topics_are_checked_against_kafka_and_the_connector_prefix(stack: S
     assert "kafka topics" in failed(found) and "kafka" not in failed(found)
     found = findings(team_settings(stack), (job((f"{prefix}order",), stack.bootstrap_servers()),))
     assert "topic prefix" not in failed(found)
+    # with the job's own client options, as its clients reach the cluster (they win)
+    reached = {"bootstrap.servers": stack.bootstrap_servers()}
+    through_options = replace(job((stray,), DEAD), kafka_options=reached)
+    found = findings(team_settings(stack), (through_options,))
+    assert found["kafka topics"][0].detail == f"job doctor: topic {stray} on {DEAD} missing"
 
 
 @pytest.fixture
