@@ -137,6 +137,7 @@ def reach(jobs: Sequence[Job], timeout: float = START_TIMEOUT) -> None:
     from sqlalchemy import text
 
     from outboxkit.kernel.errors import is_transient
+    from outboxkit.kernel.kafka.failures import unanswered
     from spark_consumers.retry import BATCH_RETRY, retrying
     from spark_consumers.runner import kafka_admin, query_groups
 
@@ -149,7 +150,7 @@ def reach(jobs: Sequence[Job], timeout: float = START_TIMEOUT) -> None:
 
         retrying(
             topics,
-            retryable=_kafka_unreachable,
+            retryable=unanswered,
             backoff=backoff,
             what=f"job {job.name}: Kafka at {job.bootstrap_servers}",
         )
@@ -175,23 +176,6 @@ def reach(jobs: Sequence[Job], timeout: float = START_TIMEOUT) -> None:
             )
         finally:
             engine.dispose()
-
-
-def _kafka_unreachable(exc: BaseException) -> bool:
-    """A Kafka error that a cluster coming back would end (transport, timeout, all brokers
-    down, a name not resolved yet)."""
-    if type(exc).__name__ != "KafkaException" or not exc.args:
-        return False
-    from confluent_kafka import KafkaError
-
-    error = exc.args[0]
-    transient = {
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._RESOLVE,
-    }
-    return isinstance(error, KafkaError) and error.code() in transient
 
 
 def _metrics(jobs: Sequence[Job], options: DriverOptions, say: Callable[[str], Any]) -> Any:

@@ -320,19 +320,9 @@ def _is_transport(exc: BaseException | None) -> bool:
 
 
 def _kafka(exc: BaseException, settings: Mapping[str, Any]) -> tuple[str, int] | None:
-    if type(exc).__name__ != "KafkaException" or not exc.args:
-        return None
-    from confluent_kafka import KafkaError
+    from outboxkit.kernel.kafka.failures import reason, unanswered
 
-    error = exc.args[0]
-    unreachable = {
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._RESOLVE,
-        KafkaError._MSG_TIMED_OUT,
-    }
-    if not isinstance(error, KafkaError) or error.code() not in unreachable:
+    if not unanswered(exc):
         return None
     job = _job(exc.__traceback__)
     servers = settings.get("kafka_bootstrap_servers") if job is None else job.bootstrap_servers
@@ -342,7 +332,7 @@ def _kafka(exc: BaseException, settings: Mapping[str, Any]) -> tuple[str, int] |
         if job is None
         else _job_setting(job, "kafka_bootstrap_servers")
     )
-    return f"cannot reach Kafka{where}: {first_line(error.str())}; check {check}", UNREACHABLE
+    return f"cannot reach Kafka{where}: {reason(exc)}; check {check}", UNREACHABLE
 
 
 def _endpoint(exc: BaseException) -> tuple[str, int] | None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
+
+from outboxkit.kernel.kafka.failures import reason
 
 T = TypeVar("T")
 
@@ -55,7 +57,7 @@ class KafkaGate:
         except Exception as exc:
             if type(exc).__name__ != "KafkaException":
                 raise
-            why = _reason(exc)
+            why = reason(exc)
             with self._lock:
                 self._failed[cluster] = (now(), why)
             raise KafkaUnanswered(f"Kafka at {cluster} did not answer ({why})") from exc
@@ -65,10 +67,3 @@ class KafkaGate:
         with self._lock:
             self._failed.pop(cluster, None)
         return found
-
-
-def _reason(exc: Exception) -> str:
-    """librdkafka's own words for a KafkaException (its KafkaError's), one line."""
-    error: Any = exc.args[0] if exc.args else None
-    said = str(error.str()) if hasattr(error, "str") else str(exc)
-    return (said.strip().splitlines() or [type(exc).__name__])[0][:200]

@@ -92,10 +92,8 @@ class PartitionOffsets:
     def _quiet_if_silent(self, exc: Exception) -> None:
         """Kafka is down or did not answer in time (not: the topic is unknown): stop asking for a
         while."""
-        from confluent_kafka import KafkaError
+        from outboxkit.kernel.kafka.failures import reason, unanswered
 
-        error = exc.args[0] if exc.args else None
-        silent = (KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT)
-        if isinstance(error, KafkaError) and error.code() in silent:
+        if unanswered(exc):
             self._silent_until = time.monotonic() + QUIET_AFTER_FAILURE
-            self.failure = error.str()
+            self.failure = reason(exc)
