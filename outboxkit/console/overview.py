@@ -6,10 +6,11 @@ never an error page."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy.engine import Engine
@@ -18,6 +19,8 @@ from outboxkit.console import reads
 from outboxkit.console.kafka_gate import QUIET_SECONDS
 from outboxkit.console.shapes import Sample, Samples
 from outboxkit.kernel.kafka.offsets import PartitionOffsets
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,10 @@ class Heads:
 
 class OverviewReader:
     """Reads the overview of ``watched`` jobs, the connectors ``connect`` lists and the
-    ``databases`` (name -> engine) when someone looks; at most once per ``fresh`` seconds."""
+    ``databases`` (name -> engine) when someone looks; at most once per ``fresh`` seconds, in
+    the background: a look at an overview older than that gets it at once and starts one read
+    for the next look, so no page waits on Kafka, Connect or a database but the very first
+    (``fresh`` 0: every look reads, and waits)."""
 
     def __init__(
         self,
@@ -187,15 +193,50 @@ class OverviewReader:
         self._heads: dict[str, Heads] = {}
         self._lock = threading.Lock()
         self._last: Overview | None = None
+        self._refreshing = False  # a background read is under way
         self._connect_failed: tuple[float, str] | None = None  # when, and what was said
 
     def read(self) -> Overview:
-        """The overview, read again unless the last read is under ``fresh`` seconds old."""
+        """The last overview read; one read in the background when it is ``fresh`` seconds
+        old (the first look, and every look when ``fresh`` is 0, reads and waits)."""
         with self._lock:
-            now = time.time()
-            if self._last is None or now - self._last.read_at >= self.fresh:
-                self._last = self._read(now)
-            return self._last
+            last = self._last
+            if last is None or self.fresh <= 0:
+                self._last = self._read(time.time())
+                return self._last
+            if time.time() - last.read_at >= self.fresh and not self._refreshing:
+                self._refreshing = True
+                threading.Thread(target=self._refresh, name="console-overview", daemon=True).start()
+            return last
+
+    def _refresh(self) -> None:
+        try:
+            read = self._read(time.time())
+        except Exception:  # each part says its own failure; this is a bug, logged
+            log.exception("the console's overview could not be read")
+            read = None
+        with self._lock:
+            if read is not None:
+                self._last = read
+            self._refreshing = False
+
+    def partition(self, consumer: str, topic: str, partition: int) -> PartitionView | None:
+        """A partition as the last overview shows it, with its watermark and stop read again
+        from the inbox now (an operator just resumed or stopped it); None when the console
+        watches no such partition."""
+        views = (p for c in self.read().consumers if c.consumer == consumer for p in c.partitions)
+        view = next((p for p in views if (p.topic, p.partition) == (topic, partition)), None)
+        engine = next((w.engine for w in self.watched if w.consumer == consumer), None)
+        if engine is None:
+            return view
+        with engine.connect() as conn:
+            rows = reads.consumer_rows(conn, consumer).partitions
+        row = next((r for r in rows if (r.topic, r.partition) == (topic, partition)), None)
+        if row is None:
+            return None
+        if view is None:  # new since the last overview: nothing of Kafka known yet
+            return PartitionView(topic, partition, row.watermark, None, None, None, row.stopped)
+        return replace(view, watermark=row.watermark, stopped=row.stopped)
 
     def _read(self, now: float) -> Overview:
         problems: list[str] = []

@@ -125,10 +125,7 @@ async def partition(
     """A partition: its state, why it stopped, a rewind's preview, a rebase's plan."""
 
     def build(site: Site, user: auth.User) -> Response:
-        views = (
-            p for c in site.reader.read().consumers if c.consumer == consumer for p in c.partitions
-        )
-        view = next((p for p in views if (p.topic, p.partition) == (topic, partition)), None)
+        view = site.reader.partition(consumer, topic, partition)
         plan = rebase = problem = None
         try:
             if offset is not None:

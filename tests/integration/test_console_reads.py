@@ -193,6 +193,17 @@ def test_a_stopped_partitions_page_says_kafka_did_not_answer(engine: Engine) -> 
         page = client.get(f"/partitions/{consumer}/t/0")
         assert page.status_code == 200, page.text[:500]
         assert "offsets moved" in page.text and "did not answer" in page.text, page.text
+        # resumed meanwhile (by the CLI, say): the page says so at once, whatever the
+        # overview's last read still shows
+        with engine.begin() as conn:
+            conn.execute(
+                update(watermarks)
+                .where(watermarks.c.consumer == consumer)
+                .values(stopped=None, offset=9)
+            )
+        assert reader.read().consumers[0].partitions[0].stopped == reason  # the overview's
+        page = client.get(f"/partitions/{consumer}/t/0")
+        assert page.status_code == 200 and "offsets moved" not in page.text, page.text
     reader.close()
 
 
