@@ -12,11 +12,11 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from outboxkit.kernel.kafka.failures import reason
+from outboxkit.kernel.quiet import QUIET_SECONDS, Quiet
 
 T = TypeVar("T")
 
-# After Kafka failed to answer, how long the console answers from that failure without asking.
-QUIET_SECONDS = 15.0
+__all__ = ["QUIET_SECONDS", "KafkaGate", "KafkaUnanswered"]
 
 
 class KafkaUnanswered(Exception):
@@ -27,25 +27,26 @@ class KafkaGate:
     """One on-request read of each Kafka cluster at a time; after a read failed, none for
     ``quiet`` seconds (each refused at once, saying why)."""
 
-    def __init__(self, quiet: float = QUIET_SECONDS) -> None:
+    def __init__(
+        self, quiet: float = QUIET_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.quiet = quiet
+        self.clock = clock
         self._busy: set[str] = set()
-        self._failed: dict[str, tuple[float, str]] = {}  # cluster -> (when, why)
+        self._quiet: dict[str, Quiet] = {}  # per cluster
         self._lock = threading.Lock()
 
-    def read(
-        self, cluster: str, read: Callable[[], T], *, now: Callable[[], float] = time.monotonic
-    ) -> T:
+    def read(self, cluster: str, read: Callable[[], T]) -> T:
         """``read()`` (which asks Kafka at ``cluster``), unless another read of it runs or it
         failed less than ``quiet`` seconds ago: then KafkaUnanswered, at once. A read that
         raises librdkafka's KafkaException raises KafkaUnanswered with its reason."""
         with self._lock:
-            failed = self._failed.get(cluster)
-            if failed is not None and now() - failed[0] < self.quiet:
-                left = self.quiet - (now() - failed[0])
+            quiet = self._quiet.setdefault(cluster, Quiet(self.quiet, self.clock))
+            silence = quiet.silence()
+            if silence is not None:
                 raise KafkaUnanswered(
-                    f"Kafka at {cluster} did not answer {now() - failed[0]:.0f} s ago "
-                    f"({failed[1]}); the console asks again in {left:.0f} s"
+                    f"Kafka at {cluster} did not answer {silence.age:.0f} s ago "
+                    f"({silence.why}); the console asks again in {silence.left:.0f} s"
                 )
             if cluster in self._busy:
                 raise KafkaUnanswered(
@@ -58,12 +59,10 @@ class KafkaGate:
             if type(exc).__name__ != "KafkaException":
                 raise
             why = reason(exc)
-            with self._lock:
-                self._failed[cluster] = (now(), why)
+            quiet.failed(why)
             raise KafkaUnanswered(f"Kafka at {cluster} did not answer ({why})") from exc
         finally:
             with self._lock:
                 self._busy.discard(cluster)
-        with self._lock:
-            self._failed.pop(cluster, None)
+        quiet.answered()
         return found

@@ -19,6 +19,7 @@ from outboxkit.console import reads
 from outboxkit.console.kafka_gate import QUIET_SECONDS
 from outboxkit.console.shapes import Sample, Samples
 from outboxkit.kernel.kafka.offsets import PartitionOffsets
+from outboxkit.kernel.quiet import Quiet
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +195,7 @@ class OverviewReader:
         self._lock = threading.Lock()
         self._last: Overview | None = None
         self._refreshing = False  # a background read is under way
-        self._connect_failed: tuple[float, str] | None = None  # when, and what was said
+        self._connect_quiet = Quiet()  # after Connect failed to answer
 
     def read(self) -> Overview:
         """The last overview read; one read in the background when it is ``fresh`` seconds
@@ -308,9 +309,9 @@ class OverviewReader:
         """Each connector with its tasks and its slot (of ``slots``, by the config's name)."""
         if self.connect is None:
             return []
-        failed = self._connect_failed
-        if failed is not None and time.monotonic() - failed[0] < QUIET_SECONDS:
-            problems.append(f"{failed[1]}; the console asks again within {QUIET_SECONDS:.0f} s")
+        silence = self._connect_quiet.silence()
+        if silence is not None:
+            problems.append(f"{silence.why}; the console asks again within {QUIET_SECONDS:.0f} s")
             return []
         try:
             client = self.connect()
@@ -324,10 +325,11 @@ class OverviewReader:
                 tasks = [(t, state, status.worker_of(t)) for t, state, _ in status.tasks]
                 failure = (status.failure or "").splitlines()[:3]
                 views.append(ConnectorView(name, status.state, tasks, "\n".join(failure), slot))
+            self._connect_quiet.answered()
             return views
         except Exception as exc:
             said = f"Kafka Connect did not answer: {_said(exc)}"
-            self._connect_failed = (time.monotonic(), said)  # not asked again for a while
+            self._connect_quiet.failed(said)  # not asked again for a while
             problems.append(said)
             return []
 

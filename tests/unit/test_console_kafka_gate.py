@@ -24,22 +24,23 @@ def down() -> None:
 
 
 def test_a_failed_read_refuses_the_next_ones_at_once_until_the_quiet_ends() -> None:
-    gate, clock, asked = KafkaGate(quiet=15.0), Clock(), []
+    clock, asked = Clock(), []
+    gate = KafkaGate(quiet=15.0, clock=clock)
 
     def read() -> str:
         asked.append(clock.now)
         return "topics"
 
     with pytest.raises(KafkaUnanswered, match=r"Kafka at k:9092 did not answer \(.*metadata"):
-        gate.read("k:9092", down, now=clock)
+        gate.read("k:9092", down)
     clock.now += 5
     with pytest.raises(KafkaUnanswered, match=r"did not answer 5 s ago .* asks again in 10 s"):
-        gate.read("k:9092", read, now=clock)
+        gate.read("k:9092", read)
     assert asked == []  # not asked meanwhile
-    assert gate.read("other:9092", read, now=clock) == "topics"  # another cluster is
+    assert gate.read("other:9092", read) == "topics"  # another cluster is
     clock.now += 10
-    assert gate.read("k:9092", read, now=clock) == "topics"  # asked again, and answered
-    assert gate.read("k:9092", read, now=clock) == "topics"
+    assert gate.read("k:9092", read) == "topics"  # asked again, and answered
+    assert gate.read("k:9092", read) == "topics"
     assert len(asked) == 3
 
 

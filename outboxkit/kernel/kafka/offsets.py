@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from outboxkit.kernel.kafka.security import PLAINTEXT, KafkaSecurity, client_config
+from outboxkit.kernel.quiet import Quiet
 
 log = logging.getLogger(__name__)
-# Seconds Kafka is not asked again after it failed to answer.
-QUIET_AFTER_FAILURE = 15.0
 
 
 class PartitionOffsets:
@@ -38,9 +36,7 @@ class PartitionOffsets:
         self._lock = threading.Lock()
         # After Kafka failed to answer, scrapes skip it for a while instead of each waiting the
         # timeout once per partition (a scrape must end before the next one starts).
-        self._silent_until = 0.0
-        # Why Kafka last failed to answer, until it answers again (None: it answered).
-        self.failure: str | None = None
+        self.quiet = Quiet()
 
     def _client(self) -> Any:
         if self._consumer is None:
@@ -54,7 +50,7 @@ class PartitionOffsets:
         from confluent_kafka import TopicPartition
 
         with self._lock:
-            if time.monotonic() < self._silent_until:
+            if self.quiet.silence() is not None:
                 return None
             try:
                 low, high = self._client().get_watermark_offsets(
@@ -64,13 +60,13 @@ class PartitionOffsets:
                 log.warning("no offsets for %s[%d]: %s", topic, partition, exc)
                 self._quiet_if_silent(exc)
                 return None
-            self.failure = None
+            self.quiet.answered()
         return int(low), int(high)
 
     def partitions(self, topic: str) -> list[int]:
         """The partitions ``topic`` has now (none when it does not exist or Kafka is silent)."""
         with self._lock:
-            if time.monotonic() < self._silent_until:
+            if self.quiet.silence() is not None:
                 return []
             try:
                 found = self._client().list_topics(topic, timeout=self.timeout).topics.get(topic)
@@ -95,5 +91,9 @@ class PartitionOffsets:
         from outboxkit.kernel.kafka.failures import reason, unanswered
 
         if unanswered(exc):
-            self._silent_until = time.monotonic() + QUIET_AFTER_FAILURE
-            self.failure = reason(exc)
+            self.quiet.failed(reason(exc))
+
+    @property
+    def failure(self) -> str | None:
+        """Why Kafka last failed to answer, until it answers again (None: it answered)."""
+        return self.quiet.why
