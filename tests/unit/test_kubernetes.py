@@ -403,3 +403,14 @@ def _volumes(obj: dict[str, Any]) -> list[dict[str, Any]]:
     if obj["kind"] in ("Deployment", "Job"):
         return list(obj["spec"]["template"]["spec"].get("volumes", []))
     return list(obj.get("spec", {}).get("volumes", [])) if obj["kind"] == "SparkApplication" else []
+
+
+def test_every_spark_application_authenticates_and_encrypts_its_executors():
+    """Spark makes each application's secret on Kubernetes: with spark.authenticate its
+    executors prove it (no other pod joins the application) and their RPC is encrypted."""
+    applications = [o for _, o in every_object() if o["kind"] == "SparkApplication"]
+    assert applications
+    for app in applications:
+        conf = app["spec"]["sparkConf"]
+        assert conf.get("spark.authenticate") == "true", app["metadata"]["name"]
+        assert conf.get("spark.network.crypto.enabled") == "true", app["metadata"]["name"]

@@ -107,6 +107,11 @@ def application(shape: Shape, service: str) -> dict[str, Any]:
                 # resolves no file: path for these applications (their files are local://
                 # in the image); a dependency given as a plain path would need it there.
                 "spark.hadoop.fs.file.impl": FORKLESS_FS_CLASS,
+                # Driver and executors prove one secret to each other, which Spark makes per
+                # application on Kubernetes and gives only its executor pods; their RPC is
+                # encrypted (AES): no other pod can join the application or read its traffic.
+                "spark.authenticate": "true",
+                "spark.network.crypto.enabled": "true",
             },
             "restartPolicy": {
                 "type": "Always",
