@@ -353,3 +353,29 @@ def test_an_unreachable_database_is_a_503_with_retry_after_and_the_service_recov
             assert client.get("/ready").status_code == 200
     finally:
         proxy.cut()
+
+
+def test_a_service_started_while_its_database_is_away_serves_once_it_is_back(orders_url):
+    """Started (its lifespan, the releaser of scheduled messages) while the database refuses
+    connections, as during a restart or failover: it starts, answers 503 and not ready meanwhile,
+    and serves as soon as the database is back, without a restart."""
+    url = make_url(orders_url)
+    proxy = Proxy(url.host or "127.0.0.1", url.port or 5432)
+    proxy.cut()
+    through = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+    settings = ServiceSettings(name="orders", database_url=through, log_json=False)
+    app = create_app(settings, routers=[orders.router], migrations=[migrations_of("orders")])
+    try:
+        with TestClient(app, raise_server_exceptions=False) as client:
+            assert client.get("/health").status_code == 200  # alive, not ready
+            assert client.get("/ready").status_code == 503
+            away = client.post("/orders", json=BODY, headers={"Idempotency-Key": "away"})
+            assert away.status_code == 503, away.text
+            proxy.restore()
+            back = client.post(
+                "/orders", json=BODY, headers={"Idempotency-Key": f"b{uuid.uuid4()}"}
+            )
+            assert back.status_code == 201, back.text
+            assert client.get("/ready").status_code == 200
+    finally:
+        proxy.cut()
