@@ -11,13 +11,11 @@ import json
 import re
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-import uvicorn
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from playwright.sync_api import Page, expect
@@ -36,6 +34,7 @@ from spark_consumers.job import Job
 from tests.browser.axe import axe_violations
 from tests.browser.shots import shot
 from tests.kafka import read_records
+from tests.serving import serving
 
 effects_md = MetaData()
 effects = Table(
@@ -137,21 +136,10 @@ def served(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     )
     endpoints = Endpoints(make_url(stack.database_url()), bootstrap, stack.connect_url(), PLAINTEXT)
     console = build_console(settings, [job], endpoints)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(console.app, host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the console did not start"
     try:
-        yield Served(f"http://127.0.0.1:{port}", job, engine, topic, ids)
+        with serving(console.app) as port:
+            yield Served(f"http://127.0.0.1:{port}", job, engine, topic, ids)
     finally:
-        server.should_exit = True
-        thread.join(10)
         console.close()
         engine.dispose()
 

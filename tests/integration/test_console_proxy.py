@@ -5,12 +5,12 @@ Host to the console's own address makes the console refuse every action, as the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import shutil
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
 from cdc.endpoints import Endpoints
 from outboxkit.console import build_console
@@ -27,6 +26,7 @@ from outboxkit.kernel.kafka.security import PLAINTEXT
 from outboxkit.settings import Settings
 from outboxkit_workshop.devstack.processes import free_port
 from outboxkit_workshop.devstack.stack import Stack
+from tests.serving import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "how-to" / "console.md"
@@ -51,28 +51,19 @@ def console(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         stack.database_url(), stack.bootstrap_servers(), stack.connect_url(), PLAINTEXT
     )
     built = build_console(settings, [], endpoints)
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(built.app, host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert server.started, "the console did not start"
     try:
-        yield port
+        with serving(built.app) as port:
+            yield port
     finally:
-        server.should_exit = True
-        thread.join(10)
         built.close()
 
 
-def start_nginx(work: Path, location: str) -> tuple[subprocess.Popen[bytes], int]:
-    """nginx on a free loopback port with ``location`` as its only location; its port."""
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    assert Path(nginx).exists(), "nginx is missing: scripts/install-system.sh installs it"
+@contextlib.contextmanager
+def nginx(work: Path, location: str) -> Iterator[int]:
+    """nginx on a free loopback port with ``location`` as its only location, until the block
+    ends; its port."""
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    assert Path(binary).exists(), "nginx is missing: scripts/install-system.sh installs it"
     work.mkdir()
     port = free_port()
     temp = "\n".join(
@@ -87,20 +78,24 @@ def start_nginx(work: Path, location: str) -> tuple[subprocess.Popen[bytes], int
         + f"    server {{\n        listen 127.0.0.1:{port};\n{location}\n    }}\n}}\n"
     )
     process = subprocess.Popen(
-        [nginx, "-p", str(work), "-c", str(work / "nginx.conf")],
+        [binary, "-p", str(work), "-c", str(work / "nginx.conf")],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        assert process.poll() is None, process.stderr.read() if process.stderr else ""
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
-            return process, port
-        except httpx.TransportError:
-            time.sleep(0.05)
-    process.terminate()
-    raise AssertionError(f"nginx did not start: {(work / 'error.log').read_text()}")
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, (work / "error.log").read_text()
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except httpx.TransportError:
+                time.sleep(0.05)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def signed_in(port: int) -> tuple[httpx.Client, str]:
@@ -117,8 +112,10 @@ def signed_in(port: int) -> tuple[httpx.Client, str]:
     return client, found.group(1)
 
 
-def act(client: httpx.Client, port: int, csrf: str) -> httpx.Response:
-    """An action posted from the console's own page, as a browser sends it (with Origin)."""
+def acted(port: int) -> httpx.Response:
+    """Signed in through the proxy at ``port``, an action posted from the console's own page,
+    as a browser sends it (with Origin)."""
+    client, csrf = signed_in(port)
     return client.post(
         "/act/redrive-group",
         data={"csrf": csrf, "consumer": "nobody-watched", "cause": "x", "request": "r1"},
@@ -130,10 +127,8 @@ def test_behind_the_documented_nginx_actions_pass_and_the_client_is_seen(
     console: int, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     location = documented_block().replace("127.0.0.1:8089", f"127.0.0.1:{console}")
-    proxy, port = start_nginx(tmp_path / "nginx", location)
-    try:
-        client, csrf = signed_in(port)
-        answer = act(client, port, csrf)
+    with nginx(tmp_path / "nginx", location) as port:
+        answer = acted(port)
         # past the Origin check: the action itself refuses (no job of that consumer)
         assert answer.status_code == 409, answer.text[:2000]
         assert "the console watches no job of consumer" in answer.text
@@ -144,9 +139,6 @@ def test_behind_the_documented_nginx_actions_pass_and_the_client_is_seen(
             )
             assert wrong.post("/login", data={"name": "olive", "password": "no"}).status_code
         assert f"sign-in of 'olive' from {CLIENT} failed" in caplog.text, caplog.text
-    finally:
-        proxy.terminate()
-        proxy.wait(10)
 
 
 def test_a_proxy_that_rewrites_host_has_every_action_refused(console: int, tmp_path: Path) -> None:
@@ -156,12 +148,7 @@ def test_a_proxy_that_rewrites_host_has_every_action_refused(console: int, tmp_p
         f"    proxy_set_header Host 127.0.0.1:{console};\n"
         "}\n"
     )
-    proxy, port = start_nginx(tmp_path / "nginx", location)
-    try:
-        client, csrf = signed_in(port)
-        answer = act(client, port, csrf)
+    with nginx(tmp_path / "nginx", location) as port:
+        answer = acted(port)
         assert answer.status_code == 403, answer.text[:2000]
         assert "came from another site" in answer.text
-    finally:
-        proxy.terminate()
-        proxy.wait(10)
