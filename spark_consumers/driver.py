@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spark_consumers.job import DEFAULT_TRIGGER_SECONDS, Job
+from spark_consumers.retry import BATCH_RETRY, retrying
 
 if TYPE_CHECKING:
     from spark_consumers.summary import SliceSummary
@@ -19,9 +20,9 @@ if TYPE_CHECKING:
 DEFAULT_CHECKPOINT = Path(".outboxkit/checkpoints")
 # How long one ask of a job's Kafka cluster waits for an answer before Spark starts.
 REACH_SECONDS = 10.0
-# How long the driver keeps asking its jobs' Kafka clusters and databases at start, as a running
-# consumer rides out an outage (`spark_consumers.retry.BATCH_RETRY`'s budget).
-START_TIMEOUT = 300.0
+# How long the driver keeps asking its jobs' Kafka clusters and databases at start: as long as a
+# running consumer rides an outage out.
+START_TIMEOUT = BATCH_RETRY.budget
 
 
 @dataclass(frozen=True)
@@ -138,15 +139,15 @@ def reach(jobs: Sequence[Job], timeout: float = START_TIMEOUT) -> None:
 
     from outboxkit.kernel.errors import is_transient
     from outboxkit.kernel.kafka.failures import unanswered
-    from spark_consumers.retry import BATCH_RETRY, retrying
     from spark_consumers.runner import kafka_admin, query_groups
 
     backoff = replace(BATCH_RETRY, budget=timeout)
     for group in query_groups(jobs, shared=True):
         job = group[0]  # named for the command's error: the job whose cluster did not answer
+        admin = kafka_admin(job)
 
-        def topics(job: Job = job) -> None:
-            kafka_admin(job).list_topics(timeout=REACH_SECONDS)
+        def topics(admin: Any = admin) -> None:
+            admin.list_topics(timeout=REACH_SECONDS)
 
         retrying(
             topics,
@@ -154,14 +155,8 @@ def reach(jobs: Sequence[Job], timeout: float = START_TIMEOUT) -> None:
             backoff=backoff,
             what=f"job {job.name}: Kafka at {job.bootstrap_servers}",
         )
-    asked: set[str] = set()
-    for job in jobs:
+    for job in {j.database_url: j for j in jobs}.values():  # each database once
         engine = job.engine("once")
-        where = engine.url.render_as_string(hide_password=True)
-        if where in asked:
-            engine.dispose()
-            continue
-        asked.add(where)
 
         def ask(engine: Any = engine) -> None:
             with engine.connect() as connection:

@@ -16,8 +16,6 @@ from outboxkit.kernel.quiet import QUIET_SECONDS, Quiet
 
 T = TypeVar("T")
 
-__all__ = ["QUIET_SECONDS", "KafkaGate", "KafkaUnanswered"]
-
 
 class KafkaUnanswered(Exception):
     """Kafka was not asked, or did not answer: the message says which and when to retry."""
@@ -30,7 +28,7 @@ class KafkaGate:
     def __init__(
         self, quiet: float = QUIET_SECONDS, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.quiet = quiet
+        self.seconds = quiet  # each cluster's quiet spell after a failure
         self.clock = clock
         self._busy: set[str] = set()
         self._quiet: dict[str, Quiet] = {}  # per cluster
@@ -41,7 +39,7 @@ class KafkaGate:
         failed less than ``quiet`` seconds ago: then KafkaUnanswered, at once. A read that
         raises librdkafka's KafkaException raises KafkaUnanswered with its reason."""
         with self._lock:
-            quiet = self._quiet.setdefault(cluster, Quiet(self.quiet, self.clock))
+            quiet = self._quiet.setdefault(cluster, Quiet(self.seconds, self.clock))
             silence = quiet.silence()
             if silence is not None:
                 raise KafkaUnanswered(

@@ -16,10 +16,9 @@ from typing import Any
 from sqlalchemy.engine import Engine
 
 from outboxkit.console import reads
-from outboxkit.console.kafka_gate import QUIET_SECONDS
 from outboxkit.console.shapes import Sample, Samples
 from outboxkit.kernel.kafka.offsets import PartitionOffsets
-from outboxkit.kernel.quiet import Quiet
+from outboxkit.kernel.quiet import QUIET_SECONDS, Quiet
 
 log = logging.getLogger(__name__)
 
