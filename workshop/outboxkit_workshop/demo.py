@@ -150,7 +150,7 @@ def _print_trace(console: Console, trace_id: str | None) -> None:
 
 
 def _print_report(console: Console, report: Any) -> None:
-    table = Table(title=f"{report.orders} orders")
+    table = Table(title=f"{report.orders} orders, the warm-up order included")
     table.add_column("final state")
     table.add_column("orders", justify="right")
     for status, count in sorted(report.by_status.items()):
